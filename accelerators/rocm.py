@@ -1,0 +1,90 @@
+"""The ``rocm`` accelerator: AMD GPUs through PyTorch's ROCm (HIP) build.
+
+HIP builds expose AMD GPUs as ``torch.cuda``; ``torch.version.hip`` tells
+them apart. Devices are named ``rocm:N`` and map to ``torch.device("cuda",
+N)``. Golden reference keys are ``rocm:<gfx arch>`` then ``rocm``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from vllm_srun.plugins import (
+    Accelerator,
+    DeviceInfo,
+    ExecutionProvider,
+    hookimpl,
+    torch_memory_info,
+)
+
+BF16_NATIVE_ARCH_PREFIXES = ("gfx90a", "gfx94", "gfx95", "gfx11", "gfx12")
+"""gfx architectures with bf16 matrix instructions: CDNA2/3/4 and RDNA3/4 (AMD ISA guides)."""
+
+
+def gfx_arch(props: Any) -> str:
+    """The bare gfx architecture (``gfx942``) from ``gcnArchName`` (``gfx942:sramecc+:xnack-``)."""
+    raw = str(getattr(props, "gcnArchName", "") or "")
+    return raw.split(":", 1)[0] or "unknown"
+
+
+class RocmAccelerator(Accelerator):
+    """AMD GPUs; devices ``rocm:0``, ``rocm:1``, ..."""
+
+    name = "rocm"
+    auto_priority = 10
+
+    def available(self) -> bool:
+        """A HIP build of PyTorch that sees at least one GPU."""
+        try:
+            return torch.version.hip is not None and bool(torch.cuda.is_available())
+        except Exception:
+            return False
+
+    def devices(self) -> list[DeviceInfo]:
+        """Every visible GPU, with its memory and gfx architecture."""
+        if not self.available():
+            return []
+        found = []
+        for index in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(index)
+            total, free = torch_memory_info(torch.cuda, index, int(props.total_memory))
+            arch = gfx_arch(props)
+            capabilities: dict[str, Any] = {
+                "gfx_arch": arch,
+                "bf16": "bf16_native"
+                if arch.startswith(BF16_NATIVE_ARCH_PREFIXES)
+                else "bf16_emulated",
+                "compute_units": int(getattr(props, "multi_processor_count", 0)),
+                "hip_version": torch.version.hip,
+            }
+            found.append(DeviceInfo("rocm", index, str(props.name), total, free, capabilities))
+        return found
+
+    def torch_device(self, index: int | None) -> torch.device:
+        """``torch.device("cuda", index)``: HIP devices keep CUDA's device type."""
+        return torch.device("cuda", index or 0)
+
+    def synchronize(self, index: int | None) -> None:
+        """Wait for the GPU's queued kernels."""
+        torch.cuda.synchronize(index or 0)
+
+    def hardware_keys(self, device: DeviceInfo) -> list[str]:
+        """``rocm:gfx942`` then ``rocm``."""
+        return [f"rocm:{device.capabilities['gfx_arch']}", "rocm"]
+
+    def onnx_providers(self, device: DeviceInfo) -> list[ExecutionProvider]:
+        """MIGraphX, then the older ROCm provider, then the CPU."""
+        options = {"device_id": device.index or 0}
+        return [
+            ("MIGraphXExecutionProvider", dict(options)),
+            ("ROCMExecutionProvider", dict(options)),
+            ("CPUExecutionProvider", {}),
+        ]
+
+
+@hookimpl
+def register_accelerators(register: Any) -> None:
+    """Register the ``rocm`` accelerator."""
+    register(RocmAccelerator())

@@ -1,0 +1,130 @@
+"""The ``vllm-srun`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from vllm_srun import __version__
+from vllm_srun.placement import auto_accelerators, auto_order
+from vllm_srun.plugins import Catalog, load_catalog
+from vllm_srun.plugins.testing import check_plugin
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``vllm-srun`` and its subcommands."""
+    parser = argparse.ArgumentParser(
+        prog="vllm-srun",
+        description="A model runtime for semantic routers, composed from plugins.",
+    )
+    parser.add_argument("--version", action="version", version=f"vllm-srun {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    plugins = commands.add_parser(
+        "plugins", help="list the installed families, engines and accelerators"
+    )
+    plugins.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    plugin_commands = plugins.add_subparsers(dest="plugins_command", metavar="SUBCOMMAND")
+    check = plugin_commands.add_parser(
+        "check", help="run the conformance kit on one plugin alone (exit 1 on a violation)"
+    )
+    check.add_argument("name", help="the plugin's entry-point name")
+
+    commands.add_parser(
+        "devices", help="print as JSON this machine's devices and the order --device auto tries"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``vllm-srun``; returns the process exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "plugins":
+        if args.plugins_command == "check":
+            return run_check(args.name, sys.stdout)
+        return run_plugins(load_catalog(), as_json=args.json, out=sys.stdout)
+    if args.command == "devices":
+        return run_devices(load_catalog(), sys.stdout)
+    parser.print_help()
+    return 2
+
+
+def run_plugins(catalog: Catalog, *, as_json: bool, out: TextIO) -> int:
+    """Print the plugin catalog as a table or as JSON."""
+    if as_json:
+        json.dump(catalog.to_json(), out, indent=2)
+        out.write("\n")
+        return 0
+    rows = [("NAME", "DISTRIBUTION", "VERSION", "REGISTERED", "STATUS")]
+    for plugin in catalog.plugins:
+        registered = "; ".join(
+            f"{layer}: {', '.join(sorted(names))}" for layer, names in plugin.registered.items() if names
+        )
+        if plugin.error is not None:
+            status = f"error: {plugin.error}"
+        elif plugin.refused:
+            status = f"{len(plugin.refused)} refused"
+        else:
+            status = "ok"
+        rows.append(
+            (plugin.name, plugin.distribution or "-", plugin.version or "-", registered or "-", status)
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        out.write("  ".join([*cells, row[4]]).rstrip() + "\n")
+    refused = [(p, r) for p in catalog.plugins for r in p.refused]
+    if refused:
+        out.write("\nrefused:\n")
+        for plugin, refusal in refused:
+            out.write(f"  {plugin.name}: {refusal.layer} {refusal.name}: {refusal.reason}\n")
+    if catalog.clashes:
+        out.write("\nclashes (neither is used):\n")
+        for clash in catalog.clashes:
+            owners = " and ".join(p.label for p in clash.plugins)
+            out.write(f"  {clash.layer} {clash.name!r}: {owners}\n")
+    return 0
+
+
+def devices_json(catalog: Catalog) -> dict[str, Any]:
+    """The ``vllm-srun devices`` document: devices, auto order and every accelerator's state."""
+    devices = []
+    accelerators = []
+    for name, acc in sorted(catalog.layer("accelerators").items()):
+        try:
+            available = bool(acc.available())
+            listed = list(acc.devices()) if available else []
+            error = None
+        except Exception as err:
+            available, listed, error = False, [], f"{type(err).__name__}: {err}"
+        accelerators.append(
+            {
+                "name": name,
+                "available": available,
+                "auto_priority": type(acc).auto_priority,
+                "error": error,
+            }
+        )
+        for device in listed:
+            devices.append({**device.to_json(), "reference_keys": acc.reference_keys(device)})
+    rank = {acc.name: i for i, acc in enumerate(auto_accelerators(catalog.layer("accelerators")))}
+    devices.sort(key=lambda d: (rank.get(d["accelerator"], len(rank)), d["device"]))
+    return {"devices": devices, "auto_order": auto_order(catalog), "accelerators": accelerators}
+
+
+def run_devices(catalog: Catalog, out: TextIO) -> int:
+    """Print :func:`devices_json` as JSON."""
+    json.dump(devices_json(catalog), out, indent=2)
+    out.write("\n")
+    return 0
+
+
+def run_check(name: str, out: TextIO) -> int:
+    """Run the conformance kit on one plugin; 0 when it conforms, else 1."""
+    report = check_plugin(name)
+    out.write(report.to_text() + "\n")
+    return 0 if report.ok else 1

@@ -1,0 +1,1 @@
+"""Built-in model families, each a plugin found through the ``vllm_srun`` entry points."""

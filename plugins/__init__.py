@@ -1,0 +1,67 @@
+"""The public plugin API of vllm-srun: the only module a third-party plugin imports.
+
+- :mod:`~vllm_srun.plugins.hookspecs`: the hooks, and :data:`hookimpl` to mark
+  implementations;
+- contracts: :class:`Accelerator` and :class:`DeviceInfo`, :class:`Engine`,
+  :class:`Family`, :class:`Kernel`, :class:`GoldenReference`,
+  :class:`ModelEntry`;
+- discovery and composition: :func:`discover`, :func:`build_catalog`,
+  :func:`load_catalog`;
+- the conformance kit: :mod:`vllm_srun.plugins.testing`.
+"""
+
+from vllm_srun.plugins.accelerator import (
+    DTYPES,
+    Accelerator,
+    DeviceInfo,
+    ExecutionProvider,
+    slug,
+    torch_memory_info,
+)
+from vllm_srun.plugins.discovery import ENV_DISABLE, ENV_ONLY, GROUP, DiscoveredPlugin, discover
+from vllm_srun.plugins.engine import Engine
+from vllm_srun.plugins.family import Family
+from vllm_srun.plugins.golden import GoldenReference
+from vllm_srun.plugins.hookspecs import hookimpl, hookspec
+from vllm_srun.plugins.kernel import Kernel, select_kernel
+from vllm_srun.plugins.layers import LAYERS, Layer
+from vllm_srun.plugins.manager import (
+    Catalog,
+    Clash,
+    PluginRecord,
+    Refusal,
+    build_catalog,
+    load_catalog,
+)
+from vllm_srun.plugins.models import Mirror, ModelEntry
+
+__all__ = [
+    "DTYPES",
+    "ENV_DISABLE",
+    "ENV_ONLY",
+    "GROUP",
+    "LAYERS",
+    "Accelerator",
+    "Catalog",
+    "Clash",
+    "DeviceInfo",
+    "DiscoveredPlugin",
+    "Engine",
+    "ExecutionProvider",
+    "Family",
+    "GoldenReference",
+    "Kernel",
+    "Layer",
+    "Mirror",
+    "ModelEntry",
+    "PluginRecord",
+    "Refusal",
+    "build_catalog",
+    "discover",
+    "hookimpl",
+    "hookspec",
+    "load_catalog",
+    "select_kernel",
+    "slug",
+    "torch_memory_info",
+]

