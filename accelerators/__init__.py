@@ -1,4 +1,5 @@
-"""Built-in accelerators (cpu, cuda, rocm, xpu, npu, mps), each a plugin found through the ``vllm_srun`` entry points.
+"""Built-in accelerators: cpu, cuda, rocm, xpu, npu, mps.
 
-Each module is self-contained: it imports ``vllm_srun.plugins`` and torch, never another accelerator.
+Each module is one plugin, found through the ``vllm_srun`` entry points; it
+imports ``vllm_srun.plugins`` and torch, never another accelerator.
 """

@@ -70,7 +70,10 @@ class CudaAccelerator(Accelerator):
 
     def onnx_providers(self, device: DeviceInfo) -> list[ExecutionProvider]:
         """CUDA on this GPU, then the CPU for operators CUDA lacks."""
-        return [("CUDAExecutionProvider", {"device_id": device.index or 0}), ("CPUExecutionProvider", {})]
+        return [
+            ("CUDAExecutionProvider", {"device_id": device.index or 0}),
+            ("CPUExecutionProvider", {}),
+        ]
 
 
 @hookimpl

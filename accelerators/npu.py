@@ -78,7 +78,10 @@ class NpuAccelerator(Accelerator):
 
     def onnx_providers(self, device: DeviceInfo) -> list[ExecutionProvider]:
         """CANN on this NPU, then the CPU."""
-        return [("CANNExecutionProvider", {"device_id": device.index or 0}), ("CPUExecutionProvider", {})]
+        return [
+            ("CANNExecutionProvider", {"device_id": device.index or 0}),
+            ("CPUExecutionProvider", {}),
+        ]
 
 
 @hookimpl

@@ -62,7 +62,9 @@ def run_plugins(catalog: Catalog, *, as_json: bool, out: TextIO) -> int:
     rows = [("NAME", "DISTRIBUTION", "VERSION", "REGISTERED", "STATUS")]
     for plugin in catalog.plugins:
         registered = "; ".join(
-            f"{layer}: {', '.join(sorted(names))}" for layer, names in plugin.registered.items() if names
+            f"{layer}: {', '.join(sorted(names))}"
+            for layer, names in plugin.registered.items()
+            if names
         )
         if plugin.error is not None:
             status = f"error: {plugin.error}"
@@ -71,7 +73,13 @@ def run_plugins(catalog: Catalog, *, as_json: bool, out: TextIO) -> int:
         else:
             status = "ok"
         rows.append(
-            (plugin.name, plugin.distribution or "-", plugin.version or "-", registered or "-", status)
+            (
+                plugin.name,
+                plugin.distribution or "-",
+                plugin.version or "-",
+                registered or "-",
+                status,
+            )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:

@@ -56,7 +56,9 @@ def auto_accelerators(accelerators: Mapping[str, Any]) -> list[Accelerator]:
 
 def auto_order(catalog: Catalog) -> list[str]:
     """The device strings ``--device auto`` tries, in order (``["cuda:0", "cuda:1", "cpu"]``)."""
-    return [d.device for acc in auto_accelerators(catalog.layer("accelerators")) for d in _devices(acc)]
+    return [
+        d.device for acc in auto_accelerators(catalog.layer("accelerators")) for d in _devices(acc)
+    ]
 
 
 def place(catalog: Catalog, spec: str = "auto") -> Placement:

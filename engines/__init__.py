@@ -1,1 +1,1 @@
-"""Built-in engines (native PyTorch, ONNX Runtime), each a plugin found through the ``vllm_srun`` entry points."""
+"""Built-in engines (native PyTorch, ONNX Runtime), each a plugin found through entry points."""

@@ -140,7 +140,9 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
 
 
-def torch_memory_info(backend: Any, index: int, total_fallback: int | None) -> tuple[int | None, int | None]:
+def torch_memory_info(
+    backend: Any, index: int, total_fallback: int | None
+) -> tuple[int | None, int | None]:
     """Free and total bytes of a torch device through ``backend.mem_get_info``.
 
     Args:

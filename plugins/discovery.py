@@ -91,9 +91,10 @@ def discover(
     if only is not None:
         wanted = [n for n in only if wanted is None or n in wanted]
 
-    # stevedore keeps a per-process cache of the group; drop it so that a
-    # distribution installed since the last call is seen (loading stays
-    # idempotent: modules already imported are not imported again).
+    # stevedore caches the group's entry points per process, keyed by the
+    # group alone; drop that so a changed sys.path (a test, a worker with
+    # extra paths) is read again. Its cache per sys.path stays: a distribution
+    # installed into a path already scanned shows up in the next process.
     stevedore.ExtensionManager.ENTRY_POINT_CACHE.pop(GROUP, None)
     owners = _distributions_by_entry_point()
     names = sorted({name for name, _ in owners})
@@ -123,6 +124,20 @@ def discover(
         records.append(DiscoveredPlugin(ep.name, ep.value, dist, version, obj, error))
 
     known = {record.name for record in records}
+    for name in selected:
+        if name not in known:
+            dist, version = _pop_owner(owners, name, next(v for n, v in owners if n == name))
+            records.append(
+                DiscoveredPlugin(
+                    name,
+                    "",
+                    dist,
+                    version,
+                    None,
+                    "installed after this process scanned its entry points; restart the process",
+                )
+            )
+            known.add(name)
     for name in wanted or ():
         if name not in known and name not in disabled:
             records.append(

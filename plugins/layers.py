@@ -36,7 +36,7 @@ class Layer:
         """Reasons ``obj`` cannot be registered in this layer (empty when it can)."""
         if not isinstance(obj, self.contract):
             qualified = f"{self.contract.__module__}.{self.contract.__qualname__}"
-            return [f"{type(obj).__qualname__} is not a {self.contract.__name__} ({qualified})"]
+            return [f"{type(obj).__qualname__} is not an instance of {qualified}"]
         return self.violations(obj)
 
 

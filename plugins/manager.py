@@ -39,6 +39,10 @@ class Refusal:
         return {"layer": self.layer, "name": self.name, "reason": self.reason}
 
 
+def _empty_layers() -> dict[str, list[str]]:
+    return {layer.name: [] for layer in LAYERS}
+
+
 @dataclass
 class PluginRecord:
     """What one plugin is and what it contributed, as ``vllm-srun plugins`` shows it.
@@ -59,7 +63,7 @@ class PluginRecord:
     version: str | None
     entry_point: str
     hooks: list[str] = field(default_factory=list)
-    registered: dict[str, list[str]] = field(default_factory=lambda: {l.name: [] for l in LAYERS})
+    registered: dict[str, list[str]] = field(default_factory=_empty_layers)
     refused: list[Refusal] = field(default_factory=list)
     error: str | None = None
 
@@ -164,8 +168,7 @@ def _register_plugins(
     """Register every importable plugin with ``pm``; a record per plugin."""
     found = list(discovered)
     records = [
-        PluginRecord(d.name, d.distribution, d.version, d.entry_point, error=d.error)
-        for d in found
+        PluginRecord(d.name, d.distribution, d.version, d.entry_point, error=d.error) for d in found
     ]
     by_name: dict[str, list[PluginRecord]] = {}
     for record in records:
@@ -176,7 +179,9 @@ def _register_plugins(
         twins = by_name[record.name]
         if len(twins) > 1:
             others = ", ".join(t.label for t in twins if t is not record)
-            record.error = f"plugin name {record.name!r} is also declared by {others}; neither is used"
+            record.error = (
+                f"plugin name {record.name!r} is also declared by {others}; neither is used"
+            )
             continue
         try:
             pm.register(plugin.obj, name=record.name)
@@ -254,7 +259,9 @@ def build_catalog(discovered: Iterable[DiscoveredPlugin]) -> Catalog:
             for record, _ in owners:
                 others = ", ".join(r.label for r, _ in owners if r is not record)
                 record.refused.append(
-                    Refusal(layer.name, name, f"clash: also registered by {others}; neither is used")
+                    Refusal(
+                        layer.name, name, f"clash: also registered by {others}; neither is used"
+                    )
                 )
     return Catalog(records, layers, clashes)
 
@@ -262,4 +269,3 @@ def build_catalog(discovered: Iterable[DiscoveredPlugin]) -> Catalog:
 def load_catalog(environ: Mapping[str, str] | None = None) -> Catalog:
     """Discover the installed plugins and compose them: what a process starts with."""
     return build_catalog(discover(environ))
-

@@ -18,6 +18,7 @@ a name unique in that layer, and how accelerators behave when probed.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -68,7 +69,9 @@ class ConformanceReport:
         return "\n".join(lines)
 
 
-def _resolve(plugin: str | DiscoveredPlugin | Any, report: ConformanceReport) -> DiscoveredPlugin | None:
+def _resolve(
+    plugin: str | DiscoveredPlugin | Any, report: ConformanceReport
+) -> DiscoveredPlugin | None:
     if isinstance(plugin, DiscoveredPlugin):
         return plugin
     if not isinstance(plugin, str):
@@ -78,7 +81,9 @@ def _resolve(plugin: str | DiscoveredPlugin | Any, report: ConformanceReport) ->
     found = discover({}, only=[plugin])
     if len(found) > 1:
         owners = ", ".join(f"{d.distribution} {d.version}" for d in found)
-        report.add("entry point", False, f"{plugin!r} is declared by several distributions: {owners}")
+        report.add(
+            "entry point", False, f"{plugin!r} is declared by several distributions: {owners}"
+        )
         return None
     report.add("entry point", True, f"{found[0].entry_point or '-'} from {found[0].distribution}")
     return found[0]
@@ -95,8 +100,10 @@ def check_plugin(plugin: str | DiscoveredPlugin | Any) -> ConformanceReport:
     Returns:
         The report; never raises because the plugin misbehaves.
     """
-    label = plugin if isinstance(plugin, str) else getattr(plugin, "name", None) or getattr(
-        plugin, "__name__", type(plugin).__name__
+    label = (
+        plugin
+        if isinstance(plugin, str)
+        else getattr(plugin, "name", None) or getattr(plugin, "__name__", type(plugin).__name__)
     )
     report = ConformanceReport(str(label))
     discovered = _resolve(plugin, report)
@@ -113,7 +120,9 @@ def check_plugin(plugin: str | DiscoveredPlugin | Any) -> ConformanceReport:
         report.add("hookspecs", False, record.error)
         return report
     if not record.hooks:
-        report.add("hookspecs", False, "implements no vllm_srun hook; mark functions with @hookimpl")
+        report.add(
+            "hookspecs", False, "implements no vllm_srun hook; mark functions with @hookimpl"
+        )
         return report
     report.add("hookspecs", True, f"implements {', '.join(record.hooks)}")
 
@@ -179,11 +188,15 @@ def _accelerator_problems(acc: Any) -> list[tuple[str, str | None]]:
         return None
 
     run("devices()", enumerate_devices)
+    per_device: tuple[tuple[str, Callable[[Any, DeviceInfo], str | None]], ...] = (
+        ("info", _device_problem),
+        ("reference_keys", _keys_problem),
+        ("torch_device", _torch_device_problem),
+        ("onnx_providers", _providers_problem),
+    )
     for device in devices:
-        run(f"{device.device} info", lambda d=device: _device_problem(acc, d))
-        run(f"{device.device} reference_keys", lambda d=device: _keys_problem(acc, d))
-        run(f"{device.device} torch_device", lambda d=device: _torch_device_problem(acc, d))
-        run(f"{device.device} onnx_providers", lambda d=device: _providers_problem(acc, d))
+        for check, problem in per_device:
+            run(f"{device.device} {check}", functools.partial(problem, acc, device))
     return results
 
 

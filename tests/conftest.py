@@ -1,0 +1,81 @@
+"""Shared test helpers: fake distributions on disk for discovery tests."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+MakeDistribution = Callable[..., str]
+
+
+@pytest.fixture
+def make_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MakeDistribution:
+    """Write an installed-looking distribution (dist-info + module) and put it on sys.path.
+
+    ``make_distribution(dist, plugin, source, version="1.0")`` declares entry
+    point ``plugin`` in group ``vllm_srun`` pointing at a fresh module holding
+    ``source``; returns the module name. Modules are removed from
+    ``sys.modules`` after the test.
+    """
+    root = tmp_path / f"site-{uuid.uuid4().hex[:8]}"
+    root.mkdir()
+    created: list[str] = []
+
+    def make(dist: str, plugin: str, source: str, version: str = "1.0") -> str:
+        if not created:  # a path joins sys.path once it holds a distribution
+            monkeypatch.syspath_prepend(str(root))
+        module = f"fake_{dist.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
+        (root / f"{module}.py").write_text(textwrap.dedent(source))
+        info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
+        info.mkdir(exist_ok=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+        entry_points = info / "entry_points.txt"
+        previous = entry_points.read_text() if entry_points.exists() else "[vllm_srun]\n"
+        entry_points.write_text(previous + f"{plugin} = {module}\n")
+        importlib.invalidate_caches()
+        created.append(module)
+        return module
+
+    yield make
+    for module in created:
+        sys.modules.pop(module, None)
+
+
+ACCELERATOR_SOURCE = """
+    import torch
+    from vllm_srun.plugins import Accelerator, DeviceInfo, hookimpl
+
+    class Fake(Accelerator):
+        name = {name!r}
+        auto_priority = {priority!r}
+
+        def available(self):
+            return True
+
+        def devices(self):
+            return [DeviceInfo({name!r}, None, "fake", 100, 50, {{}})]
+
+        def torch_device(self, index):
+            return torch.device("cpu")
+
+        def hardware_keys(self, device):
+            return [{name!r} + ":fake", {name!r}]
+
+        def onnx_providers(self, device):
+            return [("CPUExecutionProvider", {{}})]
+
+    @hookimpl
+    def register_accelerators(register):
+        register(Fake())
+"""
+
+
+def accelerator_source(name: str, priority: int | None = None) -> str:
+    """Source of a plugin module registering one conforming CPU-backed accelerator."""
+    return ACCELERATOR_SOURCE.format(name=name, priority=priority)

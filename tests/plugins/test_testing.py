@@ -1,0 +1,143 @@
+import types
+
+import pytest
+import torch
+
+from vllm_srun.plugins import Accelerator, DeviceInfo, discover, hookimpl
+from vllm_srun.plugins.testing import assert_conforms, check_plugin
+
+BUILTINS = sorted(d.name for d in discover({}) if d.distribution == "vllm-srun")
+
+
+def test_there_are_builtins_to_check():
+    assert {"cpu", "cuda", "rocm", "xpu", "npu", "mps"} <= set(BUILTINS)
+
+
+@pytest.mark.parametrize("name", BUILTINS)
+def test_every_builtin_plugin_conforms_alone(name):
+    report = assert_conforms(name)
+    checks = [f.check for f in report.findings]
+    assert checks[:3] == ["entry point", "import", "hookspecs"]
+    assert any(c.startswith("contract ") for c in checks)
+
+
+def test_the_cpu_plugin_is_exercised_on_its_real_device():
+    report = check_plugin("cpu")
+    checks = {f.check for f in report.findings}
+    assert {"accelerator cpu: cpu reference_keys", "accelerator cpu: cpu onnx_providers"} <= checks
+
+
+def module_with(acc_factory):
+    module = types.ModuleType("kit_subject")
+
+    @hookimpl
+    def register_accelerators(register):
+        register(acc_factory())
+
+    module.register_accelerators = register_accelerators
+    return module
+
+
+class Misnamed(Accelerator):
+    name = "misnamed"
+
+    def available(self):
+        return True
+
+    def devices(self):
+        return [DeviceInfo("other", 0, "x", 5, 9, {})]
+
+    def torch_device(self, index):
+        return "cpu"
+
+    def hardware_keys(self, device):
+        return ["misnamed", "wrong:prefix"]
+
+    def onnx_providers(self, device):
+        return ["CPUExecutionProvider"]
+
+
+def test_the_kit_finds_each_behaviour_violation():
+    report = check_plugin(module_with(Misnamed))
+    assert not report.ok
+    problems = {f.check: f.message for f in report.violations}
+    assert problems == {
+        "accelerator misnamed: other:0 info": "device belongs to 'other', not 'misnamed'",
+        "accelerator misnamed: other:0 reference_keys": (
+            "keys must be 'misnamed' or start with 'misnamed:': ['wrong:prefix']"
+        ),
+        "accelerator misnamed: other:0 torch_device": (
+            "torch_device() returned 'cpu', not a torch.device"
+        ),
+        "accelerator misnamed: other:0 onnx_providers": (
+            "each provider must be (name, options dict), got 'CPUExecutionProvider'"
+        ),
+    }
+    with pytest.raises(AssertionError, match="4 violation"):
+        assert_conforms(module_with(Misnamed))
+
+
+class Empty(Misnamed):
+    name = "empty"
+
+    def devices(self):
+        return []
+
+
+class Raising(Misnamed):
+    name = "raising"
+
+    def available(self):
+        raise RuntimeError("probe crashed")
+
+
+def test_available_without_devices_and_raising_probes_are_violations():
+    [empty] = check_plugin(module_with(Empty)).violations
+    assert empty.message == "available() is True but devices() is empty"
+    [raising] = check_plugin(module_with(Raising)).violations
+    assert raising.message == "raised RuntimeError: probe crashed"
+
+
+def test_free_memory_above_total_is_a_violation():
+    class Leaky(Misnamed):
+        name = "leaky"
+
+        def devices(self):
+            return [DeviceInfo("leaky", None, "x", 5, 9, {})]
+
+        def hardware_keys(self, device):
+            return ["leaky"]
+
+        def torch_device(self, index):
+            return torch.device("cpu")
+
+        def onnx_providers(self, device):
+            return [("CPUExecutionProvider", {})]
+
+    [finding] = check_plugin(module_with(Leaky)).violations
+    assert finding.message == "free memory 9 exceeds total 5"
+
+
+def test_a_plugin_without_hooks_and_an_unknown_name_fail():
+    assert check_plugin(types.ModuleType("nothing")).violations[0].message == (
+        "implements no vllm_srun hook; mark functions with @hookimpl"
+    )
+    report = check_plugin("no_such_plugin")
+    assert not report.ok
+    assert (
+        "no distribution declares a plugin named 'no_such_plugin'" in report.violations[0].message
+    )
+
+
+def test_the_kit_ignores_the_environment_filters(monkeypatch):
+    monkeypatch.setenv("VLLM_SRUN_DISABLE_PLUGINS", "cpu")
+    assert check_plugin("cpu").ok
+
+
+def test_the_kit_checks_one_plugin_alone(make_distribution):
+    """A clash elsewhere in the environment does not affect the plugin checked."""
+    from ..conftest import accelerator_source
+
+    make_distribution("twin-one", "twin_one", accelerator_source("twin"))
+    make_distribution("twin-two", "twin_two", accelerator_source("twin"))
+    assert check_plugin("twin_one").ok

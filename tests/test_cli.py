@@ -1,0 +1,102 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from vllm_srun import __version__
+from vllm_srun.cli import main
+
+BUILTIN_ACCELERATORS = ["cpu", "cuda", "mps", "npu", "rocm", "xpu"]
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"vllm-srun {__version__}"
+
+
+def test_plugins_json_lists_the_builtin_accelerators(capsys, monkeypatch):
+    monkeypatch.delenv("VLLM_SRUN_PLUGINS", raising=False)
+    monkeypatch.delenv("VLLM_SRUN_DISABLE_PLUGINS", raising=False)
+    code, out = run(capsys, "plugins", "--json")
+    assert code == 0
+    document = json.loads(out)
+    builtins = {p["name"]: p for p in document["plugins"] if p["distribution"] == "vllm-srun"}
+    assert sorted(builtins) == BUILTIN_ACCELERATORS
+    for name, record in builtins.items():
+        assert record["version"] == __version__
+        assert record["entry_point"] == f"vllm_srun.accelerators.{name}"
+        assert record["hooks"] == ["register_accelerators"]
+        assert record["registered"]["accelerators"] == [name]
+        assert record["error"] is None
+        assert set(record["registered"]) >= {"families", "engines", "accelerators", "kernels"}
+    assert document["clashes"] == []
+
+
+def test_plugins_table(capsys):
+    code, out = run(capsys, "plugins")
+    lines = out.splitlines()
+    assert code == 0
+    assert lines[0].split() == ["NAME", "DISTRIBUTION", "VERSION", "REGISTERED", "STATUS"]
+    cpu = next(line for line in lines if line.startswith("cpu "))
+    assert cpu.split() == ["cpu", "vllm-srun", __version__, "accelerators:", "cpu", "ok"]
+
+
+def test_plugins_table_shows_errors_refusals_and_clashes(capsys, make_distribution):
+    from .conftest import accelerator_source
+
+    make_distribution("broken-dist", "broken", "raise RuntimeError('half installed')\n")
+    make_distribution("one-dist", "one", accelerator_source("twin"))
+    make_distribution("two-dist", "two", accelerator_source("twin"))
+    code, out = run(capsys, "plugins")
+    assert code == 0
+    assert "error: RuntimeError: half installed" in out
+    clash = "accelerators 'twin': one (one-dist 1.0) and two (two-dist 1.0)"
+    assert f"clashes (neither is used):\n  {clash}" in out
+    assert (
+        "one: accelerators twin: clash: also registered by two (two-dist 1.0); neither is used"
+        in out
+    )
+
+
+def test_devices_lists_the_cpu_with_its_isa_key_first(capsys):
+    code, out = run(capsys, "devices")
+    assert code == 0
+    document = json.loads(out)
+    assert document["auto_order"] == ["cpu"]
+    [cpu] = [d for d in document["devices"] if d["accelerator"] == "cpu"]
+    assert cpu["device"] == "cpu"
+    caps = cpu["capabilities"]
+    assert cpu["reference_keys"] == [f"cpu:{caps['arch']}:{caps['isa']}:{caps['bf16']}", "cpu"]
+    assert cpu["total_memory_bytes"] >= cpu["free_memory_bytes"] > 0
+    assert {a["name"] for a in document["accelerators"]} >= set(BUILTIN_ACCELERATORS)
+
+
+def test_plugins_check(capsys):
+    code, out = run(capsys, "plugins", "check", "cpu")
+    assert code == 0
+    assert out.splitlines()[-1] == "plugin cpu: conforms"
+    code, out = run(capsys, "plugins", "check", "nonexistent")
+    assert code == 1
+    assert out.splitlines()[-1] == "plugin nonexistent: 1 violation(s)"
+
+
+def test_no_command_prints_help_and_fails(capsys):
+    code, out = run(capsys)
+    assert code == 2
+    assert "plugins" in out and "devices" in out
+
+
+@pytest.mark.slow
+def test_the_console_script_runs():
+    out = subprocess.run(
+        [sys.executable, "-m", "vllm_srun", "devices"], capture_output=True, text=True, check=True
+    ).stdout
+    assert json.loads(out)["auto_order"] == ["cpu"]
