@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
@@ -24,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     plugins = commands.add_parser(
-        "plugins", help="list the installed families, engines and accelerators"
+        "plugins", help="list the installed plugins, what each registered, and any error or clash"
     )
     plugins.add_argument("--json", action="store_true", help="print JSON instead of a table")
     plugin_commands = plugins.add_subparsers(dest="plugins_command", metavar="SUBCOMMAND")
@@ -41,6 +42,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``vllm-srun``; returns the process exit status."""
+    try:
+        return _dispatch(argv)
+    except BrokenPipeError:
+        # The reader went away (`vllm-srun devices | head`): not an error of ours.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "plugins":

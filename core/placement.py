@@ -102,7 +102,8 @@ def place(catalog: Catalog, spec: str = "auto") -> Placement:
             raise DeviceNotAvailable(f"device not available: {name} lists no device")
         return Placement(acc, devices[0])
     for device in devices:
-        if device.index == index:
+        # An unnumbered device (cpu, mps) also answers to index 0: users type cpu:0.
+        if device.index == index or (device.index is None and index == 0):
             return Placement(acc, device)
     listed = ", ".join(d.device for d in devices) or "none"
     raise DeviceNotAvailable(

@@ -138,6 +138,7 @@ def discover(
                 )
             )
             known.add(name)
+    hint = f"install it or remove it from {ENV_ONLY}" if only is None else "install it"
     for name in wanted or ():
         if name not in known and name not in disabled:
             records.append(
@@ -148,7 +149,7 @@ def discover(
                     None,
                     None,
                     f"no distribution declares a plugin named {name!r} in entry-point group "
-                    f"{GROUP!r}; install it or remove it from {ENV_ONLY}",
+                    f"{GROUP!r}; {hint}",
                 )
             )
     records.sort(key=lambda r: (r.name, r.distribution or ""))

@@ -197,6 +197,12 @@ def _register_plugins(
     return records
 
 
+def _display_name(obj: Any) -> str:
+    """The object's ``name`` when it has a string one, else its type's name."""
+    name = getattr(obj, "name", None)
+    return name if isinstance(name, str) and name else type(obj).__qualname__
+
+
 def _collect(
     pm: pluggy.PluginManager, layer: Layer, records: Mapping[str, PluginRecord]
 ) -> dict[str, list[tuple[PluginRecord, Any]]]:
@@ -215,7 +221,7 @@ def _collect(
         seen: set[str] = set()
         for obj in objects:
             problems = layer.check(obj)
-            name = type(obj).__qualname__
+            name = _display_name(obj)
             if not problems:
                 try:
                     name = layer.key(obj)

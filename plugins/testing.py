@@ -85,7 +85,8 @@ def _resolve(
             "entry point", False, f"{plugin!r} is declared by several distributions: {owners}"
         )
         return None
-    report.add("entry point", True, f"{found[0].entry_point or '-'} from {found[0].distribution}")
+    if found[0].obj is not None:
+        report.add("entry point", True, f"{found[0].entry_point} from {found[0].distribution}")
     return found[0]
 
 

@@ -41,6 +41,7 @@ def test_unavailable_accelerators_are_not_tried():
 def test_named_devices():
     catalog = catalog_of(make_accelerator("cpu", 1000), make_accelerator("named", None))
     assert place(catalog, "named").device.device == "named"
+    assert place(catalog, "named:0").device.device == "named"  # unnumbered answers to 0
     with pytest.raises(
         DeviceNotAvailable, match=r"named:3 does not exist \(this machine has named\)"
     ):
