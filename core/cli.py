@@ -56,7 +56,7 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.command == "plugins":
         if args.plugins_command == "check":
-            return run_check(args.name, sys.stdout)
+            return run_check(args.name, sys.stdout, as_json=args.json)
         return run_plugins(load_catalog(), as_json=args.json, out=sys.stdout)
     if args.command == "devices":
         return run_devices(load_catalog(), sys.stdout)
@@ -142,8 +142,12 @@ def run_devices(catalog: Catalog, out: TextIO) -> int:
     return 0
 
 
-def run_check(name: str, out: TextIO) -> int:
+def run_check(name: str, out: TextIO, *, as_json: bool = False) -> int:
     """Run the conformance kit on one plugin; 0 when it conforms, else 1."""
     report = check_plugin(name)
-    out.write(report.to_text() + "\n")
+    if as_json:
+        json.dump(report.to_json(), out, indent=2)
+        out.write("\n")
+    else:
+        out.write(report.to_text() + "\n")
     return 0 if report.ok else 1

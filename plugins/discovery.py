@@ -52,10 +52,9 @@ class DiscoveredPlugin:
 
 
 def parse_plugin_list(value: str | None) -> list[str] | None:
-    """Split a comma list such as ``"cpu, host"``; ``None`` or blank gives ``None``."""
-    if value is None or not value.strip():
-        return None
-    return [part.strip() for part in value.split(",") if part.strip()]
+    """Split a comma list such as ``"cpu, host"``; ``None``, blank or only commas give ``None``."""
+    names = [part.strip() for part in (value or "").split(",") if part.strip()]
+    return names or None
 
 
 def _distributions_by_entry_point() -> dict[tuple[str, str], list[tuple[str, str]]]:
@@ -99,6 +98,13 @@ def discover(
     owners = _distributions_by_entry_point()
     names = sorted({name for name, _ in owners})
     selected = [n for n in names if (wanted is None or n in wanted) and n not in disabled]
+    for name in sorted(disabled - set(names)):
+        log.warning(
+            "%s names %r, which no distribution declares in entry-point group %r",
+            ENV_DISABLE,
+            name,
+            GROUP,
+        )
 
     failures: list[tuple[Any, BaseException]] = []
 

@@ -61,6 +61,16 @@ class ConformanceReport:
         """Record one finding."""
         self.findings.append(Finding(check, ok, message))
 
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON: ``{"plugin", "ok", "findings": [{"check", "ok", "message"}]}``."""
+        return {
+            "plugin": self.plugin,
+            "ok": self.ok,
+            "findings": [
+                {"check": f.check, "ok": f.ok, "message": f.message} for f in self.findings
+            ],
+        }
+
     def to_text(self) -> str:
         """One line per finding, then a verdict line."""
         lines = [f"{'ok  ' if f.ok else 'FAIL'} {f.check}: {f.message}" for f in self.findings]

@@ -92,6 +92,18 @@ def test_plugins_check(capsys):
     ]
 
 
+def test_plugins_check_json(capsys):
+    code, out = run(capsys, "plugins", "--json", "check", "cpu")
+    assert code == 0
+    report = json.loads(out)
+    assert report["plugin"] == "cpu" and report["ok"] is True
+    assert report["findings"][0] == {
+        "check": "entry point",
+        "ok": True,
+        "message": "vllm_srun.accelerators.cpu from vllm-srun",
+    }
+
+
 def test_no_command_prints_help_and_fails(capsys):
     code, out = run(capsys)
     assert code == 2

@@ -98,6 +98,20 @@ def test_the_example_passes_the_conformance_kit(host_site):
     assert done.stdout.splitlines()[-1] == "plugin host: conforms"
 
 
+def test_the_examples_own_tests_pass(host_site):
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_SRUN_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(EXAMPLE / "tests")],
+        capture_output=True,
+        text=True,
+        env={**environ, "PYTHONPATH": str(host_site)},
+        cwd=host_site,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout
+
+
 def write_distribution(root: Path, dist: str, module: str, plugin: str, source: str) -> Path:
     """A minimal source tree of a distribution declaring one vllm_srun plugin."""
     tree = root / dist

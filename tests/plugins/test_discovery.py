@@ -63,3 +63,17 @@ def test_parse_plugin_list():
     assert parse_plugin_list(None) is None
     assert parse_plugin_list("  ") is None
     assert parse_plugin_list("a, b,,c ") == ["a", "b", "c"]
+    assert parse_plugin_list(",,,") is None
+
+
+def test_a_list_of_only_commas_filters_nothing():
+    assert "cpu" in _by_name(discover({"VLLM_SRUN_PLUGINS": ",,"}))
+
+
+def test_disabling_an_unknown_name_is_a_warning(caplog):
+    found = _by_name(discover({"VLLM_SRUN_DISABLE_PLUGINS": "nosuch"}))
+    assert "cpu" in found
+    assert (
+        "VLLM_SRUN_DISABLE_PLUGINS names 'nosuch', which no distribution declares "
+        "in entry-point group 'vllm_srun'"
+    ) in caplog.text
