@@ -28,7 +28,11 @@ def test_plugins_json_lists_the_builtin_accelerators(capsys, monkeypatch):
     code, out = run(capsys, "plugins", "--json")
     assert code == 0
     document = json.loads(out)
-    builtins = {p["name"]: p for p in document["plugins"] if p["distribution"] == "vllm-srun"}
+    builtins = {
+        p["name"]: p
+        for p in document["plugins"]
+        if p["entry_point"].startswith("vllm_srun.accelerators.")
+    }
     assert sorted(builtins) == BUILTIN_ACCELERATORS
     for name, record in builtins.items():
         assert record["version"] == __version__

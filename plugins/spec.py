@@ -1,0 +1,80 @@
+"""What a family tells an engine about a model, and what an engine runs.
+
+A family reads the package and fills a :class:`ModelSpec`; the engine never
+parses a package format itself. An encoder engine model takes an
+:class:`EncoderBatch` and returns one float32 tensor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+ENCODER_TASKS = ("encoder", "sequence_classification", "token_classification")
+"""Encoder tasks: ``encoder`` yields hidden states, the others task logits."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model as a family describes it to engines.
+
+    Attributes:
+        package: the package directory.
+        architecture: the transformers architecture (``BertForTokenClassification``).
+        model_type: ``config.json``'s ``model_type`` (``bert``, ``modernbert``).
+        task: one of :data:`ENCODER_TASKS`.
+        hidden_layer: for ``encoder``, the hidden-states index to return
+            (``None`` is the last layer; 0 the embeddings output).
+        weights: safetensors files, relative to ``package``.
+        onnx: the ONNX graph, relative to ``package``, when the package has one.
+        dtype: the requested ``--dtype`` (``auto`` = ``released_dtype``).
+        released_dtype: the precision the model was released in.
+        weights_digest: a hex digest identifying the weights (the export cache key).
+    """
+
+    package: Path
+    architecture: str
+    model_type: str
+    task: str
+    hidden_layer: int | None = None
+    weights: tuple[str, ...] = ()
+    onnx: str | None = None
+    dtype: str = "auto"
+    released_dtype: str = "float32"
+    weights_digest: str | None = None
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """The dtype weights run at: ``dtype``, or ``released_dtype`` under ``auto``."""
+        name = self.released_dtype if self.dtype == "auto" else self.dtype
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+            name
+        ]
+
+
+@dataclass
+class EncoderBatch:
+    """Rows of token ids, right-padded to one length.
+
+    Attributes:
+        input_ids: int64 ``[rows, tokens]``.
+        attention_mask: int64 ``[rows, tokens]``, 1 for real tokens, 0 for padding.
+        token_type_ids: int64 ``[rows, tokens]`` (segment of a text pair), or
+            ``None`` for single texts.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    token_type_ids: torch.Tensor | None = None
+
+
+class EncoderModel(Protocol):
+    """What an engine's ``load`` returns for an encoder task."""
+
+    def encode(self, batch: EncoderBatch) -> torch.Tensor:
+        """float32 ``[rows, tokens, hidden]`` hidden states, ``[rows, labels]``
+        sequence logits or ``[rows, tokens, labels]`` token logits, on the CPU."""
+        ...

@@ -1,0 +1,117 @@
+"""The native engine equals the transformers reference bit for bit on the same batch."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from vllm_srun.engines.native import NativeEngine
+from vllm_srun.plugins import DeviceInfo, discover, select_kernel
+from vllm_srun.plugins.manager import build_catalog
+from vllm_srun.plugins.spec import EncoderBatch, ModelSpec
+
+from ..fixtures import ENCODER_CONFIGS, TASK_AUTO_CLASSES, padded_batch, write_encoder
+
+CPU = DeviceInfo("cpu", None, "cpu", None, None, {})
+TASKS = list(TASK_AUTO_CLASSES)
+
+
+def spec_for(package, task, **overrides):
+    config = json.loads((package / "config.json").read_text())
+    fields = {"weights": ("model.safetensors",), **overrides}
+    return ModelSpec(
+        package=package,
+        architecture=config["architectures"][0],
+        model_type=config["model_type"],
+        task=task,
+        **fields,
+    )
+
+
+def reference(package, task, batch, attention="eager"):
+    import transformers
+
+    model = getattr(transformers, TASK_AUTO_CLASSES[task]).from_pretrained(
+        package, attn_implementation=attention
+    )
+    model.eval()
+    inputs = {k: v for k, v in batch.items() if k in model.forward.__code__.co_varnames}
+    with torch.inference_mode():
+        out = model(**inputs)
+    return (out.last_hidden_state if task == "encoder" else out.logits).float()
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("model_type", list(ENCODER_CONFIGS))
+def test_native_equals_transformers_bit_for_bit(tmp_path, model_type, task):
+    package = write_encoder(tmp_path, model_type, task)
+    pad = 1 if model_type in ("roberta", "xlm-roberta") else 0
+    batch = padded_batch([7, 3, 5], pad_id=pad)
+    engine = NativeEngine()
+    spec = spec_for(package, task)
+    assert engine.supports(spec, CPU) is None
+    loaded = engine.load(spec, CPU, {"attention": "eager"})
+    got = loaded.encode(EncoderBatch(**batch))
+    want = reference(package, task, batch)
+    assert got.dtype == torch.float32 and got.shape == want.shape
+    assert torch.equal(got, want)
+
+
+def test_an_intermediate_layer(tmp_path):
+    import transformers
+
+    package = write_encoder(tmp_path, "bert", "encoder")
+    batch = padded_batch([4, 6])
+    loaded = NativeEngine().load(spec_for(package, "encoder", hidden_layer=1), CPU, {})
+    model = transformers.AutoModel.from_pretrained(package, attn_implementation="eager").eval()
+    with torch.inference_mode():
+        want = model(**batch, output_hidden_states=True).hidden_states[1]
+    assert torch.equal(loaded.encode(EncoderBatch(**batch)), want)
+
+
+def test_the_exact_profile_selects_eager_attention_never_sdpa():
+    [native] = discover({}, only=["native"])
+    kernels = build_catalog([native]).layer("kernels")
+    assert kernels["attention.sdpa"].bit_exact is False
+    assert select_kernel(kernels.values(), "attention", "cpu").implementation == "eager"
+
+
+def test_sdpa_rounds_differently_but_stays_close(tmp_path):
+    package = write_encoder(tmp_path, "bert", "encoder")
+    batch = padded_batch([9, 4, 6])
+    engine = NativeEngine()
+    eager = engine.load(spec_for(package, "encoder"), CPU, {"attention": "eager"})
+    sdpa = engine.load(spec_for(package, "encoder"), CPU, {"attention": "sdpa"})
+    a, b = eager.encode(EncoderBatch(**batch)), sdpa.encode(EncoderBatch(**batch))
+    mask = batch["attention_mask"].bool()
+    assert torch.allclose(a[mask], b[mask], atol=1e-5)
+
+
+def test_refusals_name_the_reason(tmp_path):
+    package = write_encoder(tmp_path, "bert", "encoder")
+    engine = NativeEngine()
+    assert engine.supports(spec_for(package, "encoder", weights=()), CPU) == (
+        "the package has no safetensors weights"
+    )
+    remote = ModelSpec(
+        package, "Custom", "my-custom-type", "encoder", weights=("model.safetensors",)
+    )
+    assert "has no built-in model type 'my-custom-type' (remote code is never run)" in (
+        engine.supports(remote, CPU)
+    )
+    assert engine.supports(spec_for(package, "encoder", dtype="float16"), CPU) == (
+        "float16 runs on GPUs only; use --dtype float32 or bfloat16 on a CPU"
+    )
+    assert engine.supports(object(), CPU) == "native runs encoder model specs only"
+    with pytest.raises(ValueError, match="no safetensors weights"):
+        engine.load(spec_for(package, "encoder", weights=()), CPU, {})
+
+
+def test_bfloat16_dtype_policy(tmp_path):
+    package = write_encoder(tmp_path, "bert", "encoder")
+    loaded = NativeEngine().load(spec_for(package, "encoder", dtype="bfloat16"), CPU, {})
+    assert next(loaded.model.parameters()).dtype == torch.bfloat16
+    assert loaded.encode(EncoderBatch(**padded_batch([3]))).dtype == torch.float32
+    assert not loaded.model.training
