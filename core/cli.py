@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
 from vllm_srun import __version__
-from vllm_srun.placement import auto_accelerators, auto_order
-from vllm_srun.plugins import Catalog, load_catalog
+from vllm_srun.placement import auto_accelerators
+from vllm_srun.plugins import Catalog, DeviceInfo, load_catalog
 from vllm_srun.plugins.testing import check_plugin
 
 
@@ -51,17 +52,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+@contextlib.contextmanager
+def _plugin_output_to_stderr() -> Iterator[TextIO]:
+    """Route what plugins print to stderr; yields the real stdout for our own output.
+
+    A plugin that prints while importing or probing must not corrupt the JSON
+    that scripts read from stdout.
+    """
+    out = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):
+        yield out
+
+
 def _dispatch(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "plugins":
+    if args.command not in ("plugins", "devices"):
+        parser.print_help()
+        return 2
+    with _plugin_output_to_stderr() as out:
+        if args.command == "devices":
+            return run_devices(load_catalog(), out)
         if args.plugins_command == "check":
-            return run_check(args.name, sys.stdout, as_json=args.json)
-        return run_plugins(load_catalog(), as_json=args.json, out=sys.stdout)
-    if args.command == "devices":
-        return run_devices(load_catalog(), sys.stdout)
-    parser.print_help()
-    return 2
+            return run_check(args.name, out, as_json=args.json)
+        return run_plugins(load_catalog(), as_json=args.json, out=out)
 
 
 def run_plugins(catalog: Catalog, *, as_json: bool, out: TextIO) -> int:
@@ -109,30 +123,49 @@ def run_plugins(catalog: Catalog, *, as_json: bool, out: TextIO) -> int:
     return 0
 
 
+def _probe(name: str, acc: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One accelerator's state and its devices as JSON; a misbehaving plugin is an ``error``."""
+    state: dict[str, Any] = {"name": name, "available": False, "error": None}
+    try:
+        priority = type(acc).auto_priority
+        state["auto_priority"] = priority if type(priority) is int else None
+        state["available"] = acc.available() is True
+        if not state["available"]:
+            return state, []
+        listed = acc.devices()
+        if not isinstance(listed, Sequence) or not all(isinstance(d, DeviceInfo) for d in listed):
+            raise TypeError(f"devices() returned {type(listed).__name__}, not DeviceInfo items")
+        devices = []
+        for device in listed:
+            document = {**device.to_json(), "reference_keys": list(acc.reference_keys(device))}
+            json.dumps(document, allow_nan=False)  # NaN, sets, tensors: refused here
+            devices.append(document)
+        return state, devices
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except BaseException as err:
+        state["error"] = f"{type(err).__name__}: {err}"
+        return state, []
+
+
 def devices_json(catalog: Catalog) -> dict[str, Any]:
-    """The ``vllm-srun devices`` document: devices, auto order and every accelerator's state."""
-    devices = []
+    """The ``vllm-srun devices`` document: devices, auto order and every accelerator's state.
+
+    An accelerator whose probes raise or return malformed data is listed with
+    an ``error`` and contributes no device; the document stays valid JSON.
+    """
+    devices: list[dict[str, Any]] = []
     accelerators = []
     for name, acc in sorted(catalog.layer("accelerators").items()):
-        try:
-            available = bool(acc.available())
-            listed = list(acc.devices()) if available else []
-            error = None
-        except Exception as err:
-            available, listed, error = False, [], f"{type(err).__name__}: {err}"
-        accelerators.append(
-            {
-                "name": name,
-                "available": available,
-                "auto_priority": type(acc).auto_priority,
-                "error": error,
-            }
-        )
-        for device in listed:
-            devices.append({**device.to_json(), "reference_keys": acc.reference_keys(device)})
-    rank = {acc.name: i for i, acc in enumerate(auto_accelerators(catalog.layer("accelerators")))}
-    devices.sort(key=lambda d: (rank.get(d["accelerator"], len(rank)), d["device"]))
-    return {"devices": devices, "auto_order": auto_order(catalog), "accelerators": accelerators}
+        state, listed = _probe(name, acc)
+        accelerators.append(state)
+        devices.extend(listed)
+    usable = {d["accelerator"] for d in devices}
+    ranked = [a for a in auto_accelerators(catalog.layer("accelerators")) if a.name in usable]
+    rank = {acc.name: i for i, acc in enumerate(ranked)}
+    devices.sort(key=lambda d: (rank.get(d["accelerator"], len(rank)), d["accelerator"]))
+    order = [d["device"] for d in devices if d["accelerator"] in rank]
+    return {"devices": devices, "auto_order": order, "accelerators": accelerators}
 
 
 def run_devices(catalog: Catalog, out: TextIO) -> int:

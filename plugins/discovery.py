@@ -51,6 +51,32 @@ class DiscoveredPlugin:
     error: str | None = None
 
 
+class PluginImportError(Exception):
+    """A plugin module raised something other than an ``Exception`` while importing."""
+
+
+class _Loader(stevedore.NamedExtensionManager):  # type: ignore[type-arg]
+    """stevedore's named manager, with every failure of one import kept to that plugin.
+
+    stevedore lets ``AssertionError`` and any ``BaseException`` (``SystemExit``
+    from a plugin calling ``sys.exit``) escape and end the process; here they
+    become :class:`PluginImportError` and reach the failure callback like any
+    other import error. ``KeyboardInterrupt`` still stops the process.
+    """
+
+    def _load_one_plugin(self, ep: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super()._load_one_plugin(ep, *args, **kwargs)
+        except (KeyboardInterrupt, MemoryError):
+            raise
+        except Exception as err:
+            if isinstance(err, AssertionError):
+                raise PluginImportError(f"AssertionError: {err}") from err
+            raise
+        except BaseException as err:
+            raise PluginImportError(f"{type(err).__name__}: {err}") from err
+
+
 def parse_plugin_list(value: str | None) -> list[str] | None:
     """Split a comma list such as ``"cpu, host"``; ``None``, blank or only commas give ``None``."""
     names = [part.strip() for part in (value or "").split(",") if part.strip()]
@@ -111,7 +137,7 @@ def discover(
     def on_failure(_manager: Any, ep: Any, err: BaseException) -> None:
         failures.append((ep, err))
 
-    manager = stevedore.NamedExtensionManager(
+    manager = _Loader(
         GROUP,
         names=selected,
         on_load_failure_callback=on_failure,
@@ -124,7 +150,8 @@ def discover(
     ]
     for ep, err in failures:
         log.warning("plugin %s failed to import: %s", ep.name, err)
-        outcomes.append((ep, None, f"{type(err).__name__}: {err}"))
+        reason = str(err) if isinstance(err, PluginImportError) else f"{type(err).__name__}: {err}"
+        outcomes.append((ep, None, reason))
     for ep, obj, error in outcomes:
         dist, version = _pop_owner(owners, ep.name, ep.value)
         records.append(DiscoveredPlugin(ep.name, ep.value, dist, version, obj, error))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,14 +37,19 @@ def golden_violations(ref: GoldenReference) -> list[str]:
     problems = []
     if not isinstance(ref.model, str) or not ref.model:
         problems.append("golden reference model must be a non-empty string")
-    if not ref.requests:
-        problems.append("golden reference has no requests")
+    if not isinstance(ref.requests, tuple | list) or not ref.requests:
+        problems.append("golden reference must have a non-empty tuple of requests")
+        return problems
+    if not isinstance(ref.answers, Mapping) or not isinstance(ref.tolerances, Mapping):
+        problems.append("golden reference answers and tolerances must be mappings")
+        return problems
     for key, answers in ref.answers.items():
-        if len(answers) != len(ref.requests):
+        if not isinstance(answers, tuple | list) or len(answers) != len(ref.requests):
+            count = len(answers) if isinstance(answers, tuple | list) else type(answers).__name__
             problems.append(
-                f"reference key {key!r} has {len(answers)} answers for {len(ref.requests)} requests"
+                f"reference key {key!r} has {count} answers for {len(ref.requests)} requests"
             )
     for device_class, tolerance in ref.tolerances.items():
-        if not isinstance(tolerance, int | float) or tolerance < 0:
-            problems.append(f"tolerance for {device_class!r} must be a number >= 0")
+        if type(tolerance) not in (int, float) or not math.isfinite(tolerance) or tolerance < 0:
+            problems.append(f"tolerance for {device_class!r} must be a finite number >= 0")
     return problems

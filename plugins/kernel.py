@@ -56,6 +56,12 @@ def kernel_violations(kernel: Kernel) -> list[str]:
         value = getattr(kernel, part)
         if not isinstance(value, str) or not NAME_PATTERN.match(value):
             problems.append(f"kernel {part} {value!r} must match {NAME_PATTERN.pattern}")
+    if type(kernel.bit_exact) is not bool or type(kernel.reference) is not bool:
+        problems.append("kernel bit_exact and reference must be bools")
+    if not isinstance(kernel.accelerators, tuple) or not all(
+        type(a) is str for a in kernel.accelerators
+    ):
+        problems.append("kernel accelerators must be a tuple of accelerator names")
     if not (callable(kernel.implementation) or isinstance(kernel.implementation, str)):
         problems.append("kernel implementation must be a callable or a string")
     if kernel.reference and (not kernel.bit_exact or kernel.accelerators):

@@ -37,28 +37,39 @@ class Layer:
         if not isinstance(obj, self.contract):
             qualified = f"{self.contract.__module__}.{self.contract.__qualname__}"
             return [f"{type(obj).__qualname__} is not an instance of {qualified}"]
+        missing = sorted(
+            name
+            for name in getattr(self.contract, "__abstractmethods__", ())
+            if not callable(getattr(obj, name, None))
+        )
+        if missing:  # a virtual subclass (Contract.register) skips the ABC's own check
+            return [f"missing methods of {self.contract.__name__}: {', '.join(missing)}"]
         return self.violations(obj)
 
 
 def _named_violations(obj: Any, kind: str) -> list[str]:
-    name = getattr(type(obj), "name", None)
-    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+    name = getattr(obj, "name", None)
+    if type(name) is not str or not NAME_PATTERN.match(name):
         return [f"{kind} name {name!r} must match {NAME_PATTERN.pattern}"]
     return []
 
 
 def _prioritised_violations(obj: Any, kind: str) -> list[str]:
     problems = _named_violations(obj, kind)
-    priority = type(obj).auto_priority
-    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+    priority = getattr(obj, "auto_priority", None)
+    if priority is not None and type(priority) is not int:
         problems.append(f"{kind} auto_priority must be an int or None, not {priority!r}")
     return problems
 
 
 def _family_violations(family: Family) -> list[str]:
     problems = _named_violations(family, "family")
-    surfaces = type(family).surfaces
-    if not surfaces or not all(isinstance(s, str) and s for s in surfaces):
+    surfaces = getattr(family, "surfaces", None)
+    if (
+        not isinstance(surfaces, tuple)
+        or not surfaces
+        or not all(type(s) is str and s for s in surfaces)
+    ):
         problems.append("family surfaces must be a non-empty tuple of surface names")
     return problems
 

@@ -9,6 +9,7 @@ neither object is used.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,15 +151,58 @@ def new_plugin_manager() -> pluggy.PluginManager:
     return pm
 
 
-def _hookimpl_problems(pm: pluggy.PluginManager, obj: Any) -> list[str]:
-    """Hook implementations of ``obj`` that match no hookspec."""
+def _failure(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"
+
+
+class _PluginHooks:
+    """Holds one plugin's hook implementations; equal only to itself."""
+
+
+def _hook_namespace(obj: Any) -> _PluginHooks:
+    """The hook implementations of a plugin object, gathered into a namespace of its own.
+
+    pluggy then only ever touches this namespace: a plugin object with a
+    hostile ``__eq__``, an object two entry points share, or a non-module
+    target (a class, an array) cannot confuse registration.
+
+    Raises:
+        Exception: listing the object's attributes raised.
+    """
+    marker = f"{hookspecs.PROJECT_NAME}_impl"
+    hooks: dict[str, Any] = {}
+    for attr in dir(obj):
+        try:
+            value = getattr(obj, attr)
+        except Exception:
+            continue
+        if inspect.isroutine(value) and hasattr(value, marker):
+            hooks[attr] = value
+    namespace = _PluginHooks()
+    for attr, value in hooks.items():
+        setattr(namespace, attr, value)
+    return namespace
+
+
+def _hookimpl_problems(pm: pluggy.PluginManager, namespace: Any) -> list[str]:
+    """Hook implementations that match no hookspec or that pluggy would run as wrappers."""
     problems = []
-    for caller in pm.get_hookcallers(obj) or ():
+    for caller in pm.get_hookcallers(namespace) or ():
         if not caller.has_spec():
             problems.append(
                 f"implements unknown hook {caller.name!r}; "
                 f"the hooks are {', '.join(layer.hook for layer in LAYERS)}"
             )
+            continue
+        for impl in caller.get_hookimpls():
+            if impl.plugin is not namespace:
+                continue
+            if impl.hookwrapper or impl.wrapper:
+                problems.append(f"{caller.name} is a hook wrapper; implement it as a plain hook")
+            elif inspect.isgeneratorfunction(impl.function) or inspect.iscoroutinefunction(
+                impl.function
+            ):
+                problems.append(f"{caller.name} must be a plain function, not a generator or async")
     return problems
 
 
@@ -184,23 +228,55 @@ def _register_plugins(
             )
             continue
         try:
-            pm.register(plugin.obj, name=record.name)
-        except Exception as err:  # pluggy.PluginValidationError, ValueError on reuse
-            record.error = f"{type(err).__name__}: {err}"
+            namespace = _hook_namespace(plugin.obj)
+            pm.register(namespace, name=record.name)
+        except (KeyboardInterrupt, MemoryError):
+            raise
+        except BaseException as err:  # PluginValidationError, a hostile object, SystemExit
+            record.error = _failure(err)
             continue
-        problems = _hookimpl_problems(pm, plugin.obj)
+        problems = _hookimpl_problems(pm, namespace)
         if problems:
-            pm.unregister(plugin.obj)
+            pm.unregister(namespace)
             record.error = "; ".join(problems)
             continue
-        record.hooks = sorted(c.name for c in pm.get_hookcallers(plugin.obj) or ())
+        record.hooks = sorted(c.name for c in pm.get_hookcallers(namespace) or ())
+        if not record.hooks:
+            pm.unregister(namespace)
+            record.error = (
+                f"{record.entry_point or record.name} implements no vllm_srun hook; "
+                "mark functions with @hookimpl from vllm_srun.plugins"
+            )
     return records
 
 
 def _display_name(obj: Any) -> str:
     """The object's ``name`` when it has a string one, else its type's name."""
-    name = getattr(obj, "name", None)
-    return name if isinstance(name, str) and name else type(obj).__qualname__
+    try:
+        name = getattr(obj, "name", None)
+    except Exception:
+        name = None
+    if isinstance(name, str) and name:
+        return str.__str__(name)
+    return type(obj).__qualname__
+
+
+def _examine(layer: Layer, obj: Any) -> tuple[str, list[str]]:
+    """The object's registry name and the reasons it breaks the layer's contract.
+
+    Never raises: a contract check or a name that raises is itself the reason.
+    """
+    name = _display_name(obj)
+    try:
+        problems = layer.check(obj)
+        if not problems:
+            key = layer.key(obj)
+            if type(key) is not str or not key:
+                return name, [f"registry name must be a non-empty str, not {type(key).__name__}"]
+            name = key
+    except Exception as err:
+        problems = [f"malformed: checking it raised {_failure(err)}"]
+    return name, problems
 
 
 def _collect(
@@ -213,20 +289,14 @@ def _collect(
         objects: list[Any] = []
         try:
             impl.function(**{arg: objects.append for arg in impl.argnames})
-        except Exception as err:
-            record.refused.append(
-                Refusal(layer.name, "*", f"{layer.hook} raised {type(err).__name__}: {err}")
-            )
+        except (KeyboardInterrupt, MemoryError):
+            raise
+        except BaseException as err:  # SystemExit from a plugin is a plugin failure too
+            record.refused.append(Refusal(layer.name, "*", f"{layer.hook} raised {_failure(err)}"))
             continue
         seen: set[str] = set()
         for obj in objects:
-            problems = layer.check(obj)
-            name = _display_name(obj)
-            if not problems:
-                try:
-                    name = layer.key(obj)
-                except Exception as err:
-                    problems = [f"has no registry name: {type(err).__name__}: {err}"]
+            name, problems = _examine(layer, obj)
             if not problems and name in seen:
                 problems = [f"{layer.name} name {name!r} registered twice by this plugin"]
             if problems:

@@ -59,9 +59,16 @@ class ModelEntry:
 def model_violations(entry: ModelEntry) -> list[str]:
     """Reasons ``entry`` breaks the built-in model contract (empty when it conforms)."""
     problems = []
-    if not isinstance(entry.name, str) or not MODEL_NAME_PATTERN.match(entry.name):
+    if type(entry.name) is not str or not MODEL_NAME_PATTERN.match(entry.name):
         problems.append(f"model name {entry.name!r} must be 'owner/name' or 'name'")
-    if entry.revision is None:
+    if not isinstance(entry.files, Mapping) or not all(
+        type(k) is str and type(v) is str for k, v in entry.files.items()
+    ):
+        problems.append("files must map relative paths to SHA-256 hex strings")
+        return problems
+    if entry.revision is not None and type(entry.revision) is not str:
+        problems.append(f"revision must be a 40-hex commit string, not {entry.revision!r}")
+    elif entry.revision is None:
         if not entry.mirrors:
             problems.append("a model without a revision must name at least one mirror")
     elif not REVISION_PATTERN.match(entry.revision):

@@ -130,11 +130,6 @@ def check_plugin(plugin: str | DiscoveredPlugin | Any) -> ConformanceReport:
     if record.error is not None:
         report.add("hookspecs", False, record.error)
         return report
-    if not record.hooks:
-        report.add(
-            "hookspecs", False, "implements no vllm_srun hook; mark functions with @hookimpl"
-        )
-        return report
     report.add("hookspecs", True, f"implements {', '.join(record.hooks)}")
 
     for refusal in record.refused:
@@ -215,7 +210,7 @@ def _device_problem(acc: Any, device: DeviceInfo) -> str | None:
     if device.accelerator != acc.name:
         return f"device belongs to {device.accelerator!r}, not {acc.name!r}"
     for label, value in (("total", device.total_memory_bytes), ("free", device.free_memory_bytes)):
-        if value is not None and (not isinstance(value, int) or value < 0):
+        if value is not None and (type(value) is not int or value < 0):
             return f"{label}_memory_bytes must be a non-negative int or None, not {value!r}"
     total, free = device.total_memory_bytes, device.free_memory_bytes
     if total is not None and free is not None and free > total:

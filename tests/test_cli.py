@@ -135,3 +135,77 @@ def test_a_reader_that_goes_away_is_not_an_error():
     _, err = child.communicate(timeout=120)
     assert "BrokenPipeError" not in err
     assert child.returncode == 0
+
+
+MISBEHAVING = """
+    import math
+    import torch
+    from vllm_srun.plugins import Accelerator, DeviceInfo, hookimpl
+
+    print("plugin chatter at import")
+
+    class Base(Accelerator):
+        def available(self):
+            return True
+        def devices(self):
+            return [DeviceInfo(self.name, None, "x", 10, 5, {})]
+        def torch_device(self, index):
+            return torch.device("cpu")
+        def hardware_keys(self, device):
+            return [self.name]
+        def onnx_providers(self, device):
+            return [("CPUExecutionProvider", {})]
+
+    class NanMemory(Base):
+        name = "nanmem"
+        def devices(self):
+            return [DeviceInfo("nanmem", None, "x", math.nan, 5, {})]
+
+    class SetCaps(Base):
+        name = "setcaps"
+        def devices(self):
+            print("chatter while probing")
+            return [DeviceInfo("setcaps", None, "x", 10, 5, {"flags": {1, 2}})]
+
+    class BadKeys(Base):
+        name = "badkeys"
+        def hardware_keys(self, device):
+            raise RuntimeError("no keys")
+
+    class NoneDevices(Base):
+        name = "nonedevices"
+        def devices(self):
+            return None
+
+    class Leaves(Base):
+        name = "leaves"
+        def available(self):
+            raise SystemExit(7)
+
+    @hookimpl
+    def register_accelerators(register):
+        for cls in (NanMemory, SetCaps, BadKeys, NoneDevices, Leaves):
+            register(cls())
+"""
+
+
+def test_devices_stays_valid_json_when_accelerators_misbehave(capsys, make_distribution):
+    make_distribution("misbehaving", "misbehaving", MISBEHAVING)
+    code, out = run(capsys, "devices")
+    assert code == 0
+    document = json.loads(out)  # plugin prints went to stderr, not into the JSON
+    assert [d["device"] for d in document["devices"]] == ["cpu"]
+    assert document["auto_order"] == ["cpu"]
+    errors = {a["name"]: a["error"] for a in document["accelerators"]}
+    assert errors["nanmem"] == "ValueError: Out of range float values are not JSON compliant"
+    assert errors["setcaps"] == "TypeError: Object of type set is not JSON serializable"
+    assert errors["badkeys"] == "RuntimeError: no keys"
+    assert errors["nonedevices"] == "TypeError: devices() returned NoneType, not DeviceInfo items"
+    assert errors["leaves"] == "SystemExit: 7"
+
+
+def test_plugin_prints_never_reach_the_json(capsys, make_distribution):
+    make_distribution("misbehaving", "misbehaving", MISBEHAVING)
+    code, out = run(capsys, "plugins", "--json")
+    assert code == 0
+    assert "misbehaving" in {p["name"] for p in json.loads(out)["plugins"]}

@@ -11,10 +11,22 @@ def test_answers_per_key_match_the_requests():
 
 
 def test_violations_name_the_problem():
-    ref = GoldenReference("", (), {"cpu": ({},)}, {"cuda": -1.0})
+    ref = GoldenReference(
+        "", (REQUEST,), {"cpu": ({}, {}), "cuda": 5}, {"cuda": -1.0, "rocm": float("nan")}
+    )
     assert golden_violations(ref) == [
         "golden reference model must be a non-empty string",
-        "golden reference has no requests",
-        "reference key 'cpu' has 1 answers for 0 requests",
-        "tolerance for 'cuda' must be a number >= 0",
+        "reference key 'cpu' has 2 answers for 1 requests",
+        "reference key 'cuda' has int answers for 1 requests",
+        "tolerance for 'cuda' must be a finite number >= 0",
+        "tolerance for 'rocm' must be a finite number >= 0",
+    ]
+
+
+def test_malformed_shapes_stop_early():
+    assert golden_violations(GoldenReference("m", (), {}, {})) == [
+        "golden reference must have a non-empty tuple of requests"
+    ]
+    assert golden_violations(GoldenReference("m", (REQUEST,), None, {})) == [  # type: ignore[arg-type]
+        "golden reference answers and tolerances must be mappings"
     ]

@@ -120,7 +120,7 @@ def test_free_memory_above_total_is_a_violation():
 
 def test_a_plugin_without_hooks_and_an_unknown_name_fail():
     assert check_plugin(types.ModuleType("nothing")).violations[0].message == (
-        "implements no vllm_srun hook; mark functions with @hookimpl"
+        "nothing implements no vllm_srun hook; mark functions with @hookimpl from vllm_srun.plugins"
     )
     report = check_plugin("no_such_plugin")
     assert not report.ok

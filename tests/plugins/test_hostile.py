@@ -1,0 +1,158 @@
+"""Hostile and odd plugins: each is reported, none crashes composition or hides another."""
+
+import types
+
+import pytest
+import torch
+
+from vllm_srun.plugins import (
+    Accelerator,
+    DiscoveredPlugin,
+    GoldenReference,
+    ModelEntry,
+    build_catalog,
+    discover,
+    hookimpl,
+)
+
+from .test_manager import make_accelerator, plugin
+
+
+def by_name(catalog):
+    return {p.name: p for p in catalog.plugins}
+
+
+def test_a_name_that_raises_or_is_not_a_str_is_refused():
+    class Raising(type(make_accelerator("x"))):
+        @property
+        def name(self):
+            raise RuntimeError("no name")
+
+    listy = make_accelerator("listy")
+    listy.name = ["x"]
+    shouty = make_accelerator("quiet")
+    shouty.name = "CPU!! Bad Name"
+    catalog = build_catalog([plugin("p", Raising(), listy, shouty, make_accelerator("fine"))])
+    record = by_name(catalog)["p"]
+    assert record.registered["accelerators"] == ["fine"]
+    reasons = [r.reason for r in record.refused]
+    assert reasons == [
+        "malformed: checking it raised RuntimeError: no name",
+        "accelerator name ['x'] must match ^[a-z][a-z0-9_]*$",
+        "accelerator name 'CPU!! Bad Name' must match ^[a-z][a-z0-9_]*$",
+    ]
+
+
+def test_a_virtual_subclass_without_the_attributes_is_refused():
+    class Pretender:
+        name = "pretender"
+
+    Accelerator.register(Pretender)
+    catalog = build_catalog([plugin("p", Pretender())])
+    assert catalog.layer("accelerators") == {}
+    [refusal] = catalog.plugins[0].refused
+    assert refusal.name == "pretender"
+    assert refusal.reason == (
+        "missing methods of Accelerator: available, devices, hardware_keys, onnx_providers, "
+        "torch_device"
+    )
+
+
+def test_malformed_data_objects_are_refused_not_raised():
+    golden = GoldenReference("m", ({},), None, {})  # type: ignore[arg-type]
+    model = ModelEntry("m", "f", 5, {"w": "x"}, "mit")  # type: ignore[arg-type]
+    catalog = build_catalog(
+        [
+            plugin("g", golden, hook="register_golden_references"),
+            plugin("m", model, hook="register_models"),
+        ]
+    )
+    records = by_name(catalog)
+    assert (
+        records["g"].refused[0].reason == "golden reference answers and tolerances must be mappings"
+    )
+    assert (
+        records["m"].refused[0].reason.startswith("revision must be a 40-hex commit string, not 5")
+    )
+
+
+def test_system_exit_in_a_hook_is_a_refusal():
+    def leave():
+        raise SystemExit(4)
+
+    catalog = build_catalog([plugin("quitter", leave), plugin("ok", make_accelerator("fine"))])
+    assert (
+        by_name(catalog)["quitter"].refused[0].reason
+        == "register_accelerators raised SystemExit: 4"
+    )
+    assert list(catalog.layer("accelerators")) == ["fine"]
+
+
+def test_a_hostile_plugin_object_does_not_break_its_neighbours():
+    class Hostile:
+        def __eq__(self, other):
+            if other is self:
+                return True
+            raise RuntimeError("eq")
+
+        __hash__ = object.__hash__
+
+        @hookimpl
+        def register_accelerators(self, register):
+            register(make_accelerator("hostile"))
+
+    catalog = build_catalog(
+        [
+            DiscoveredPlugin("aaa", "x:Hostile", "d", "1", Hostile()),
+            plugin("ok", make_accelerator("fine")),
+        ]
+    )
+    assert sorted(catalog.layer("accelerators")) == ["fine", "hostile"]
+    assert all(p.error is None for p in catalog.plugins)
+
+
+def test_a_module_declared_twice_is_a_clash_not_a_blamed_builtin():
+    [cpu] = discover({}, only=["cpu"])
+    copy = DiscoveredPlugin("aa_dupcpu", cpu.entry_point, "hostile", "1", cpu.obj)
+    catalog = build_catalog([copy, cpu])
+    assert all(p.error is None for p in catalog.plugins)
+    [clash] = catalog.clashes
+    assert (clash.name, [p.name for p in clash.plugins]) == ("cpu", ["aa_dupcpu", "cpu"])
+
+
+@pytest.mark.parametrize(
+    ("source", "error"),
+    [
+        ("raise SystemExit(3)\n", "SystemExit: 3"),
+        ("assert False, 'boom'\n", "AssertionError: boom"),
+        ("raise GeneratorExit('odd')\n", "GeneratorExit: odd"),
+    ],
+)
+def test_base_exceptions_at_import_are_import_errors(make_distribution, source, error):
+    make_distribution("leaver", "leaver", source)
+    found = {d.name: d for d in discover({})}
+    assert found["leaver"].error == error
+    assert found["cpu"].error is None
+
+
+def test_hook_wrappers_generators_and_non_plugins_are_errors():
+    wrapper = types.ModuleType("wrapping")
+
+    @hookimpl(wrapper=True)
+    def register_accelerators(register):
+        return (yield)
+
+    wrapper.register_accelerators = register_accelerators
+    catalog = build_catalog(
+        [
+            DiscoveredPlugin("wrapping", "wrapping", "d", "1", wrapper),
+            DiscoveredPlugin("number", "x:number", "d", "1", 42),
+            DiscoveredPlugin("array", "x:arr", "d", "1", torch.arange(3)),
+        ]
+    )
+    records = by_name(catalog)
+    assert records["wrapping"].error == (
+        "register_accelerators is a hook wrapper; implement it as a plain hook"
+    )
+    for name in ("number", "array"):
+        assert "implements no vllm_srun hook" in records[name].error
