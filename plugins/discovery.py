@@ -153,17 +153,20 @@ def discover(
         reason = str(err) if isinstance(err, PluginImportError) else f"{type(err).__name__}: {err}"
         outcomes.append((ep, None, reason))
     for ep, obj, error in outcomes:
-        dist, version = _pop_owner(owners, ep.name, ep.value)
-        records.append(DiscoveredPlugin(ep.name, ep.value, dist, version, obj, error))
+        # Several distributions may declare the very same entry point; each
+        # gets a record, so composition sees the duplicate name and names them.
+        for dist, version in owners.pop((ep.name, ep.value), None) or [(None, None)]:
+            records.append(DiscoveredPlugin(ep.name, ep.value, dist, version, obj, error))
 
     known = {record.name for record in records}
     for name in selected:
         if name not in known:
-            dist, version = _pop_owner(owners, name, next(v for n, v in owners if n == name))
+            target = next(v for n, v in owners if n == name)
+            dist, version = owners[(name, target)][0]
             records.append(
                 DiscoveredPlugin(
                     name,
-                    "",
+                    target,
                     dist,
                     version,
                     None,
@@ -187,12 +190,3 @@ def discover(
             )
     records.sort(key=lambda r: (r.name, r.distribution or ""))
     return records
-
-
-def _pop_owner(
-    owners: dict[tuple[str, str], list[tuple[str, str]]], name: str, target: str
-) -> tuple[str | None, str | None]:
-    candidates = owners.get((name, target))
-    if not candidates:
-        return None, None
-    return candidates.pop(0)

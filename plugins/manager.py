@@ -144,6 +144,10 @@ class Catalog:
         }
 
 
+MAX_REFUSALS_SHOWN = 20
+"""Refusals listed per plugin and layer; a plugin registering garbage in bulk gets a count."""
+
+
 def new_plugin_manager() -> pluggy.PluginManager:
     """A pluggy manager for project ``vllm_srun`` with the hookspecs added."""
     pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
@@ -295,15 +299,21 @@ def _collect(
             record.refused.append(Refusal(layer.name, "*", f"{layer.hook} raised {_failure(err)}"))
             continue
         seen: set[str] = set()
+        refused = 0
         for obj in objects:
             name, problems = _examine(layer, obj)
             if not problems and name in seen:
                 problems = [f"{layer.name} name {name!r} registered twice by this plugin"]
             if problems:
-                record.refused.append(Refusal(layer.name, name, "; ".join(problems)))
+                refused += 1
+                if refused <= MAX_REFUSALS_SHOWN:
+                    record.refused.append(Refusal(layer.name, name, "; ".join(problems)))
                 continue
             seen.add(name)
             candidates.setdefault(name, []).append((record, obj))
+        if refused > MAX_REFUSALS_SHOWN:
+            hidden = refused - MAX_REFUSALS_SHOWN
+            record.refused.append(Refusal(layer.name, "*", f"and {hidden} more refused objects"))
     return candidates
 
 

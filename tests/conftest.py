@@ -20,18 +20,22 @@ def make_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MakeDi
 
     ``make_distribution(dist, plugin, source, version="1.0")`` declares entry
     point ``plugin`` in group ``vllm_srun`` pointing at a fresh module holding
-    ``source``; returns the module name. Modules are removed from
+    ``source`` (or, with ``source=None, target=...``, at an existing module);
+    returns the module name. Modules are removed from
     ``sys.modules`` after the test.
     """
     root = tmp_path / f"site-{uuid.uuid4().hex[:8]}"
     root.mkdir()
     created: list[str] = []
 
-    def make(dist: str, plugin: str, source: str, version: str = "1.0") -> str:
+    def make(
+        dist: str, plugin: str, source: str | None, version: str = "1.0", target: str = ""
+    ) -> str:
         if not created:  # a path joins sys.path once it holds a distribution
             monkeypatch.syspath_prepend(str(root))
-        module = f"fake_{dist.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
-        (root / f"{module}.py").write_text(textwrap.dedent(source))
+        module = target or f"fake_{dist.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
+        if source is not None:
+            (root / f"{module}.py").write_text(textwrap.dedent(source))
         info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
         info.mkdir(exist_ok=True)
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
@@ -44,7 +48,8 @@ def make_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MakeDi
 
     yield make
     for module in created:
-        sys.modules.pop(module, None)
+        if module.startswith("fake_"):
+            sys.modules.pop(module, None)
 
 
 ACCELERATOR_SOURCE = """

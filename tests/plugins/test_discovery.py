@@ -77,3 +77,17 @@ def test_disabling_an_unknown_name_is_a_warning(caplog):
         "VLLM_SRUN_DISABLE_PLUGINS names 'nosuch', which no distribution declares "
         "in entry-point group 'vllm_srun'"
     ) in caplog.text
+
+
+def test_one_entry_point_declared_by_several_distributions_names_them_all(make_distribution):
+    from vllm_srun.plugins import build_catalog
+
+    make_distribution("dup-one", "cpu", None, target="vllm_srun.accelerators.cpu")
+    found = [d for d in discover({}) if d.name == "cpu"]
+    assert sorted(d.distribution for d in found) == ["dup-one", "vllm-srun"]
+    catalog = build_catalog(found)
+    errors = sorted(p.error for p in catalog.plugins)
+    assert errors == [
+        "plugin name 'cpu' is also declared by cpu (dup-one 1.0); neither is used",
+        f"plugin name 'cpu' is also declared by cpu (vllm-srun {__version__}); neither is used",
+    ]

@@ -135,6 +135,7 @@ def test_base_exceptions_at_import_are_import_errors(make_distribution, source, 
     assert found["cpu"].error is None
 
 
+@pytest.mark.filterwarnings("ignore:The use of `x.T`:UserWarning")
 def test_hook_wrappers_generators_and_non_plugins_are_errors():
     wrapper = types.ModuleType("wrapping")
 
@@ -156,3 +157,10 @@ def test_hook_wrappers_generators_and_non_plugins_are_errors():
     )
     for name in ("number", "array"):
         assert "implements no vllm_srun hook" in records[name].error
+
+
+def test_a_flood_of_refusals_is_counted_not_listed():
+    catalog = build_catalog([plugin("flood", *[object() for _ in range(5000)])])
+    refused = catalog.plugins[0].refused
+    assert len(refused) == 21
+    assert refused[-1].reason == "and 4980 more refused objects"
