@@ -155,7 +155,9 @@ def discover(
     for ep, obj, error in outcomes:
         # Several distributions may declare the very same entry point; each
         # gets a record, so composition sees the duplicate name and names them.
-        for dist, version in owners.pop((ep.name, ep.value), None) or [(None, None)]:
+        declared: list[tuple[str | None, str | None]] = [(None, None)]
+        declared = list(owners.pop((ep.name, ep.value), None) or declared)
+        for dist, version in declared:
             records.append(DiscoveredPlugin(ep.name, ep.value, dist, version, obj, error))
 
     known = {record.name for record in records}
