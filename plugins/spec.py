@@ -78,3 +78,79 @@ class EncoderModel(Protocol):
         """float32 ``[rows, tokens, hidden]`` hidden states, ``[rows, labels]``
         sequence logits or ``[rows, tokens, labels]`` token logits, on the CPU."""
         ...
+
+
+ITEM_ERRORS = (
+    "invalid_input",
+    "max_length_exceeded",
+    "scan_budget_exceeded",
+    "invalid_model_output",
+    "deadline_exceeded",
+    "internal_error",
+)
+"""Codes of per-item failures: they stay in the item's place and never fail siblings."""
+
+
+class RequestError(Exception):
+    """A request the model cannot take at all (HTTP 400 ``invalid_request`` and friends).
+
+    Attributes:
+        code: ``invalid_request``, ``unsupported_surface`` or ``model_not_found``.
+        message: what is wrong and how to fix it.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One row for the engine: token ids and the content key they are cached under.
+
+    Attributes:
+        input_ids: token ids, special tokens included.
+        token_type_ids: segment ids (text pairs), or ``None``.
+        key: a digest of the ids (and segments): equal rows share a key, so a
+            batch computes them once and a result cache can reuse the output.
+    """
+
+    input_ids: tuple[int, ...]
+    token_type_ids: tuple[int, ...] | None
+    key: str
+
+    @property
+    def tokens(self) -> int:
+        """Row length in tokens."""
+        return len(self.input_ids)
+
+
+class Plan(Protocol):
+    """A planned surface request: the rows to run (the rest is the family's own state)."""
+
+    items: list[WorkItem]
+
+
+class LoadedModel(Protocol):
+    """What a family's ``load`` returns: three verbs per surface.
+
+    ``plan`` validates and tokenises (raising :class:`RequestError` for a
+    request it cannot take; per-input failures stay inside the plan),
+    ``run`` computes one batch of rows from any requests, ``finish`` turns a
+    plan and its rows' outputs into the response body.
+    """
+
+    surfaces: tuple[str, ...]
+
+    def plan(self, surface: str, request: dict[str, object]) -> Plan:
+        """Validate and tokenise a request for ``surface``."""
+        ...
+
+    def run(self, items: list[WorkItem]) -> list[torch.Tensor]:
+        """One output per item, in order (float32, on the CPU)."""
+        ...
+
+    def finish(self, plan: Plan, outputs: list[torch.Tensor]) -> dict[str, object]:
+        """The response body for a plan, given one output per planned item."""
+        ...
