@@ -64,6 +64,19 @@ class _Loader(stevedore.NamedExtensionManager):  # type: ignore[type-arg]
     other import error. ``KeyboardInterrupt`` still stops the process.
     """
 
+    def list_entry_points(self) -> list[importlib.metadata.EntryPoint]:
+        """The group's entry points, read afresh, one per ``(name, target)``.
+
+        stevedore's own list comes from a cache file keyed by path mtimes
+        packed as 32-bit floats (about two minutes of resolution), so a plugin
+        reinstalled in place could stay invisible; the metadata is read here
+        instead, and stevedore still does the loading.
+        """
+        unique: dict[tuple[str, str], importlib.metadata.EntryPoint] = {}
+        for ep in importlib.metadata.entry_points(group=self.namespace):
+            unique.setdefault((ep.name, ep.value), ep)
+        return list(unique.values())
+
     def _load_one_plugin(self, ep: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return super()._load_one_plugin(ep, *args, **kwargs)
@@ -116,11 +129,6 @@ def discover(
     if only is not None:
         wanted = [n for n in only if wanted is None or n in wanted]
 
-    # stevedore caches the group's entry points per process, keyed by the
-    # group alone; drop that so a changed sys.path (a test, a worker with
-    # extra paths) is read again. Its cache per sys.path stays: a distribution
-    # installed into a path already scanned shows up in the next process.
-    stevedore.ExtensionManager.ENTRY_POINT_CACHE.pop(GROUP, None)
     owners = _distributions_by_entry_point()
     names = sorted({name for name, _ in owners})
     selected = [n for n in names if (wanted is None or n in wanted) and n not in disabled]
@@ -161,21 +169,6 @@ def discover(
             records.append(DiscoveredPlugin(ep.name, ep.value, dist, version, obj, error))
 
     known = {record.name for record in records}
-    for name in selected:
-        if name not in known:
-            target = next(v for n, v in owners if n == name)
-            dist, version = owners[(name, target)][0]
-            records.append(
-                DiscoveredPlugin(
-                    name,
-                    target,
-                    dist,
-                    version,
-                    None,
-                    "installed after this process scanned its entry points; restart the process",
-                )
-            )
-            known.add(name)
     hint = f"install it or remove it from {ENV_ONLY}" if only is None else "install it"
     for name in wanted or ():
         if name not in known and name not in disabled:

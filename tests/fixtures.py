@@ -79,3 +79,196 @@ def padded_batch(lengths: list[int], pad_id: int = 0, seed: int = 1) -> dict[str
         ids[row, :length] = torch.randint(3, VOCAB, (length,), generator=generator)
         mask[row, :length] = 1
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+
+
+WORDS = [
+    "the",
+    "a",
+    "an",
+    "of",
+    "to",
+    "in",
+    "and",
+    "is",
+    "was",
+    "for",
+    "on",
+    "with",
+    "as",
+    "by",
+    "at",
+    "from",
+    "it",
+    "this",
+    "that",
+    "be",
+    "are",
+    "or",
+    "not",
+    "dana",
+    "whitfield",
+    "email",
+    "phone",
+    "street",
+    "city",
+    "new",
+    "york",
+    "london",
+    "paris",
+    "tokyo",
+    "alice",
+    "bob",
+    "carol",
+    "good",
+    "bad",
+    "great",
+    "terrible",
+    "love",
+    "hate",
+    "okay",
+    "fine",
+    "movie",
+    "film",
+    "book",
+    "food",
+    "service",
+    "price",
+    "query",
+    "document",
+    "search",
+    "result",
+    "relevant",
+    "answer",
+    "question",
+    "model",
+    "runtime",
+    "router",
+    "token",
+    "span",
+    "label",
+    "score",
+    "embed",
+    "vector",
+    "cosine",
+    "window",
+    "batch",
+    "padding",
+    "limit",
+    "input",
+    "output",
+    "text",
+]
+
+HEAD_LABELS = {
+    "sequence": ("negative", "neutral", "positive"),
+    "scores": ("toxic", "insult", "threat"),
+    "token": ("O", "B-PER", "I-PER", "B-LOC", "I-LOC"),
+    "relevance": ("LABEL_0",),
+}
+ROBERTA_STYLE = ("roberta", "xlm-roberta")
+
+
+def write_tokenizer(target: Path, model_type: str, model_max_length: int = 512) -> None:
+    """A WordPiece tokenizer over :data:`WORDS` and single letters, at most :data:`VOCAB` ids.
+
+    RoBERTa-style models get ``<s>``/``<pad>``/``</s>`` with the pad id 1 their
+    configs assume; the others BERT's ``[CLS]``/``[PAD]``/``[SEP]`` with pad id 0.
+    """
+    from transformers import BertTokenizerFast
+
+    if model_type in ROBERTA_STYLE:
+        specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+        names = {
+            "cls_token": "<s>",
+            "pad_token": "<pad>",
+            "sep_token": "</s>",
+            "unk_token": "<unk>",
+            "mask_token": "<mask>",
+        }
+    else:
+        specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        names = {}
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    pieces = ["##" + c for c in letters] + list("0123456789.,@-!?")
+    vocab = list(dict.fromkeys(specials + letters + pieces + list(WORDS)))[:VOCAB]
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tokenizer = BertTokenizerFast(
+        vocab_file=str(target / "vocab.txt"), model_max_length=model_max_length, **names
+    )
+    tokenizer.save_pretrained(target)
+
+
+def write_task_package(root: Path, model_type: str, head: str, seed: int = 0) -> Path:
+    """A complete tiny package (weights, tokenizer, head files) for ``head``.
+
+    ``head`` is ``sequence``, ``scores`` (multi-label, with ``thresholds.json``),
+    ``token`` (BIO tags), ``pooled`` (sentence-transformers files: mean pooling,
+    Normalize, max_seq_length 48) or ``relevance`` (one-logit cross-encoder).
+    """
+    import json
+
+    import transformers
+
+    config_class, kwargs = ENCODER_CONFIGS[model_type]
+    extra: dict[str, Any] = {}
+    if head in HEAD_LABELS:
+        labels = HEAD_LABELS[head]
+        extra["id2label"] = dict(enumerate(labels))
+        extra["label2id"] = {label: i for i, label in enumerate(labels)}
+        extra["num_labels"] = len(labels)
+    if head == "scores":
+        extra["problem_type"] = "multi_label_classification"
+    config = getattr(transformers, config_class)(vocab_size=VOCAB, **kwargs, **extra)
+    task = {"token": "token_classification", "pooled": "encoder"}.get(
+        head, "sequence_classification"
+    )
+    torch.manual_seed(seed)
+    model = getattr(transformers, TASK_AUTO_CLASSES[task]).from_config(config)
+    target = root / f"{model_type}-{head}"
+    model.save_pretrained(target, safe_serialization=True)
+    write_tokenizer(target, model_type)
+    if head == "scores":
+        (target / "thresholds.json").write_text(
+            json.dumps({"toxic": 0.5, "insult": 0.4, "threat": 0.9})
+        )
+    if head == "pooled":
+        (target / "modules.json").write_text(
+            json.dumps(
+                [
+                    {
+                        "idx": 0,
+                        "name": "0",
+                        "path": "",
+                        "type": "sentence_transformers.models.Transformer",
+                    },
+                    {
+                        "idx": 1,
+                        "name": "1",
+                        "path": "1_Pooling",
+                        "type": "sentence_transformers.models.Pooling",
+                    },
+                    {
+                        "idx": 2,
+                        "name": "2",
+                        "path": "2_Normalize",
+                        "type": "sentence_transformers.models.Normalize",
+                    },
+                ]
+            )
+        )
+        (target / "1_Pooling").mkdir()
+        (target / "1_Pooling" / "config.json").write_text(
+            json.dumps(
+                {
+                    "word_embedding_dimension": config.hidden_size
+                    if hasattr(config, "hidden_size")
+                    else 32,
+                    "pooling_mode_mean_tokens": True,
+                    "pooling_mode_cls_token": False,
+                    "pooling_mode_max_tokens": False,
+                }
+            )
+        )
+        (target / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 48}))
+    return target

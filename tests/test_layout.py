@@ -60,13 +60,18 @@ def test_plugin_api_imports_no_runtime_or_builtin_plugin(path):
     assert not bad, f"{path.name} imports {bad}"
 
 
+PLUGIN_SOURCES = [(f, p) for f in PLUGIN_FOLDERS for p in sources(f)]
+
+
 @pytest.mark.parametrize(
-    "path",
-    [p for f in PLUGIN_FOLDERS for p in sources(f)],
-    ids=lambda p: f"{p.parent.name}/{p.name}",
+    ("folder", "path"),
+    PLUGIN_SOURCES,
+    ids=[str(p.relative_to(REPO)) for _, p in PLUGIN_SOURCES],
 )
-def test_builtin_plugins_import_only_the_plugin_api(path):
-    own = PLUGIN_FOLDERS[path.parent.name] + "." + path.stem
+def test_builtin_plugins_import_only_the_plugin_api(folder, path):
+    """A plugin (a module or a subpackage of its folder) imports the plugin API and itself."""
+    first = path.relative_to(REPO / folder).parts[0].removesuffix(".py")
+    own = f"{PLUGIN_FOLDERS[folder]}.{first}"
     bad = {
         m
         for m in imported_modules(path)
@@ -74,6 +79,7 @@ def test_builtin_plugins_import_only_the_plugin_api(path):
         and m != "vllm_srun.plugins"
         and not m.startswith("vllm_srun.plugins.")
         and m != own
+        and not m.startswith(own + ".")
     }
     assert not bad, f"{path} imports {bad}"
 

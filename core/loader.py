@@ -1,0 +1,275 @@
+"""Composition of one model: family, placement, engine, kernels, then the family's model.
+
+This is the Python API the serving layer puts behind HTTP::
+
+    from vllm_srun.loader import load_model
+
+    model = load_model("/path/to/package")
+    model.answer("embeddings", {"input": ["hello"]})
+
+For each model the families say which one recognises the package (exactly one;
+``family=`` forces the choice), the accelerators where to place it, the
+engines which one can run it there (``engine="auto"``: the first, by
+ascending ``auto_priority``, whose ``supports`` accepts it); the kernel
+registry chooses bit-exact kernels for the accelerator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vllm_srun.placement import DeviceNotAvailable, Placement, place
+from vllm_srun.plugins import Catalog, Engine, Family, load_catalog, select_kernel
+from vllm_srun.plugins.spec import LoadedModel, ModelSpec, RequestError, WorkItem
+
+BATCH_INVARIANCE_TOLERANCE = 1e-5
+"""Largest absolute difference allowed between a row alone and inside a batch (DESIGN §6)."""
+
+
+class LoadError(Exception):
+    """A model cannot be loaded; the message starts with the operator phrase."""
+
+
+@dataclass
+class ServedModel:
+    """A loaded model and what it was composed of.
+
+    Attributes:
+        name: the model ID requests use.
+        package: the package directory.
+        family, engine, placement, spec: the composition.
+        loaded: the family's model (plan, run, finish).
+        batch_invariance: the load-time probe: largest deviation measured,
+            the tolerance, and whether rows of different requests may share
+            a forward.
+    """
+
+    name: str
+    package: Path
+    family: Family
+    engine: Engine
+    placement: Placement
+    spec: ModelSpec
+    loaded: LoadedModel
+    attention: str
+    batch_invariance: dict[str, Any] = field(default_factory=dict)
+    max_num_seqs: int = 8192
+    max_num_batched_tokens: int = 65536
+
+    def card(self) -> dict[str, Any]:
+        """The model's ``/v1/models`` card (the registry issue adds identity and golden)."""
+        family_card = getattr(self.loaded, "card", lambda: {})()
+        return {
+            "id": self.name,
+            "family": self.family.name,
+            "engine": self.engine.name,
+            "accelerator": self.placement.accelerator.name,
+            "device": self.placement.device.device,
+            "dtype": self.spec.dtype,
+            "attention": self.attention,
+            "batch_invariance": dict(self.batch_invariance),
+            **family_card,
+        }
+
+    def batches(self, items: list[WorkItem]) -> list[list[WorkItem]]:
+        """Split rows into forwards within ``max_num_seqs`` rows and
+        ``max_num_batched_tokens`` padded tokens (rows times the longest row);
+        a single row above the token budget still runs alone."""
+        batches: list[list[WorkItem]] = []
+        current: list[WorkItem] = []
+        longest = 0
+        for item in sorted(items, key=lambda i: i.tokens):
+            width = max(longest, item.tokens)
+            if current and (
+                len(current) + 1 > self.max_num_seqs
+                or width * (len(current) + 1) > self.max_num_batched_tokens
+            ):
+                batches.append(current)
+                current, width = [], item.tokens
+            current.append(item)
+            longest = width
+        if current:
+            batches.append(current)
+        return batches
+
+    def run_items(self, items: list[WorkItem]) -> list[torch.Tensor]:
+        """Outputs for rows, each distinct row (by content key) computed once."""
+        unique: dict[str, WorkItem] = {}
+        for item in items:
+            unique.setdefault(item.key, item)
+        results: dict[str, torch.Tensor] = {}
+        for batch in self.batches(list(unique.values())):
+            for item, output in zip(batch, self.loaded.run(batch), strict=True):
+                results[item.key] = output
+        return [results[item.key] for item in items]
+
+    def answer(self, surface: str, request: dict[str, Any]) -> dict[str, Any]:
+        """Answer one surface request synchronously (plan, run, finish).
+
+        Raises:
+            RequestError: the request as a whole cannot be taken.
+        """
+        plan = self.loaded.plan(surface, request)
+        body = self.loaded.finish(plan, self.run_items(plan.items))
+        return {"model": self.name, **body}
+
+
+def choose_family(catalog: Catalog, package: Path, forced: str | None) -> Family:
+    """The family that loads ``package``.
+
+    Raises:
+        LoadError: ``no family recognizes the package`` (or the forced one is
+            not installed, or several claim it).
+    """
+    families = catalog.layer("families")
+    if forced is not None:
+        if forced not in families:
+            installed = ", ".join(sorted(families)) or "none"
+            raise LoadError(f"no family named {forced!r} is installed (installed: {installed})")
+        return families[forced]  # type: ignore[no-any-return]
+    claims = [f for _, f in sorted(families.items()) if _detects(f, package)]
+    if not claims:
+        raise LoadError(
+            f"no family recognizes the package at {package}; see `vllm-srun plugins` for the "
+            "installed families, or force one with --family"
+        )
+    if len(claims) > 1:
+        names = ", ".join(f.name for f in claims)
+        raise LoadError(f"several families recognize the package ({names}); choose with --family")
+    return claims[0]  # type: ignore[no-any-return]
+
+
+def _detects(family: Any, package: Path) -> bool:
+    try:
+        return bool(family.detect(package))
+    except Exception:
+        return False
+
+
+def choose_engine(catalog: Catalog, spec: ModelSpec, placement: Placement, forced: str) -> Engine:
+    """The engine for ``spec`` on the placed device.
+
+    Raises:
+        LoadError: the pinned engine is missing or refuses, or (``auto``) no
+            engine accepts; the message lists every engine's reason.
+    """
+    engines = catalog.layer("engines")
+    if forced != "auto":
+        engine = engines.get(forced)
+        if engine is None:
+            installed = ", ".join(sorted(engines)) or "none"
+            raise LoadError(f"no engine named {forced!r} is installed (installed: {installed})")
+        reason = engine.supports(spec, placement.device)
+        if reason is not None:
+            raise LoadError(f"engine {forced} cannot run the model: {reason}")
+        return engine  # type: ignore[no-any-return]
+    ranked = sorted(
+        (e for e in engines.values() if type(e).auto_priority is not None),
+        key=lambda e: (type(e).auto_priority, e.name),
+    )
+    reasons = []
+    for engine in ranked:
+        reason = engine.supports(spec, placement.device)
+        if reason is None:
+            return engine  # type: ignore[no-any-return]
+        reasons.append(f"{engine.name}: {reason}")
+    raise LoadError("no engine can run the model: " + "; ".join(reasons or ["no engine installed"]))
+
+
+def measure_batch_invariance(loaded: Any) -> dict[str, Any]:
+    """Run the family's probe rows alone and together; the largest absolute difference.
+
+    Families without ``probe_items`` are reported as unprobed, with
+    cross-request batching off (nothing vouches for it).
+    """
+    probe = getattr(loaded, "probe_items", None)
+    if probe is None:
+        return {
+            "max_abs_deviation": None,
+            "tolerance": BATCH_INVARIANCE_TOLERANCE,
+            "cross_request_batching": False,
+        }
+    items = probe()
+    together = loaded.run(items)
+    deviation = 0.0
+    for item, batched in zip(items, together, strict=True):
+        [alone] = loaded.run([item])
+        deviation = max(deviation, float((alone - batched).abs().max()))
+    return {
+        "max_abs_deviation": deviation,
+        "tolerance": BATCH_INVARIANCE_TOLERANCE,
+        "cross_request_batching": deviation <= BATCH_INVARIANCE_TOLERANCE,
+    }
+
+
+def load_model(
+    model: str | os.PathLike[str],
+    *,
+    catalog: Catalog | None = None,
+    name: str | None = None,
+    device: str = "auto",
+    engine: str = "auto",
+    family: str | None = None,
+    dtype: str = "auto",
+    threads: int | None = None,
+    max_num_seqs: int = 8192,
+    max_num_batched_tokens: int = 65536,
+) -> ServedModel:
+    """Load a local package directory through the installed plugins.
+
+    Raises:
+        LoadError: with the operator phrase (``no family recognizes the
+            package``, ``device not available``, ``no engine can run the
+            model``) and what to do.
+    """
+    catalog = catalog or load_catalog()
+    package = Path(model).resolve()
+    if not package.is_dir():
+        raise LoadError(f"{model} is not a package directory")
+    chosen_family = choose_family(catalog, package, family)
+    try:
+        chosen_family.verify(package)
+        spec = dataclasses.replace(chosen_family.describe(package), dtype=dtype)
+    except LoadError:
+        raise
+    except Exception as err:
+        raise LoadError(f"{chosen_family.name} cannot read the package: {err}") from err
+    try:
+        placement = place(catalog, device)
+    except DeviceNotAvailable as err:
+        raise LoadError(str(err)) from err
+    chosen_engine = choose_engine(catalog, spec, placement, engine)
+    kernel = select_kernel(
+        catalog.layer("kernels").values(), "attention", placement.accelerator.name
+    )
+    options = {
+        "torch_device": placement.accelerator.torch_device(placement.device.index),
+        "providers": placement.accelerator.onnx_providers(placement.device),
+        "threads": threads,
+        "attention": kernel.implementation,
+    }
+    engine_model = chosen_engine.load(spec, placement.device, options)
+    loaded = chosen_family.load(package, spec, engine_model)
+    served = ServedModel(
+        name=name or package.name,
+        package=package,
+        family=chosen_family,
+        engine=chosen_engine,
+        placement=placement,
+        spec=spec,
+        loaded=loaded,
+        attention=str(kernel.implementation),
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+    )
+    served.batch_invariance = measure_batch_invariance(loaded)
+    return served
+
+
+__all__ = ["LoadError", "RequestError", "ServedModel", "load_model"]

@@ -1,0 +1,61 @@
+"""The ``task_heads`` family: encoder task models from Hugging Face packages.
+
+Recognises encoder packages by ``config.json`` (and sentence-transformers
+files) and serves their heads: ``sequence`` label distributions, ``scores``
+per label, ``token`` spans, ``pooled`` embeddings and ``relevance``
+(cross-encoders, or the cosine of a bi-encoder's embeddings).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vllm_srun.plugins import Family, hookimpl
+from vllm_srun.plugins.spec import ModelSpec
+
+from . import package as packages
+from .inputs import TextEncoder
+from .model import TaskModel
+
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "sentencepiece.bpe.model", "spm.model")
+
+
+class TaskHeadsFamily(Family):
+    """Encoders with task heads: classify, embeddings and rerank."""
+
+    name = "task_heads"
+    surfaces = ("classify", "embeddings", "rerank")
+
+    def detect(self, package: Path) -> bool:
+        """An encoder ``config.json`` (BERT, RoBERTa, XLM-R, DistilBERT, ModernBERT, ...)."""
+        return packages.detect(package)
+
+    def verify(self, package: Path) -> None:
+        """The files this family loads are present.
+
+        Raises:
+            PackageError: no weights (safetensors or ONNX graph) or no tokenizer.
+        """
+        spec = packages.describe(package).spec
+        if not spec.weights and spec.onnx is None:
+            raise packages.PackageError(
+                "the package has neither safetensors weights nor an ONNX graph"
+            )
+        if not any((package / name).is_file() for name in TOKENIZER_FILES):
+            raise packages.PackageError("the package has no tokenizer (tokenizer.json or vocab)")
+
+    def describe(self, package: Path) -> ModelSpec:
+        """The engine-facing spec of the package (see :mod:`.package`)."""
+        return packages.describe(package).spec
+
+    def load(self, package: Path, spec: Any, engine_model: Any) -> TaskModel:
+        """Wrap the engine's model with the package's tokenizer and heads."""
+        description = packages.describe(package)
+        return TaskModel(description, TextEncoder(package, description.max_tokens), engine_model)
+
+
+@hookimpl
+def register_families(register: Any) -> None:
+    """Register the ``task_heads`` family."""
+    register(TaskHeadsFamily())

@@ -1,0 +1,267 @@
+"""Input policy: tokenise a text (or text pair) and fit it to the model's limit.
+
+``overflow`` decides what happens to an input longer than the limit:
+``reject`` (an item error naming both counts), ``truncate`` (keep the
+beginning, inside the special-token envelope) or ``window`` (overlapping
+windows of the limit, merged back by the head). Nothing is cut silently: every
+encoded input reports its token counts, whether it was truncated and how many
+windows ran.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vllm_srun.plugins.spec import RequestError, WorkItem
+from vllm_srun.plugins.windows import DEFAULT_OVERLAP, DEFAULT_SCAN_BUDGET, plan_windows
+
+OVERFLOW_MODES = ("reject", "truncate", "window")
+
+
+@dataclass(frozen=True)
+class InputPolicy:
+    """A request's ``options`` that shape its inputs.
+
+    Attributes:
+        overflow: ``reject`` (default), ``truncate`` or ``window``.
+        max_tokens: ``reject``/``truncate``: lowers the limit; ``window``: the
+            scan budget in content tokens (default 32768).
+        window_tokens: window length in tokens, special tokens included
+            (default: the model's limit).
+        window_overlap: content tokens neighbouring windows share (default 64,
+            or half a window's content tokens when a window holds fewer than 128).
+    """
+
+    overflow: str = "reject"
+    max_tokens: int | None = None
+    window_tokens: int | None = None
+    window_overlap: int | None = None
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any] | None) -> InputPolicy:
+        """Read ``overflow``, ``max_tokens`` and ``window: {tokens, overlap}``.
+
+        Raises:
+            RequestError: ``invalid_request`` for an unknown mode or a bad number.
+        """
+        options = options or {}
+        overflow = options.get("overflow", "reject")
+        if overflow not in OVERFLOW_MODES:
+            raise RequestError(
+                "invalid_request",
+                f"options.overflow must be one of {', '.join(OVERFLOW_MODES)}, not {overflow!r}",
+            )
+        max_tokens = _positive(options.get("max_tokens"), "options.max_tokens")
+        window = options.get("window") or {}
+        if not isinstance(window, dict):
+            raise RequestError(
+                "invalid_request", "options.window must be an object {tokens, overlap}"
+            )
+        tokens = _positive(window.get("tokens"), "options.window.tokens")
+        overlap = window.get("overlap")
+        if overlap is not None and (type(overlap) is not int or overlap < 0):
+            raise RequestError("invalid_request", "options.window.overlap must be an integer >= 0")
+        return cls(overflow, max_tokens, tokens, overlap)
+
+
+def _positive(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if type(value) is not int or value < 1:
+        raise RequestError("invalid_request", f"{name} must be a positive integer, not {value!r}")
+    return value
+
+
+@dataclass
+class EncodedInput:
+    """One input after the policy.
+
+    Attributes:
+        rows: the work items to run (one, or one per window).
+        windows: the content-token range ``[start, end)`` each row covers.
+        row_content: per row, the row positions of its content tokens, in order.
+        offsets: code-point ``(start, end)`` of each content token of the first
+            text (what token heads map back to words).
+        content_tokens: content tokens of the whole input (pair included).
+        tokens: tokens of the whole input as one row (special tokens once).
+        processed_tokens: tokens actually run: special tokens of every row,
+            each content token once.
+        truncated: whether content was cut.
+        error: ``(code, message)`` when the input cannot run.
+    """
+
+    rows: list[WorkItem] = field(default_factory=list)
+    windows: list[tuple[int, int]] = field(default_factory=list)
+    row_content: list[list[int]] = field(default_factory=list)
+    offsets: list[tuple[int, int]] = field(default_factory=list)
+    content_tokens: int = 0
+    tokens: int = 0
+    processed_tokens: int = 0
+    truncated: bool = False
+    error: tuple[str, str] | None = None
+
+    def usage(self) -> dict[str, Any]:
+        """The ``input`` object every result reports."""
+        return {
+            "tokens": self.tokens,
+            "processed_tokens": self.processed_tokens,
+            "truncated": self.truncated,
+            "windows": len(self.rows),
+        }
+
+
+def row_key(ids: list[int], type_ids: list[int] | None) -> str:
+    """Content key of a row: BLAKE2b over its token ids and segment ids."""
+    digest = hashlib.blake2b(array("q", ids).tobytes(), digest_size=16)
+    if type_ids is not None:
+        digest.update(b"|")
+        digest.update(array("q", type_ids).tobytes())
+    return digest.hexdigest()
+
+
+class TextEncoder:
+    """A model's fast tokenizer with the tokenizer file's own truncation and padding off.
+
+    The model's limit (``max_tokens`` of the package description) is what
+    counts; the tokenizer file's settings never cut or pad anything.
+    """
+
+    def __init__(self, package: Path, limit: int) -> None:
+        from tokenizers import Tokenizer
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(
+            str(package), trust_remote_code=False, local_files_only=True
+        )
+        if not tokenizer.is_fast:
+            raise ValueError("the package needs a fast tokenizer (tokenizer.json)")
+        backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+        backend.no_truncation()
+        backend.no_padding()
+        self.backend = backend
+        self.limit = limit
+        self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+        self.specials = (
+            backend.num_special_tokens_to_add(False),
+            backend.num_special_tokens_to_add(True),
+        )
+
+    def _item(self, encoding: Any, pairs: bool) -> WorkItem:
+        ids = list(encoding.ids)
+        types = list(encoding.type_ids) if pairs else None
+        return WorkItem(
+            tuple(ids), tuple(types) if types is not None else None, row_key(ids, types)
+        )
+
+    def encode(self, text: str, pair: str | None, policy: InputPolicy) -> EncodedInput:
+        """Tokenise one input under ``policy``; a failure is ``error``, never an exception.
+
+        Raises:
+            RequestError: ``invalid_request`` when the window settings cannot
+                work with this model (too large, or no room for content).
+        """
+        first = self.backend.encode(text, add_special_tokens=False)
+        second = self.backend.encode(pair, add_special_tokens=False) if pair is not None else None
+        special = self.specials[1 if second is not None else 0]
+        content = len(first.ids) + (len(second.ids) if second is not None else 0)
+        result = EncodedInput(content_tokens=content, tokens=content + special)
+        result.offsets = [tuple(o) for o in first.offsets]  # type: ignore[misc]
+        if policy.overflow == "window":
+            return self._windows(first, second, special, policy, result)
+        limit = self.limit if policy.max_tokens is None else min(self.limit, policy.max_tokens)
+        if result.tokens > limit:
+            if policy.overflow == "reject":
+                result.error = (
+                    "max_length_exceeded",
+                    f"input has {result.tokens} tokens; the limit is {limit}. Shorten it, or send "
+                    "options.overflow truncate (keep the beginning) or window",
+                )
+                return result
+            budget = limit - special
+            if budget < 1:
+                raise RequestError(
+                    "invalid_request",
+                    f"options.max_tokens {limit} leaves no room beside {special} special tokens",
+                )
+            self._truncate(first, second, budget)
+            result.truncated = True
+        encoding = self.backend.post_process(first, second, add_special_tokens=True)
+        kept = len(first.ids) + (len(second.ids) if second is not None else 0)
+        result.rows = [self._item(encoding, second is not None)]
+        result.windows = [(0, len(first.ids))]
+        result.row_content = [[i for i, s in enumerate(encoding.special_tokens_mask) if not s]]
+        result.processed_tokens = kept + special
+        return result
+
+    @staticmethod
+    def _truncate(first: Any, second: Any, budget: int) -> None:
+        """Cut content to ``budget`` tokens, the longer text first (longest-first)."""
+        if second is None:
+            first.truncate(budget)
+            return
+        a, b = len(first.ids), len(second.ids)
+        while a + b > budget:
+            if a >= b:
+                a -= 1
+            else:
+                b -= 1
+        first.truncate(a)
+        second.truncate(b)
+
+    def _windows(
+        self, first: Any, second: Any, special: int, policy: InputPolicy, result: EncodedInput
+    ) -> EncodedInput:
+        if second is not None:
+            result.error = (
+                "invalid_input",
+                "overflow window reads single texts only; send text pairs with reject or truncate",
+            )
+            return result
+        size = policy.window_tokens or self.limit
+        if size > self.limit:
+            raise RequestError(
+                "invalid_request",
+                f"options.window.tokens {size} is above the model's limit {self.limit}",
+            )
+        room = size - special
+        overlap = policy.window_overlap
+        if overlap is None:
+            overlap = min(DEFAULT_OVERLAP, room // 2)
+        if room <= overlap:
+            raise RequestError(
+                "invalid_request",
+                f"a window of {size} tokens holds {room} content tokens beside {special} special "
+                f"tokens, which must be more than the overlap {overlap}",
+            )
+        budget = policy.max_tokens or DEFAULT_SCAN_BUDGET
+        if result.content_tokens > budget:
+            result.error = (
+                "scan_budget_exceeded",
+                f"input has {result.content_tokens} content tokens; the scan budget is {budget}. "
+                "Raise options.max_tokens or shorten the input",
+            )
+            return result
+        for start, end in plan_windows(len(first.ids), room, overlap):
+            piece = content_slice(first, start, end)
+            encoding = self.backend.post_process(piece, None, add_special_tokens=True)
+            result.rows.append(self._item(encoding, False))
+            result.windows.append((start, end))
+            result.row_content.append(
+                [i for i, s in enumerate(encoding.special_tokens_mask) if not s]
+            )
+        result.processed_tokens = result.content_tokens + special * len(result.rows)
+        return result
+
+
+def content_slice(encoding: Any, start: int, end: int) -> Any:
+    """A copy of ``encoding`` holding its tokens ``[start, end)`` (offsets kept)."""
+    from tokenizers import Encoding
+
+    piece = Encoding.merge([encoding], growing_offsets=False)
+    piece.truncate(end)
+    piece.truncate(end - start, direction="left")
+    return piece

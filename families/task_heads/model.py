@@ -1,0 +1,421 @@
+"""A loaded task model: plan a surface request, run rows, finish the response."""
+
+from __future__ import annotations
+
+import base64
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from vllm_srun.plugins.spans import decode_spans
+from vllm_srun.plugins.spec import EncoderBatch, EncoderModel, RequestError, WorkItem
+from vllm_srun.plugins.windows import DEFAULT_OVERLAP
+
+from .inputs import EncodedInput, InputPolicy, TextEncoder
+from .package import Description, Head
+from .readouts import finish_embedding, label_scores, merge_pooled, pool, token_probabilities
+
+AGGREGATIONS = ("max", "first", "average", "none")
+ENCODING_FORMATS = ("float", "base64")
+PROBE_TEXTS = (
+    "a",
+    "Batch invariance probe: a row alone and inside a batch must agree.",
+    "Short text.",
+    "A longer probe sentence, with punctuation, numbers like 212-555-0147 and an email "
+    "address such as probe@example.org, so rows differ in length inside one batch.",
+)
+"""Rows of several lengths the load-time batch-invariance probe runs alone and together."""
+
+
+@dataclass
+class TaskPlan:
+    """A planned request: its inputs, the rows they need, and what finishing needs."""
+
+    surface: str
+    head: Head
+    inputs: list[EncodedInput]
+    texts: list[str]
+    items: list[WorkItem] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.items = [row for encoded in self.inputs for row in encoded.rows]
+
+
+def _texts(value: Any, name: str, allow_pairs: bool) -> tuple[list[str], list[str | None]]:
+    """``input`` as a string, a list of strings, or (classify) a list of ``{text, text_pair}``."""
+    if isinstance(value, str):
+        return [value], [None]
+    if not isinstance(value, list) or not value:
+        raise RequestError("invalid_request", f"{name} must be a string or a non-empty list")
+    texts: list[str] = []
+    pairs: list[str | None] = []
+    for index, item in enumerate(value):
+        if isinstance(item, str):
+            texts.append(item)
+            pairs.append(None)
+        elif allow_pairs and isinstance(item, dict) and isinstance(item.get("text"), str):
+            pair = item.get("text_pair")
+            if pair is not None and not isinstance(pair, str):
+                raise RequestError("invalid_request", f"{name}[{index}].text_pair must be a string")
+            texts.append(item["text"])
+            pairs.append(pair)
+        else:
+            shape = "a string or {text, text_pair}" if allow_pairs else "a string"
+            raise RequestError("invalid_request", f"{name}[{index}] must be {shape}")
+    return texts, pairs
+
+
+def _finite(tensor: torch.Tensor) -> bool:
+    return bool(torch.isfinite(tensor).all())
+
+
+def _error(index: int, code: str, message: str) -> dict[str, Any]:
+    return {"index": index, "error": code, "message": message}
+
+
+class TaskModel:
+    """A task-head model behind the loaded-model verbs (``plan``, ``run``, ``finish``).
+
+    Args:
+        description: what the package is (heads, pooling, limit).
+        encoder: the tokenizer under the model's limit.
+        engine_model: the engine's model; ``encode`` returns float32 CPU tensors.
+    """
+
+    def __init__(
+        self, description: Description, encoder: TextEncoder, engine_model: EncoderModel
+    ) -> None:
+        self.description = description
+        self.encoder = encoder
+        self.engine_model = engine_model
+        self.heads = {head.name: head for head in description.heads}
+        self.surfaces = tuple(sorted({h.surface for h in description.heads} | self._extra()))
+
+    def _extra(self) -> set[str]:
+        # A bi-encoder answers rerank with the cosine of its embeddings.
+        return {"rerank"} if any(h.kind == "pooled" for h in self.description.heads) else set()
+
+    # -- the card -------------------------------------------------------------------------
+    def card(self) -> dict[str, Any]:
+        """The family's part of the ``/v1/models`` card: heads, embedding, limits."""
+        pooling = self.description.pooling
+        heads = [
+            {
+                "name": h.name,
+                "kind": h.kind,
+                "labels": list(h.labels),
+                "inputs": ["text", "text_pair"] if h.kind in ("sequence", "scores") else ["text"],
+                "overflow": ["reject", "truncate", "window"],
+                "window": {
+                    "tokens": self.encoder.limit,
+                    "overlap": min(
+                        DEFAULT_OVERLAP, (self.encoder.limit - self.encoder.specials[0]) // 2
+                    ),
+                },
+                "reduction": {
+                    "token": "most-central window per token",
+                    "pooled": "content-token-weighted mean",
+                }.get(h.kind, "max per label over windows"),
+            }
+            for h in self.description.heads
+        ]
+        return {
+            "surfaces": list(self.surfaces),
+            "heads": heads,
+            "embedding": None
+            if pooling is None
+            else {
+                "dimensions": pooling.dimensions,
+                "normalized": pooling.normalize,
+                "pooling": pooling.mode,
+                "max_tokens": self.encoder.limit,
+            },
+            "limits": {"max_tokens": self.encoder.limit},
+        }
+
+    # -- plan -------------------------------------------------------------------------------
+    def plan(self, surface: str, request: dict[str, Any]) -> TaskPlan:
+        """Validate and tokenise a request for ``surface``.
+
+        Raises:
+            RequestError: ``unsupported_surface`` when the model does not serve
+                the surface; ``invalid_request`` for a malformed request.
+        """
+        if surface not in self.surfaces:
+            raise RequestError(
+                "unsupported_surface",
+                f"this model serves {', '.join(self.surfaces)}, not {surface}",
+            )
+        options = request.get("options") or {}
+        if not isinstance(options, dict):
+            raise RequestError("invalid_request", "options must be an object")
+        policy = InputPolicy.from_options(options)
+        if surface == "embeddings":
+            return self._plan_embeddings(request, policy)
+        if surface == "classify":
+            return self._plan_classify(request, options, policy)
+        return self._plan_rerank(request, policy)
+
+    def _encode(
+        self, texts: list[str], pairs: list[str | None], policy: InputPolicy
+    ) -> list[EncodedInput]:
+        return [self.encoder.encode(t, p, policy) for t, p in zip(texts, pairs, strict=True)]
+
+    def _plan_embeddings(self, request: dict[str, Any], policy: InputPolicy) -> TaskPlan:
+        texts, pairs = _texts(request.get("input"), "input", allow_pairs=False)
+        pooling = self.description.pooling
+        assert pooling is not None
+        dimensions = request.get("dimensions")
+        if dimensions is not None and (
+            type(dimensions) is not int or not 1 <= dimensions <= pooling.dimensions
+        ):
+            raise RequestError(
+                "invalid_request",
+                f"dimensions must be an integer from 1 to {pooling.dimensions}, not {dimensions!r}",
+            )
+        encoding_format = request.get("encoding_format", "float")
+        if encoding_format not in ENCODING_FORMATS:
+            raise RequestError(
+                "invalid_request",
+                f"encoding_format must be float or base64, not {encoding_format!r}",
+            )
+        head = next(h for h in self.description.heads if h.kind == "pooled")
+        return TaskPlan(
+            "embeddings",
+            head,
+            self._encode(texts, pairs, policy),
+            texts,
+            options={"dimensions": dimensions, "encoding_format": encoding_format},
+        )
+
+    def _plan_classify(
+        self, request: dict[str, Any], options: dict[str, Any], policy: InputPolicy
+    ) -> TaskPlan:
+        classify = [h for h in self.description.heads if h.surface == "classify"]
+        name = request.get("head")
+        if name is None:
+            if len(classify) != 1:
+                names = ", ".join(h.name for h in classify)
+                raise RequestError("invalid_request", f"name the head: one of {names}")
+            head = classify[0]
+        elif name in self.heads and self.heads[name].surface == "classify":
+            head = self.heads[name]
+        else:
+            names = ", ".join(h.name for h in classify)
+            raise RequestError("invalid_request", f"unknown head {name!r}; this model has {names}")
+        texts, pairs = _texts(request.get("input"), "input", allow_pairs=head.kind != "token")
+        threshold = options.get("threshold")
+        if threshold is not None and (
+            type(threshold) not in (int, float) or not 0 <= threshold <= 1
+        ):
+            raise RequestError("invalid_request", "options.threshold must be a number from 0 to 1")
+        aggregation = options.get("aggregation", "max")
+        if aggregation not in AGGREGATIONS:
+            raise RequestError(
+                "invalid_request",
+                f"options.aggregation must be one of {', '.join(AGGREGATIONS)}, "
+                f"not {aggregation!r}",
+            )
+        return TaskPlan(
+            "classify",
+            head,
+            self._encode(texts, pairs, policy),
+            texts,
+            options={"threshold": threshold, "aggregation": aggregation},
+        )
+
+    def _plan_rerank(self, request: dict[str, Any], policy: InputPolicy) -> TaskPlan:
+        query = request.get("query")
+        documents = request.get("documents")
+        if not isinstance(query, str):
+            raise RequestError("invalid_request", "query must be a string")
+        if not isinstance(documents, list) or not all(isinstance(d, str) for d in documents):
+            raise RequestError("invalid_request", "documents must be a list of strings")
+        top_n = request.get("top_n")
+        if top_n is not None and (type(top_n) is not int or top_n < 1):
+            raise RequestError("invalid_request", f"top_n must be an integer >= 1, not {top_n!r}")
+        cross = next((h for h in self.description.heads if h.kind == "relevance"), None)
+        options = {"top_n": top_n, "return_documents": bool(request.get("return_documents"))}
+        if cross is not None:
+            encoded = self._encode([query] * len(documents), list(documents), policy)
+            return TaskPlan("rerank", cross, encoded, list(documents), options=options)
+        head = next(h for h in self.description.heads if h.kind == "pooled")
+        encoded = self._encode([query, *documents], [None] * (len(documents) + 1), policy)
+        if encoded[0].error is not None:
+            raise RequestError("invalid_request", f"query: {encoded[0].error[1]}")
+        return TaskPlan("rerank", head, encoded, [query, *documents], options=options)
+
+    # -- run --------------------------------------------------------------------------------
+    def run(self, items: list[WorkItem]) -> list[torch.Tensor]:
+        """Pad the rows on the right, run them in one engine call, and split per row.
+
+        Returns one float32 tensor per item: ``[tokens, hidden]`` hidden
+        states, ``[tokens, tags]`` token logits or ``[labels]`` sequence logits.
+        """
+        if not items:
+            return []
+        width = max(item.tokens for item in items)
+        ids = torch.full((len(items), width), self.encoder.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(items), width), dtype=torch.long)
+        types = None
+        if any(item.token_type_ids is not None for item in items):
+            types = torch.zeros((len(items), width), dtype=torch.long)
+        for row, item in enumerate(items):
+            ids[row, : item.tokens] = torch.tensor(item.input_ids, dtype=torch.long)
+            mask[row, : item.tokens] = 1
+            if types is not None and item.token_type_ids is not None:
+                types[row, : item.tokens] = torch.tensor(item.token_type_ids, dtype=torch.long)
+        out = self.engine_model.encode(EncoderBatch(ids, mask, types))
+        if out.dim() == 2:
+            return list(out.unbind(0))
+        return [out[row, : item.tokens] for row, item in enumerate(items)]
+
+    def probe_items(self) -> list[WorkItem]:
+        """Rows of several lengths for the load-time batch-invariance probe."""
+        policy = InputPolicy(overflow="truncate")
+        return [self.encoder.encode(text, None, policy).rows[0] for text in PROBE_TEXTS]
+
+    # -- finish -----------------------------------------------------------------------------
+    def finish(self, plan: TaskPlan, outputs: list[torch.Tensor]) -> dict[str, Any]:
+        """The response body (without ``model``) for a plan and one output per planned row."""
+        per_input: list[list[torch.Tensor]] = []
+        cursor = 0
+        for encoded in plan.inputs:
+            per_input.append(outputs[cursor : cursor + len(encoded.rows)])
+            cursor += len(encoded.rows)
+        usage_tokens = sum(e.processed_tokens for e in plan.inputs if e.error is None)
+        usage = {"prompt_tokens": usage_tokens, "total_tokens": usage_tokens}
+        if plan.surface == "embeddings":
+            data = [
+                self._embedding(i, e, r, plan)
+                for i, (e, r) in enumerate(zip(plan.inputs, per_input, strict=True))
+            ]
+            return {"object": "list", "data": data, "usage": usage}
+        if plan.surface == "classify":
+            results = [
+                self._classified(i, e, r, plan)
+                for i, (e, r) in enumerate(zip(plan.inputs, per_input, strict=True))
+            ]
+            head = plan.head
+            return {
+                "head": head.name,
+                "kind": head.kind,
+                "labels": list(head.labels),
+                "results": results,
+                "usage": usage,
+            }
+        return {"results": self._reranked(plan, per_input), "usage": usage}
+
+    def _pooled(self, encoded: EncodedInput, rows: list[torch.Tensor]) -> torch.Tensor:
+        pooling = self.description.pooling
+        assert pooling is not None
+        vectors = [pool(r, pooling.mode) for r in rows]
+        return merge_pooled(vectors, [end - start for start, end in encoded.windows])
+
+    def _embedding(
+        self, index: int, encoded: EncodedInput, rows: list[torch.Tensor], plan: TaskPlan
+    ) -> dict[str, Any]:
+        item: dict[str, Any] = {"object": "embedding", "index": index}
+        if encoded.error is not None:
+            return {**item, "error": encoded.error[0], "message": encoded.error[1]}
+        pooling = self.description.pooling
+        assert pooling is not None
+        vector = finish_embedding(
+            self._pooled(encoded, rows), pooling.normalize, plan.options["dimensions"]
+        )
+        if not _finite(vector):
+            return {
+                **item,
+                "error": "invalid_model_output",
+                "message": "the embedding is not finite",
+            }
+        if plan.options["encoding_format"] == "base64":
+            payload: Any = base64.b64encode(vector.numpy().astype("<f4").tobytes()).decode("ascii")
+        else:
+            payload = vector.tolist()
+        return {**item, "embedding": payload, "input": encoded.usage()}
+
+    def _classified(
+        self, index: int, encoded: EncodedInput, rows: list[torch.Tensor], plan: TaskPlan
+    ) -> dict[str, Any]:
+        if encoded.error is not None:
+            return _error(index, *encoded.error)
+        head = plan.head
+        result: dict[str, Any] = {"index": index, "input": encoded.usage()}
+        if not all(_finite(r) for r in rows):
+            return _error(index, "invalid_model_output", "the model's output is not finite")
+        if head.kind == "token":
+            content = max(end for _, end in encoded.windows)
+            probabilities = token_probabilities(rows, encoded.row_content, encoded.windows, content)
+            spans = decode_spans(
+                plan.texts[index],
+                encoded.offsets[:content],
+                probabilities,
+                list(head.tags),
+                aggregation=plan.options["aggregation"],
+                threshold=plan.options["threshold"],
+            )
+            return {**result, "spans": [span.to_json() for span in spans]}
+        scores = label_scores(rows, head.kind)
+        if head.kind == "sequence":
+            best = int(torch.argmax(scores))
+            return {**result, "label": head.labels[best], "probabilities": scores.tolist()}
+        values = scores.tolist()
+        result["scores"] = values
+        threshold = plan.options["threshold"]
+        if threshold is not None or head.thresholds is not None:
+            limits = (
+                [threshold] * len(values) if threshold is not None else list(head.thresholds or ())
+            )
+            result["selected"] = [
+                label for label, v, t in zip(head.labels, values, limits, strict=True) if v >= t
+            ]
+        return result
+
+    def _reranked(
+        self, plan: TaskPlan, per_input: list[list[torch.Tensor]]
+    ) -> list[dict[str, Any]]:
+        results: list[dict[str, Any]] = []
+        if plan.head.kind == "relevance":
+            for index, (encoded, rows) in enumerate(zip(plan.inputs, per_input, strict=True)):
+                if encoded.error is not None:
+                    results.append(_error(index, *encoded.error))
+                    continue
+                logit = float(rows[0].reshape(-1)[0])
+                if not math.isfinite(logit):
+                    results.append(_error(index, "invalid_model_output", "the logit is not finite"))
+                    continue
+                score = 1.0 / (1.0 + math.exp(-logit)) if logit > -700 else 0.0
+                results.append({"index": index, "relevance_score": score, "logit": logit})
+            documents = plan.texts
+        else:
+            query_encoded, query_rows = plan.inputs[0], per_input[0]
+            query = torch.nn.functional.normalize(self._pooled(query_encoded, query_rows), dim=0)
+            documents = plan.texts[1:]
+            for index, (encoded, rows) in enumerate(
+                zip(plan.inputs[1:], per_input[1:], strict=True)
+            ):
+                if encoded.error is not None:
+                    results.append(_error(index, *encoded.error))
+                    continue
+                doc = torch.nn.functional.normalize(self._pooled(encoded, rows), dim=0)
+                cosine = float(torch.dot(query, doc))
+                if not math.isfinite(cosine):
+                    results.append(_error(index, "invalid_model_output", "the score is not finite"))
+                    continue
+                results.append({"index": index, "relevance_score": cosine, "logit": cosine})
+        ranked = sorted(
+            (r for r in results if "error" not in r),
+            key=lambda r: (-r["relevance_score"], r["index"]),
+        )
+        failed = [r for r in results if "error" in r]
+        top_n = plan.options["top_n"]
+        if top_n is not None:
+            ranked = ranked[:top_n]
+        if plan.options["return_documents"]:
+            for r in ranked:
+                r["document"] = documents[r["index"]]
+        return ranked + failed

@@ -1,0 +1,262 @@
+"""Reading an encoder package: what it is, which heads it answers, what its limits are.
+
+Only configuration files are read here (``config.json``, the
+sentence-transformers files, the tokenizer's config); no weights load.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vllm_srun.plugins.spec import ModelSpec
+
+ENCODER_MODEL_TYPES = frozenset(
+    {
+        "albert",
+        "bert",
+        "camembert",
+        "deberta",
+        "deberta-v2",
+        "distilbert",
+        "electra",
+        "modernbert",
+        "mpnet",
+        "roberta",
+        "xlm-roberta",
+    }
+)
+"""transformers model types this family serves (encoders without remote code)."""
+
+POSITION_OFFSET_MODEL_TYPES = frozenset({"camembert", "mpnet", "roberta", "xlm-roberta"})
+"""Model types whose position ids start at ``pad_token_id + 1`` (fairseq's RoBERTa
+convention, ``create_position_ids_from_input_ids`` in transformers), so that many
+fewer positions are usable than ``max_position_embeddings``."""
+
+LARGE_MODEL_MAX_LENGTH = 1_000_000
+"""transformers writes ``model_max_length`` of about 1e30 when a tokenizer has no limit."""
+
+POOLING_MODES = {
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+"""sentence-transformers Pooling config keys, to this family's pooling names."""
+
+THRESHOLDS_FILE = "thresholds.json"
+"""Optional per-label thresholds of a multi-label head: ``{"label": 0.5, ...}``."""
+
+
+class PackageError(Exception):
+    """The package cannot be served by this family; the message says why."""
+
+
+@dataclass(frozen=True)
+class Head:
+    """One head of a task model, as ``/v1/models`` lists it.
+
+    Attributes:
+        name: the head's name (``classify`` requests select it with ``head``).
+        kind: ``sequence`` (softmax label distribution), ``scores`` (sigmoid per
+            label), ``token`` (BIO spans), ``pooled`` (embeddings) or
+            ``relevance`` (cross-encoder score of a text pair).
+        labels: label names in ``id2label`` order (token heads: entity types
+            without B-/I-, and the raw BIO tags stay in ``tags``).
+        tags: the raw ``id2label`` list.
+        thresholds: per-label thresholds of a ``scores`` head, when the package has them.
+    """
+
+    name: str
+    kind: str
+    labels: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    thresholds: tuple[float, ...] | None = None
+
+    @property
+    def surface(self) -> str:
+        """The surface that answers this head."""
+        return {"pooled": "embeddings", "relevance": "rerank"}.get(self.kind, "classify")
+
+
+@dataclass(frozen=True)
+class Pooling:
+    """How hidden states become one embedding (sentence-transformers' Pooling + Normalize)."""
+
+    mode: str
+    normalize: bool
+    dimensions: int
+
+
+@dataclass(frozen=True)
+class Description:
+    """Everything the family knows about a package before loading it."""
+
+    spec: ModelSpec
+    heads: tuple[Head, ...]
+    pooling: Pooling | None
+    max_tokens: int
+    config: dict[str, Any]
+
+
+def read_json(path: Path) -> Any:
+    """Parse a JSON file; a broken one is a :class:`PackageError` naming it."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise PackageError(f"{path.name} cannot be read: {err}") from err
+
+
+def sentence_transformers_modules(package: Path) -> list[str]:
+    """The module types of ``modules.json`` (``sentence_transformers.models.Pooling``, ...)."""
+    path = package / "modules.json"
+    if not path.is_file():
+        return []
+    return [str(m.get("type", "")) for m in read_json(path) if isinstance(m, dict)]
+
+
+def detect(package: Path) -> bool:
+    """Whether ``package`` is an encoder this family serves; reads ``config.json`` only."""
+    path = package / "config.json"
+    if not path.is_file():
+        return False
+    try:
+        config = read_json(path)
+    except PackageError:
+        return False
+    return isinstance(config, dict) and config.get("model_type") in ENCODER_MODEL_TYPES
+
+
+def _task(architecture: str) -> str:
+    if architecture.endswith("ForSequenceClassification"):
+        return "sequence_classification"
+    if architecture.endswith("ForTokenClassification"):
+        return "token_classification"
+    return "encoder"
+
+
+def _id2label(config: dict[str, Any]) -> tuple[str, ...]:
+    raw = config.get("id2label") or {}
+    try:
+        return tuple(str(raw[k]) for k in sorted(raw, key=int))
+    except (TypeError, ValueError) as err:
+        raise PackageError(f"config.json id2label must be keyed by integers: {err}") from err
+
+
+def _entity_types(tags: tuple[str, ...]) -> tuple[str, ...]:
+    types: list[str] = []
+    for tag in tags:
+        if tag == "O":
+            continue
+        if len(tag) < 3 or tag[:2] not in ("B-", "I-"):
+            raise PackageError(f"token label {tag!r} is not a BIO tag (O, B-TYPE or I-TYPE)")
+        if tag[2:] not in types:
+            types.append(tag[2:])
+    return tuple(types)
+
+
+def _thresholds(package: Path, labels: tuple[str, ...]) -> tuple[float, ...] | None:
+    path = package / THRESHOLDS_FILE
+    if not path.is_file():
+        return None
+    table = read_json(path)
+    missing = [label for label in labels if label not in table]
+    if missing:
+        raise PackageError(f"{THRESHOLDS_FILE} has no threshold for {', '.join(missing)}")
+    return tuple(float(table[label]) for label in labels)
+
+
+def _pooling(package: Path, config: dict[str, Any]) -> Pooling:
+    modules = sentence_transformers_modules(package)
+    mode = "mean"
+    path = package / "1_Pooling" / "config.json"
+    pooling_dirs = [p for p in package.glob("*_Pooling") if p.is_dir()]
+    if pooling_dirs and not path.is_file():
+        path = pooling_dirs[0] / "config.json"
+    if path.is_file():
+        settings = read_json(path)
+        chosen = [name for key, name in POOLING_MODES.items() if settings.get(key)]
+        if len(chosen) != 1:
+            raise PackageError(
+                f"{path.parent.name}/config.json must enable exactly one pooling mode "
+                f"({', '.join(POOLING_MODES)}), not {chosen or 'none'}"
+            )
+        mode = chosen[0]
+    normalize = any(t.endswith(".Normalize") for t in modules)
+    dimensions = int(config.get("hidden_size") or config.get("dim") or 0)
+    return Pooling(mode, normalize, dimensions)
+
+
+def _max_tokens(package: Path, config: dict[str, Any]) -> int:
+    """The smallest of the model's limits; never the tokenizer file's truncation setting."""
+    limits = []
+    st = package / "sentence_bert_config.json"
+    if st.is_file():
+        value = read_json(st).get("max_seq_length")
+        if isinstance(value, int) and value > 0:
+            limits.append(value)
+    tok = package / "tokenizer_config.json"
+    if tok.is_file():
+        value = read_json(tok).get("model_max_length")
+        if isinstance(value, int | float) and 0 < value < LARGE_MODEL_MAX_LENGTH:
+            limits.append(int(value))
+    positions = config.get("max_position_embeddings")
+    if isinstance(positions, int) and positions > 0:
+        offset = 0
+        if config.get("model_type") in POSITION_OFFSET_MODEL_TYPES:
+            offset = int(config.get("pad_token_id") or 0) + 1
+        limits.append(positions - offset)
+    if not limits:
+        raise PackageError("the package states no input limit (max_position_embeddings)")
+    return min(limits)
+
+
+def _onnx_graph(package: Path) -> str | None:
+    for candidate in ("onnx/model.onnx", "model.onnx"):
+        if (package / candidate).is_file():
+            return candidate
+    graphs = sorted(p.relative_to(package).as_posix() for p in package.glob("onnx/*.onnx"))
+    return graphs[0] if graphs else None
+
+
+def describe(package: Path) -> Description:
+    """Describe an encoder package: its spec for engines, its heads, pooling and limit.
+
+    Raises:
+        PackageError: the package is not a servable encoder (the message says why).
+    """
+    config = read_json(package / "config.json")
+    model_type = str(config.get("model_type", ""))
+    if model_type not in ENCODER_MODEL_TYPES:
+        raise PackageError(f"model type {model_type!r} is not an encoder this family serves")
+    architectures = config.get("architectures") or ["AutoModel"]
+    architecture = str(architectures[0])
+    task = _task(architecture)
+    tags = _id2label(config)
+    heads: list[Head] = []
+    pooling = None
+    if task == "token_classification":
+        heads.append(Head("token", "token", _entity_types(tags), tags))
+    elif task == "sequence_classification":
+        if len(tags) == 1 or config.get("num_labels") == 1:
+            heads.append(Head("relevance", "relevance", tags, tags))
+        elif config.get("problem_type") == "multi_label_classification":
+            heads.append(Head("scores", "scores", tags, tags, _thresholds(package, tags)))
+        else:
+            heads.append(Head("sequence", "sequence", tags, tags))
+    else:
+        pooling = _pooling(package, config)
+        heads.append(Head("pooled", "pooled"))
+    dtype = str(config.get("dtype") or config.get("torch_dtype") or "float32")
+    spec = ModelSpec(
+        package=package,
+        architecture=architecture,
+        model_type=model_type,
+        task=task,
+        weights=tuple(sorted(p.name for p in package.glob("*.safetensors"))),
+        onnx=_onnx_graph(package),
+        released_dtype=dtype if dtype in ("float32", "bfloat16", "float16") else "float32",
+    )
+    return Description(spec, tuple(heads), pooling, _max_tokens(package, config), config)

@@ -1,0 +1,350 @@
+"""The task_heads family on tiny fixtures of every supported architecture and head."""
+
+from __future__ import annotations
+
+import base64
+import struct
+
+import pytest
+import torch
+
+from vllm_srun.families.task_heads.package import describe
+from vllm_srun.loader import LoadError, load_model
+from vllm_srun.plugins import load_catalog
+from vllm_srun.plugins.spec import RequestError
+
+from ..fixtures import ENCODER_CONFIGS, HEAD_LABELS, write_task_package
+
+HEADS = ("sequence", "scores", "token", "pooled", "relevance")
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog({})
+
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory):
+    root = tmp_path_factory.mktemp("task-packages")
+    return {
+        (model_type, head): write_task_package(root, model_type, head)
+        for model_type in ENCODER_CONFIGS
+        for head in HEADS
+    }
+
+
+@pytest.fixture(scope="module")
+def models(packages, catalog):
+    return {key: load_model(path, catalog=catalog) for key, path in packages.items()}
+
+
+TEXTS = ["good movie", "the food was terrible and the price was bad", "okay"]
+
+
+@pytest.mark.parametrize("model_type", list(ENCODER_CONFIGS))
+@pytest.mark.parametrize("head", HEADS)
+def test_every_fixture_passes_the_batch_invariance_probe(models, model_type, head):
+    model = models[(model_type, head)]
+    probe = model.batch_invariance
+    assert probe["tolerance"] == 1e-5
+    assert probe["max_abs_deviation"] <= 1e-5
+    assert probe["cross_request_batching"] is True
+    assert model.engine.name == "native"
+    assert model.card()["batch_invariance"] == probe
+
+
+@pytest.mark.parametrize("model_type", list(ENCODER_CONFIGS))
+def test_sequence_head_is_a_softmax_in_id2label_order(models, model_type):
+    model = models[(model_type, "sequence")]
+    body = model.answer("classify", {"input": TEXTS})
+    assert body["kind"] == "sequence" and body["labels"] == list(HEAD_LABELS["sequence"])
+    for result in body["results"]:
+        probabilities = result["probabilities"]
+        assert abs(sum(probabilities) - 1) < 1e-6
+        assert result["label"] == body["labels"][probabilities.index(max(probabilities))]
+
+
+@pytest.mark.parametrize("model_type", ["bert", "modernbert"])
+def test_a_row_alone_and_in_a_batch_agree(models, model_type):
+    model = models[(model_type, "sequence")]
+    together = model.answer("classify", {"input": TEXTS})["results"]
+    for index, text in enumerate(TEXTS):
+        [alone] = model.answer("classify", {"input": [text]})["results"]
+        diff = max(
+            abs(a - b)
+            for a, b in zip(alone["probabilities"], together[index]["probabilities"], strict=True)
+        )
+        assert diff <= 1e-5
+        assert alone["label"] == together[index]["label"]
+
+
+def test_scores_head_is_sigmoid_with_package_thresholds(models):
+    model = models[("bert", "scores")]
+    body = model.answer("classify", {"input": TEXTS})
+    thresholds = (0.5, 0.4, 0.9)
+    for result in body["results"]:
+        assert all(0 <= s <= 1 for s in result["scores"])
+        assert result["selected"] == [
+            label
+            for label, s, t in zip(body["labels"], result["scores"], thresholds, strict=True)
+            if s >= t
+        ]
+    overridden = model.answer("classify", {"input": TEXTS, "options": {"threshold": 0.0}})
+    assert overridden["results"][0]["selected"] == list(HEAD_LABELS["scores"])
+
+
+def test_sequence_results_carry_no_selected(models):
+    [result] = models[("bert", "sequence")].answer("classify", {"input": "okay"})["results"]
+    assert "selected" not in result and "scores" not in result
+
+
+def test_token_head_spans_are_code_point_slices(models):
+    model = models[("bert", "token")]
+    text = "dana whitfield from new york"
+    body = model.answer("classify", {"input": text, "options": {"threshold": 0.0}})
+    assert body["labels"] == ["PER", "LOC"]
+    for span in body["results"][0]["spans"]:
+        assert text[span["start"] : span["end"]] == span["text"]
+        assert span["label"] in ("PER", "LOC")
+        assert span["text"] == span["text"].strip()
+
+
+def test_pooled_head_matches_a_manual_mean_pool(models, packages):
+    import transformers
+
+    model = models[("bert", "pooled")]
+    [item] = model.answer("embeddings", {"input": "good movie"})["data"]
+    ids = list(model.loaded.plan("embeddings", {"input": "good movie"}).items[0].input_ids)
+    reference = transformers.AutoModel.from_pretrained(
+        packages[("bert", "pooled")], attn_implementation="eager"
+    ).eval()
+    with torch.inference_mode():
+        hidden = reference(input_ids=torch.tensor([ids])).last_hidden_state[0]
+    want = torch.nn.functional.normalize(hidden.mean(dim=0), dim=0)
+    got = torch.tensor(item["embedding"])
+    assert torch.allclose(got, want, atol=1e-6)
+    assert item["input"] == {
+        "tokens": len(ids),
+        "processed_tokens": len(ids),
+        "truncated": False,
+        "windows": 1,
+    }
+
+
+def test_dimensions_truncate_and_renormalise(models):
+    model = models[("bert", "pooled")]
+    full = torch.tensor(model.answer("embeddings", {"input": "okay"})["data"][0]["embedding"])
+    short = torch.tensor(
+        model.answer("embeddings", {"input": "okay", "dimensions": 8})["data"][0]["embedding"]
+    )
+    assert short.shape == (8,)
+    assert abs(float(short.norm()) - 1) < 1e-6
+    assert torch.allclose(short, torch.nn.functional.normalize(full[:8], dim=0), atol=1e-6)
+
+
+def test_base64_is_little_endian_float32(models):
+    model = models[("bert", "pooled")]
+    floats = model.answer("embeddings", {"input": "okay"})["data"][0]["embedding"]
+    encoded = model.answer("embeddings", {"input": "okay", "encoding_format": "base64"})
+    raw = base64.b64decode(encoded["data"][0]["embedding"])
+    assert list(struct.unpack(f"<{len(floats)}f", raw)) == pytest.approx(floats, abs=0)
+
+
+def test_cross_encoder_rerank_orders_by_sigmoid_score(models):
+    model = models[("bert", "relevance")]
+    body = model.answer(
+        "rerank",
+        {
+            "query": "search",
+            "documents": ["good movie", "bad food", "okay", "good movie"],
+            "top_n": 10,
+            "return_documents": True,
+        },
+    )
+    results = body["results"]
+    assert len(results) == 4
+    scores = [r["relevance_score"] for r in results]
+    assert scores == sorted(scores, reverse=True)
+    for r in results:
+        assert r["relevance_score"] == pytest.approx(
+            1 / (1 + torch.exp(torch.tensor(-r["logit"])).item())
+        )
+        assert r["document"] == ["good movie", "bad food", "okay", "good movie"][r["index"]]
+    duplicates = [r for r in results if r["document"] == "good movie"]
+    assert [r["index"] for r in duplicates] == [0, 3]  # ties by index
+
+
+def test_bi_encoder_rerank_is_the_cosine_of_embeddings(models):
+    model = models[("bert", "pooled")]
+    body = model.answer(
+        "rerank", {"query": "good", "documents": ["good movie", "okay"], "top_n": 1}
+    )
+    [best] = body["results"]
+    q = torch.tensor(model.answer("embeddings", {"input": "good"})["data"][0]["embedding"])
+    d = torch.tensor(
+        model.answer("embeddings", {"input": ["good movie", "okay"]})["data"][best["index"]][
+            "embedding"
+        ]
+    )
+    assert best["relevance_score"] == pytest.approx(float(torch.dot(q, d)), abs=1e-6)
+
+
+def test_pairs_reach_the_model_with_segment_ids(models):
+    model = models[("bert", "sequence")]
+    plan = model.loaded.plan("classify", {"input": [{"text": "good movie", "text_pair": "okay"}]})
+    [item] = plan.items
+    assert item.token_type_ids is not None and 1 in item.token_type_ids
+    single = model.answer("classify", {"input": [{"text": "good movie", "text_pair": "okay"}]})
+    assert single["results"][0]["input"]["tokens"] == len(item.input_ids)
+
+
+def test_limits_take_the_smallest_source_with_the_roberta_offset(packages):
+    assert (
+        describe(packages[("roberta", "sequence")]).max_tokens == 64
+    )  # 66 positions - (pad 1 + 1)
+    assert describe(packages[("bert", "sequence")]).max_tokens == 64
+    assert describe(packages[("bert", "pooled")]).max_tokens == 48  # sentence-transformers
+
+
+def test_overflow_reject_truncate_and_window(models):
+    model = models[("bert", "sequence")]
+    long_text = " ".join(["good movie"] * 60)
+    [rejected] = model.answer("classify", {"input": [long_text]})["results"]
+    assert rejected["error"] == "max_length_exceeded"
+    assert rejected["message"].startswith("input has 122 tokens; the limit is 64.")
+    [cut] = model.answer("classify", {"input": [long_text], "options": {"overflow": "truncate"}})[
+        "results"
+    ]
+    assert cut["input"] == {"tokens": 122, "processed_tokens": 64, "truncated": True, "windows": 1}
+    [lowered] = model.answer(
+        "classify", {"input": [long_text], "options": {"overflow": "truncate", "max_tokens": 10}}
+    )["results"]
+    assert lowered["input"]["processed_tokens"] == 10
+    [windowed] = model.answer(
+        "classify",
+        {
+            "input": [long_text],
+            "options": {"overflow": "window", "window": {"tokens": 32, "overlap": 8}},
+        },
+    )["results"]
+    assert windowed["input"]["windows"] == 6  # 30 content tokens a window, step 22
+    assert windowed["input"]["processed_tokens"] == 120 + 2 * 6
+    [budget] = model.answer(
+        "classify", {"input": [long_text], "options": {"overflow": "window", "max_tokens": 50}}
+    )["results"]
+    assert budget["error"] == "scan_budget_exceeded"
+
+
+def test_one_bad_input_never_fails_its_siblings(models):
+    model = models[("bert", "pooled")]
+    body = model.answer("embeddings", {"input": ["okay", " ".join(["good"] * 80), ""]})
+    assert "embedding" in body["data"][0] and "embedding" in body["data"][2]
+    assert body["data"][1]["error"] == "max_length_exceeded"
+    assert body["data"][1]["object"] == "embedding" and body["data"][1]["index"] == 1
+
+
+@pytest.mark.parametrize(
+    ("surface", "request_body", "code", "message"),
+    [
+        (
+            "embeddings",
+            {"input": []},
+            "invalid_request",
+            "input must be a string or a non-empty list",
+        ),
+        (
+            "embeddings",
+            {"input": "x", "dimensions": 0},
+            "invalid_request",
+            "dimensions must be an integer from 1 to 32, not 0",
+        ),
+        (
+            "embeddings",
+            {"input": "x", "dimensions": 33},
+            "invalid_request",
+            "dimensions must be an integer from 1 to 32, not 33",
+        ),
+        (
+            "embeddings",
+            {"input": "x", "encoding_format": "hex"},
+            "invalid_request",
+            "encoding_format must be float or base64, not 'hex'",
+        ),
+        ("embeddings", {"input": [1]}, "invalid_request", "input[0] must be a string"),
+        (
+            "classify",
+            {"input": "x"},
+            "unsupported_surface",
+            "this model serves embeddings, rerank, not classify",
+        ),
+        (
+            "rerank",
+            {"query": "q", "documents": ["d"], "top_n": 0},
+            "invalid_request",
+            "top_n must be an integer >= 1, not 0",
+        ),
+        (
+            "embeddings",
+            {"input": "x", "options": {"overflow": "cut"}},
+            "invalid_request",
+            "options.overflow must be one of reject, truncate, window, not 'cut'",
+        ),
+    ],
+)
+def test_bad_requests_name_what_is_wrong(models, surface, request_body, code, message):
+    with pytest.raises(RequestError) as caught:
+        models[("bert", "pooled")].answer(surface, request_body)
+    assert (caught.value.code, caught.value.message) == (code, message)
+
+
+def test_classify_head_selection(models):
+    model = models[("bert", "token")]
+    with pytest.raises(RequestError, match="unknown head 'nope'; this model has token"):
+        model.answer("classify", {"input": "x", "head": "nope"})
+    with pytest.raises(RequestError, match=r"options\.aggregation must be one of"):
+        model.answer("classify", {"input": "x", "options": {"aggregation": "mean"}})
+    with pytest.raises(RequestError, match=r"input\[0\] must be a string"):
+        model.answer("classify", {"input": [{"text": "a", "text_pair": "b"}]})
+
+
+def test_the_card_describes_heads_embedding_and_limits(models):
+    card = models[("bert", "pooled")].card()
+    assert card["family"] == "task_heads" and card["engine"] == "native"
+    assert card["device"] == "cpu" and card["attention"] == "eager"
+    assert card["embedding"] == {
+        "dimensions": 32,
+        "normalized": True,
+        "pooling": "mean",
+        "max_tokens": 48,
+    }
+    assert card["heads"][0]["kind"] == "pooled"
+    token = models[("bert", "token")].card()["heads"][0]
+    assert (token["name"], token["labels"]) == ("token", ["PER", "LOC"])
+
+
+def test_family_choice_errors(tmp_path, catalog):
+    (tmp_path / "config.json").write_text(
+        '{"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}'
+    )
+    with pytest.raises(LoadError, match="no family recognizes the package"):
+        load_model(tmp_path, catalog=catalog)
+    with pytest.raises(LoadError, match="no family named 'nope' is installed"):
+        load_model(tmp_path, catalog=catalog, family="nope")
+
+
+def test_engine_choice_lists_every_reason(packages, catalog, tmp_path):
+    import shutil
+
+    package = tmp_path / "no-weights"
+    shutil.copytree(packages[("bert", "sequence")], package)
+    (package / "model.safetensors").unlink()
+    with pytest.raises(LoadError, match="neither safetensors weights nor an ONNX graph"):
+        load_model(package, catalog=catalog)
+    with pytest.raises(
+        LoadError, match="engine native cannot run the model: float16 runs on GPUs only"
+    ):
+        load_model(
+            packages[("bert", "sequence")], catalog=catalog, engine="native", dtype="float16"
+        )
+    with pytest.raises(LoadError, match="device not available"):
+        load_model(packages[("bert", "sequence")], catalog=catalog, device="cuda:3")
