@@ -1,0 +1,404 @@
+"""The ``onnxruntime`` engine: encoder models as ONNX graphs on ONNX Runtime.
+
+A package's own graph (``spec.onnx``, quantised ones included, such as a
+4-bit ``MatMulNBits`` graph) runs as shipped. A package with only safetensors
+weights is exported once through optimum's ONNX exporter (transformers built-in
+model types only, ``trust_remote_code`` off, local files only) into the export
+cache (:func:`cache_root`), keyed by the weights digest, and reused on every
+later start.
+
+Sessions run on the execution providers the accelerator names (those this
+onnxruntime build lacks are dropped; CPU always closes the list), with
+sequential, deterministic session options and ``threads`` intra-op threads.
+
+This module is named like the library it wraps; ``import onnxruntime`` in it is
+an absolute import and always gets the library, never this module (whose full
+name is ``vllm_srun.engines.onnxruntime``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from vllm_srun.plugins import DeviceInfo, Engine, ExecutionProvider, hookimpl
+from vllm_srun.plugins.spec import EncoderBatch, ModelSpec
+
+# onnxruntime, transformers and optimum are imported where they are used:
+# optimum's exporter alone takes seconds to import, and `vllm-srun plugins`
+# should not pay that to list this engine.
+
+CPU_PROVIDER = "CPUExecutionProvider"
+"""The provider every session ends with: the fallback for any op the others lack."""
+
+EXPORT_TASKS = {
+    "encoder": "feature-extraction",
+    "sequence_classification": "text-classification",
+    "token_classification": "token-classification",
+}
+"""Encoder task -> the optimum exporter task that yields its outputs."""
+
+OUTPUT_NAMES = {
+    "encoder": "last_hidden_state",
+    "sequence_classification": "logits",
+    "token_classification": "logits",
+}
+"""Encoder task -> the graph output it reads."""
+
+OUTPUT_RANKS = {"encoder": 3, "sequence_classification": 2, "token_classification": 3}
+"""Encoder task -> the rank of its output (see :class:`~vllm_srun.plugins.spec.EncoderModel`)."""
+
+GRAPH_FILE = "model.onnx"
+"""The graph file an export writes (large models add ``model.onnx_data`` beside it)."""
+
+INPUT_DTYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
+"""ONNX input element types the engine feeds token tensors as."""
+
+
+def cache_root(environ: Mapping[str, str] | None = None) -> Path:
+    """The runtime's cache directory, where exported graphs are kept.
+
+    ``$VLLM_SRUN_CACHE_DIR`` when set; else ``$XDG_CACHE_HOME/vllm-srun``;
+    else ``~/.cache/vllm-srun``. Empty variables count as unset.
+
+    Args:
+        environ: the environment to read (default ``os.environ``).
+    """
+    env = os.environ if environ is None else environ
+    if env.get("VLLM_SRUN_CACHE_DIR"):
+        return Path(env["VLLM_SRUN_CACHE_DIR"]).expanduser()
+    if env.get("XDG_CACHE_HOME"):
+        return Path(env["XDG_CACHE_HOME"]).expanduser() / "vllm-srun"
+    return Path.home() / ".cache" / "vllm-srun"
+
+
+def weights_digest(spec: ModelSpec) -> str:
+    """The export cache key of a spec's weights: hex SHA-256.
+
+    ``spec.weights_digest`` when the family set one. Otherwise computed: for a
+    single weights file the SHA-256 of its bytes (so it equals a pinned file
+    digest); for several, the SHA-256 over one ``name NUL file-digest`` line
+    per file, in name order.
+
+    Raises:
+        ValueError: the spec names no weights files.
+        OSError: a weights file cannot be read.
+    """
+    if spec.weights_digest:
+        return spec.weights_digest
+    if not spec.weights:
+        raise ValueError("the package has no safetensors weights to digest")
+    digests = {name: _file_sha256(spec.package / name) for name in spec.weights}
+    if len(digests) == 1:
+        return next(iter(digests.values()))
+    combined = hashlib.sha256()
+    for name in sorted(digests):
+        combined.update(f"{name}\0{digests[name]}\n".encode())
+    return combined.hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def export_dir(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> Path:
+    """Where the export of ``spec`` lives: ``<cache>/onnx/<weights digest>/<exporter task>/``.
+
+    The task is part of the key because one set of weights exports to
+    different graphs (a bare encoder, or encoder plus head).
+    """
+    return cache_root(environ) / "onnx" / weights_digest(spec) / EXPORT_TASKS[spec.task]
+
+
+def export_onnx(spec: ModelSpec, output: Path) -> None:
+    """Export ``spec``'s safetensors model to an ONNX graph in ``output`` (``model.onnx``).
+
+    Runs optimum's exporter on the package directory with the optimum task of
+    ``spec.task``, on the CPU at float32, transformers' built-in classes only,
+    local files only and no remote code. optimum's validation run is kept: it
+    raises when the graph's outputs do not have the model's shapes.
+
+    Raises:
+        ValueError: optimum cannot export the model.
+        OSError: the package cannot be read or ``output`` written.
+    """
+    from optimum.exporters.onnx import main_export
+
+    main_export(
+        str(spec.package),
+        output,
+        task=EXPORT_TASKS[spec.task],
+        device="cpu",
+        library_name="transformers",
+        local_files_only=True,
+        trust_remote_code=False,
+    )
+
+
+def ensure_export(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> Path:
+    """The cached graph of ``spec``, exporting it first when the cache lacks it.
+
+    The export is written into a temporary sibling folder and renamed into
+    place in one step, so a crash mid-export never leaves a half graph where
+    the next start would find it; when two processes export at once, the
+    first rename wins and the other's copy is discarded.
+
+    Returns:
+        The path of ``model.onnx``.
+
+    Raises:
+        ValueError: optimum cannot export the model.
+        OSError: the package cannot be read or the cache written.
+    """
+    target = export_dir(spec, environ)
+    graph = target / GRAPH_FILE
+    if graph.is_file():
+        return graph
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        export_onnx(spec, staging)
+        if not (staging / GRAPH_FILE).is_file():
+            raise ValueError(f"optimum wrote no {GRAPH_FILE} for {spec.package}")
+        if target.exists() and not graph.is_file():
+            shutil.rmtree(target)  # not one of ours: a complete export always has the graph
+        try:
+            staging.rename(target)
+        except OSError:
+            if not graph.is_file():  # not a concurrent export that won the race
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return graph
+
+
+def select_providers(
+    requested: Sequence[ExecutionProvider], available: Sequence[str]
+) -> list[ExecutionProvider]:
+    """The requested providers this onnxruntime build has, in order, ending with CPU.
+
+    CPU keeps its requested options when it was requested; otherwise it is
+    appended with none. Duplicates keep their first place.
+    """
+    kept: list[ExecutionProvider] = []
+    cpu_options: dict[str, Any] = {}
+    seen: set[str] = set()
+    for name, options in requested:
+        if name in seen:
+            continue
+        seen.add(name)
+        if name == CPU_PROVIDER:
+            cpu_options = dict(options)
+        elif name in available:
+            kept.append((name, dict(options)))
+    kept.append((CPU_PROVIDER, cpu_options))
+    return kept
+
+
+class OnnxEncoder:
+    """An ONNX Runtime session of an encoder graph; :meth:`encode` runs one batch.
+
+    Attributes:
+        session: the ``onnxruntime.InferenceSession``.
+        spec: the model spec.
+        graph: the graph file the session was built from.
+        providers: the providers the session runs on, preferred first.
+        dropped_providers: requested providers this onnxruntime build lacks.
+        input_names: the graph's inputs, in graph order.
+        output_name: the graph output :meth:`encode` returns.
+    """
+
+    def __init__(
+        self, session: Any, spec: ModelSpec, graph: Path, dropped_providers: list[str]
+    ) -> None:
+        self.session = session
+        self.spec = spec
+        self.graph = graph
+        self.providers: list[str] = list(session.get_providers())
+        self.dropped_providers = dropped_providers
+        self.input_types = {i.name: i.type for i in session.get_inputs()}
+        self.input_names = list(self.input_types)
+        outputs = [o.name for o in session.get_outputs()]
+        wanted = OUTPUT_NAMES[spec.task]
+        if wanted in outputs:
+            self.output_name = wanted
+        elif spec.task == "encoder" or len(outputs) == 1:
+            self.output_name = outputs[0]
+        else:
+            raise ValueError(f"the graph {graph} has no {wanted!r} output (outputs: {outputs})")
+        missing = {"input_ids", "attention_mask"} - set(self.input_names)
+        unknown = set(self.input_names) - {"input_ids", "attention_mask", "token_type_ids"}
+        if missing or unknown:
+            raise ValueError(
+                f"the graph {graph} takes inputs {self.input_names}; the engine feeds "
+                "input_ids and attention_mask (and token_type_ids when asked)"
+            )
+        for name, kind in self.input_types.items():
+            if kind not in INPUT_DTYPES:
+                raise ValueError(f"the graph input {name!r} is {kind}, not an integer tensor")
+
+    def encode(self, batch: EncoderBatch) -> torch.Tensor:
+        """Run the batch; returns float32 on the CPU (shapes as :class:`EncoderModel`).
+
+        Inputs are fed by name: ``token_type_ids`` only when the graph takes it
+        (zeros when the batch has none), never an input the graph lacks.
+
+        Raises:
+            ValueError: the graph's output has not the task's rank or rows.
+        """
+        given = {
+            "input_ids": batch.input_ids,
+            "attention_mask": batch.attention_mask,
+            "token_type_ids": (
+                batch.token_type_ids
+                if batch.token_type_ids is not None
+                else torch.zeros_like(batch.input_ids)
+            ),
+        }
+        feed = {
+            name: given[name].detach().cpu().numpy().astype(INPUT_DTYPES[kind], copy=False)
+            for name, kind in self.input_types.items()
+        }
+        (result,) = self.session.run([self.output_name], feed)
+        rank, rows = OUTPUT_RANKS[self.spec.task], batch.input_ids.shape[0]
+        if result.ndim != rank or result.shape[0] != rows:
+            raise ValueError(
+                f"the graph output {self.output_name!r} has shape {list(result.shape)}; "
+                f"task {self.spec.task} needs rank {rank} with {rows} rows"
+            )
+        return torch.from_numpy(np.ascontiguousarray(result, dtype=np.float32))
+
+
+class OnnxRuntimeEngine(Engine):
+    """ONNX Runtime; tried after ``native`` by ``--engine auto``."""
+
+    name = "onnxruntime"
+    auto_priority = 20
+
+    def supports(self, spec: Any, device: DeviceInfo) -> str | None:
+        """``None`` when the spec has an ONNX graph, or weights optimum can export; else why not."""
+        if not isinstance(spec, ModelSpec):
+            return "onnxruntime runs encoder model specs only"
+        if spec.task not in EXPORT_TASKS:
+            return f"onnxruntime does not run task {spec.task!r}"
+        if spec.hidden_layer is not None:
+            return (
+                f"onnxruntime returns the graph's last hidden state only; hidden_layer "
+                f"{spec.hidden_layer} needs --engine native"
+            )
+        if importlib.util.find_spec("onnxruntime") is None:
+            return "onnxruntime is not installed"
+        if spec.onnx is not None:
+            if spec.dtype not in ("auto", spec.released_dtype):
+                return (
+                    f"the package's ONNX graph runs at its own precision "
+                    f"({spec.released_dtype}); use --dtype auto"
+                )
+            return None
+        return self._export_refusal(spec)
+
+    @staticmethod
+    def _export_refusal(spec: ModelSpec) -> str | None:
+        if not spec.weights:
+            return "the package has neither an ONNX graph nor safetensors weights to export"
+        if spec.torch_dtype != torch.float32:
+            return (
+                "onnxruntime exports float32 graphs; use --dtype float32 (or --engine native "
+                f"for {spec.dtype if spec.dtype != 'auto' else spec.released_dtype})"
+            )
+        try:
+            exporter = importlib.util.find_spec("optimum.exporters.onnx")
+        except ImportError:  # optimum itself, or its exporters package, is missing
+            exporter = None
+        if exporter is None:
+            return "the package has no ONNX graph and optimum-onnx (to export one) is not installed"
+        importlib.import_module("optimum.exporters.onnx.model_configs")  # registers the configs
+        import transformers
+        from optimum.exporters.tasks import TasksManager
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+        if spec.model_type not in CONFIG_MAPPING_NAMES:
+            return (
+                f"transformers {transformers.__version__} has no built-in model type "
+                f"{spec.model_type!r} to export (remote code is never run)"
+            )
+        tasks: Mapping[str, Any] = {}
+        for model_type in dict.fromkeys((spec.model_type, spec.model_type.replace("_", "-"))):
+            try:
+                tasks = TasksManager.get_supported_tasks_for_model_type(
+                    model_type, exporter="onnx", library_name="transformers"
+                )
+                break
+            except KeyError:
+                continue
+        export_task = EXPORT_TASKS[spec.task]
+        if export_task not in tasks:
+            what = "" if not tasks else f" for task {export_task}"
+            return f"optimum cannot export model type {spec.model_type!r} to ONNX{what}"
+        return None
+
+    def load(self, spec: Any, device: DeviceInfo, options: Mapping[str, Any]) -> OnnxEncoder:
+        """Open ``spec``'s graph in an ONNX Runtime session, exporting it first if needed.
+
+        Options:
+            providers: ``(name, options)`` execution providers, preferred
+                first, as the accelerator's ``onnx_providers`` names them
+                (default CPU only). Those this onnxruntime build lacks are
+                dropped; ``CPUExecutionProvider`` always closes the list.
+            threads: intra-op threads of the session (``None``: ONNX Runtime's
+                default, one per core).
+
+        Raises:
+            ValueError: :meth:`supports` refuses the spec, ``threads`` is not
+                a positive int, or the graph's inputs or outputs are not an
+                encoder's.
+            OSError: the graph or weights cannot be read, or the cache written.
+        """
+        reason = self.supports(spec, device)
+        if reason is not None:
+            raise ValueError(reason)
+        threads = options.get("threads")
+        if threads is not None and (type(threads) is not int or threads < 1):
+            raise ValueError(f"threads must be a positive int or None, not {threads!r}")
+        import onnxruntime
+
+        graph = spec.package / spec.onnx if spec.onnx is not None else ensure_export(spec)
+        if not graph.is_file():
+            raise FileNotFoundError(f"the ONNX graph {graph} does not exist")
+        requested = list(options.get("providers") or [(CPU_PROVIDER, {})])
+        available = onnxruntime.get_available_providers()
+        providers = select_providers(requested, available)
+        dropped = [name for name, _ in requested if name != CPU_PROVIDER and name not in available]
+
+        session_options = onnxruntime.SessionOptions()
+        session_options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+        session_options.inter_op_num_threads = 1
+        session_options.intra_op_num_threads = threads or 0
+        session_options.use_deterministic_compute = True
+        session_options.log_severity_level = 3  # errors only: no per-node provider warnings
+        session = onnxruntime.InferenceSession(
+            str(graph),
+            sess_options=session_options,
+            providers=[name for name, _ in providers],
+            provider_options=[opts for _, opts in providers],
+        )
+        return OnnxEncoder(session, spec, graph, dropped)
+
+
+@hookimpl
+def register_engines(register: Any) -> None:
+    """Register the ``onnxruntime`` engine."""
+    register(OnnxRuntimeEngine())
