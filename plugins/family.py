@@ -41,6 +41,16 @@ class Family(abc.ABC):
     def load(self, package: Path, spec: Any, engine_model: Any) -> Any:
         """A loaded model that plans, runs and finishes surface requests."""
 
+    def fixture(self, root: Path) -> tuple[Path, str, dict[str, Any]] | None:
+        """A package this family serves, written under ``root``, with a request for it.
+
+        Returns ``(package, surface, request)``; the conformance kit detects,
+        describes and loads the package with an installed engine on the CPU,
+        then plans, runs and finishes the request. ``None`` (the default)
+        skips that check.
+        """
+        return None
+
     def golden(self, package: Path) -> Sequence[Any]:
         """Golden requests the family runs during warming; none by default."""
         return ()

@@ -13,15 +13,19 @@ violation). The plugin is registered in a plugin manager of its own with
 nothing else, so a check never depends on what else is installed. The kit
 checks that the plugin imports, that its hook implementations match the
 hookspecs, that every object it registers satisfies its layer's contract with
-a name unique in that layer, and how accelerators behave when probed.
+a name unique in that layer, how accelerators behave when probed, and that
+each family serves its own fixture through a surface (with an installed
+engine, on the CPU).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -156,6 +160,60 @@ def _check_behaviour(catalog: Catalog, report: ConformanceReport) -> None:
     for name, accelerator in catalog.layer("accelerators").items():
         for check, problem in _accelerator_problems(accelerator):
             report.add(f"accelerator {name}: {check}", problem is None, problem or "as specified")
+    for name, family in catalog.layer("families").items():
+        for check, problem in _family_problems(family):
+            report.add(f"family {name}: {check}", problem is None, problem or "as specified")
+
+
+CPU = DeviceInfo("cpu", None, "cpu", None, None, {})
+
+
+def _family_problems(family: Any) -> list[tuple[str, str | None]]:
+    """Run the family's own fixture through a surface with an installed engine on the CPU."""
+    with tempfile.TemporaryDirectory(prefix="vllm-srun-kit-") as tmp:
+        try:
+            fixture = family.fixture(Path(tmp))
+        except Exception as err:
+            return [("fixture()", f"raised {type(err).__name__}: {err}")]
+        if fixture is None:
+            return [("fixture()", "provides no fixture; return (package, surface, request)")]
+        package, surface, request = fixture
+        steps: list[tuple[str, str | None]] = [("fixture()", None)]
+        try:
+            if surface not in family.surfaces:
+                return [*steps, ("fixture surface", f"{surface!r} is not in surfaces")]
+            if not family.detect(package):
+                return [*steps, ("detect()", "does not recognise its own fixture")]
+            family.verify(package)
+            spec = family.describe(package)
+            steps.append(("detect, verify, describe", None))
+            engine, reasons = _engine_for(spec)
+            if engine is None:
+                return [*steps, ("engine", "no installed engine runs the fixture: " + reasons)]
+            loaded = family.load(package, spec, engine.load(spec, CPU, {}))
+            plan = loaded.plan(surface, request)
+            body = loaded.finish(plan, loaded.run(list(plan.items)))
+            json.dumps(body, allow_nan=False)
+            steps.append((f"{surface} through {engine.name}", None))
+        except Exception as err:
+            steps.append(("fixture run", f"raised {type(err).__name__}: {err}"))
+        return steps
+
+
+def _engine_for(spec: Any) -> tuple[Any, str]:
+    """The first installed engine (by ``auto`` order) that accepts ``spec`` on the CPU."""
+    engines = build_catalog(discover({})).layer("engines").values()
+    ranked = sorted(
+        (e for e in engines if type(e).auto_priority is not None),
+        key=lambda e: (type(e).auto_priority, e.name),
+    )
+    reasons = []
+    for engine in ranked:
+        reason = engine.supports(spec, CPU)
+        if reason is None:
+            return engine, ""
+        reasons.append(f"{engine.name}: {reason}")
+    return None, "; ".join(reasons) or "none installed"
 
 
 def _accelerator_problems(acc: Any) -> list[tuple[str, str | None]]:

@@ -15,6 +15,7 @@ from vllm_srun.plugins import Family, hookimpl
 from vllm_srun.plugins.spec import ModelSpec
 
 from . import package as packages
+from .fixture import FIXTURE_REQUEST, write_fixture
 from .inputs import TextEncoder
 from .model import TaskModel
 
@@ -48,6 +49,10 @@ class TaskHeadsFamily(Family):
     def describe(self, package: Path) -> ModelSpec:
         """The engine-facing spec of the package (see :mod:`.package`)."""
         return packages.describe(package).spec
+
+    def fixture(self, root: Path) -> tuple[Path, str, dict[str, Any]]:
+        """A tiny BERT token classifier written under ``root``, and a classify request."""
+        return write_fixture(root), "classify", dict(FIXTURE_REQUEST)
 
     def load(self, package: Path, spec: Any, engine_model: Any) -> TaskModel:
         """Wrap the engine's model with the package's tokenizer and heads."""

@@ -104,6 +104,19 @@ def test_minilm_matryoshka_dimensions_match_by_cosine(minilm):
     assert float(cosines(body, reference).min()) >= 0.99999
 
 
+def test_minilm_on_onnxruntime_through_the_optimum_export(
+    catalog, sentence_transformer, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("VLLM_SRUN_CACHE_DIR", str(tmp_path))
+    model = load_model(MINILM, catalog=catalog, engine="onnxruntime")
+    assert model.card()["engine"] == "onnxruntime"
+    assert list((tmp_path / "onnx").iterdir())  # the exported graph is cached
+    reference = sentence_transformer.encode(TEXTS, convert_to_tensor=True)
+    body = model.answer("embeddings", {"input": TEXTS, "options": {"overflow": "truncate"}})
+    assert float(cosines(body, reference).min()) >= 0.99999
+    assert model.batch_invariance["cross_request_batching"] is True
+
+
 def test_minilm_rejects_overlong_input_by_default(minilm):
     [item] = minilm.answer("embeddings", {"input": [LONG_300]})["data"]
     assert item["error"] == "max_length_exceeded"

@@ -348,3 +348,35 @@ def test_engine_choice_lists_every_reason(packages, catalog, tmp_path):
         )
     with pytest.raises(LoadError, match="device not available"):
         load_model(packages[("bert", "sequence")], catalog=catalog, device="cuda:3")
+
+
+class NanEngine:
+    """An engine model whose every output is NaN."""
+
+    def __init__(self, real):
+        self.real = real
+
+    def encode(self, batch):
+        return torch.full_like(self.real.encode(batch), float("nan"))
+
+
+@pytest.mark.parametrize(
+    ("head", "surface", "request_body"),
+    [
+        ("sequence", "classify", {"input": ["okay"]}),
+        ("token", "classify", {"input": ["okay"]}),
+        ("pooled", "embeddings", {"input": ["okay"]}),
+        ("relevance", "rerank", {"query": "q", "documents": ["okay"]}),
+    ],
+)
+def test_a_non_finite_output_is_an_item_error_never_nan_in_json(
+    packages, catalog, head, surface, request_body
+):
+    import json
+
+    model = load_model(packages[("bert", head)], catalog=catalog)
+    model.loaded.engine_model = NanEngine(model.loaded.engine_model)
+    body = model.answer(surface, request_body)
+    json.dumps(body, allow_nan=False)
+    items = body.get("results") or body.get("data")
+    assert items[0]["error"] == "invalid_model_output"
