@@ -79,7 +79,7 @@ class NativeEngine(Engine):
             )
         if not spec.weights:
             return "the package has no safetensors weights"
-        if spec.torch_dtype == torch.float16 and device.accelerator == "cpu":
+        if spec.dtype == "float16" and device.accelerator == "cpu":
             return "float16 runs on GPUs only; use --dtype float32 or bfloat16 on a CPU"
         return None
 
@@ -101,6 +101,9 @@ class NativeEngine(Engine):
         import transformers
 
         target = options.get("torch_device", torch.device("cpu"))
+        dtype = spec.torch_dtype
+        if dtype == torch.float16 and device.accelerator == "cpu":
+            dtype = torch.float32  # released in float16, served under auto on a CPU
         model_class = getattr(transformers, TASK_CLASSES[spec.task])
         model = model_class.from_pretrained(
             str(spec.package),
@@ -108,7 +111,7 @@ class NativeEngine(Engine):
             local_files_only=True,
             use_safetensors=True,
             attn_implementation=options.get("attention", "eager"),
-            dtype=spec.torch_dtype,
+            dtype=dtype,
         )
         model.to(target).eval()
         return NativeEncoder(model, spec, target)

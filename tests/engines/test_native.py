@@ -115,3 +115,12 @@ def test_bfloat16_dtype_policy(tmp_path):
     assert next(loaded.model.parameters()).dtype == torch.bfloat16
     assert loaded.encode(EncoderBatch(**padded_batch([3]))).dtype == torch.float32
     assert not loaded.model.training
+
+
+def test_a_float16_release_runs_in_float32_on_a_cpu_under_auto(tmp_path):
+    package = write_encoder(tmp_path, "bert", "encoder")
+    spec = spec_for(package, "encoder", released_dtype="float16")
+    engine = NativeEngine()
+    assert engine.supports(spec, CPU) is None
+    loaded = engine.load(spec, CPU, {})
+    assert next(loaded.model.parameters()).dtype == torch.float32
