@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -38,7 +39,112 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "devices", help="print as JSON this machine's devices and the order --device auto tries"
     )
+    add_serve_parser(commands)
     return parser
+
+
+def add_serve_parser(commands: Any) -> None:
+    """``vllm-srun serve`` and its options (defaults as the command reference gives them)."""
+    serve = commands.add_parser(
+        "serve",
+        help="serve models over HTTP",
+        description="Serve one or more models over HTTP (FastAPI on uvicorn).",
+    )
+    serve.add_argument("model", nargs="*", metavar="MODEL", help="local package directory")
+    serve.add_argument("--models", metavar="FILE", help="a models file instead of MODEL arguments")
+    serve.add_argument("--served-model-name", help="the model ID the API reports (one MODEL)")
+    serve.add_argument("--host", default="127.0.0.1", help="listen address")
+    serve.add_argument("--port", type=int, default=8100, help="listen port")
+    serve.add_argument("--uds", metavar="PATH", help="listen on a Unix socket instead of TCP")
+    serve.add_argument("--device", default="auto", help="auto, or cpu, cuda[:N], rocm[:N], ...")
+    serve.add_argument("--engine", default="auto", help="auto, native or onnxruntime")
+    serve.add_argument("--family", help="force a model-family plugin")
+    serve.add_argument("--threads", type=_positive_int, help="CPU threads (default: all cores)")
+    serve.add_argument("--max-queue", type=_positive_int, default=256)
+    serve.add_argument("--max-queued-tokens", type=_positive_int, default=4_194_304)
+    serve.add_argument("--max-num-seqs", type=_positive_int, default=8192)
+    serve.add_argument("--max-num-batched-tokens", type=_positive_int, default=65536)
+    serve.add_argument("--batch-window-ms", type=_non_negative_float, default=2.0)
+    serve.add_argument(
+        "--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16")
+    )
+    serve.add_argument("--max-request-bytes", type=_positive_int, default=33_554_432)
+    serve.add_argument("--max-bundle-tasks", type=_positive_int, default=64)
+    serve.add_argument("--result-cache-entries", type=_non_negative_int, default=16384)
+    serve.add_argument("--shutdown-grace-seconds", type=_non_negative_float, default=30.0)
+    serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
+
+
+def serve_config(args: argparse.Namespace) -> Any:
+    """The :class:`~vllm_srun.serve.config.ServeConfig` of parsed ``serve`` arguments.
+
+    Raises:
+        ConfigError: no model, both MODEL and --models, --served-model-name
+            with several models, or a bad models file.
+    """
+    from vllm_srun.serve.config import ConfigError, ModelConfig, ServeConfig, read_models_file
+
+    defaults = ModelConfig(
+        model="",
+        device=args.device,
+        engine=args.engine,
+        family=args.family,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        batch_window_ms=args.batch_window_ms,
+        dtype=args.dtype,
+    )
+    if args.models and args.model:
+        raise ConfigError("give MODEL arguments or --models FILE, not both")
+    if args.models:
+        models = read_models_file(args.models, defaults)
+    elif args.model:
+        models = [dataclasses.replace(defaults, model=m) for m in args.model]
+    else:
+        raise ConfigError("name at least one MODEL (a package directory) or --models FILE")
+    if args.served_model_name:
+        if len(models) != 1:
+            raise ConfigError("--served-model-name applies to a single MODEL")
+        models[0].name = args.served_model_name
+    names = [m.served_name for m in models]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError(f"two models share the ID {', '.join(duplicates)}; give each a name")
+    return ServeConfig(
+        models=models,
+        host=args.host,
+        port=args.port,
+        uds=args.uds,
+        threads=args.threads,
+        max_queue=args.max_queue,
+        max_queued_tokens=args.max_queued_tokens,
+        max_request_bytes=args.max_request_bytes,
+        max_bundle_tasks=args.max_bundle_tasks,
+        result_cache_entries=args.result_cache_entries,
+        shutdown_grace_seconds=args.shutdown_grace_seconds,
+        log_level=args.log_level,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -67,6 +173,15 @@ def _plugin_output_to_stderr() -> Iterator[TextIO]:
 def _dispatch(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "serve":
+        from vllm_srun.serve.config import ConfigError
+        from vllm_srun.serve.main import serve
+
+        try:
+            config = serve_config(args)
+        except ConfigError as err:
+            parser.error(str(err))
+        return serve(config)
     if args.command not in ("plugins", "devices"):
         parser.print_help()
         return 2

@@ -126,6 +126,24 @@ class WorkItem:
         return len(self.input_ids)
 
 
+@dataclass(frozen=True)
+class RowError:
+    """A row that produced no output: its input answers with this item error.
+
+    Attributes:
+        code: one of :data:`ITEM_ERRORS` (``deadline_exceeded``,
+            ``internal_error``, ...).
+        message: what happened and what to do.
+    """
+
+    code: str
+    message: str
+
+
+RowOutput = torch.Tensor | RowError
+"""What ``finish`` receives per planned row: the engine's output, or why there is none."""
+
+
 class Plan(Protocol):
     """A planned surface request: the rows to run (the rest is the family's own state)."""
 
@@ -151,6 +169,10 @@ class LoadedModel(Protocol):
         """One output per item, in order (float32, on the CPU)."""
         ...
 
-    def finish(self, plan: Plan, outputs: list[torch.Tensor]) -> dict[str, object]:
-        """The response body for a plan, given one output per planned item."""
+    def finish(self, plan: Plan, outputs: list[RowOutput]) -> dict[str, object]:
+        """The response body for a plan, given one output (or :class:`RowError`) per item.
+
+        An input any of whose rows failed answers with that row's error in its
+        place; its siblings answer normally.
+        """
         ...

@@ -10,7 +10,14 @@ from typing import Any
 import torch
 
 from vllm_srun.plugins.spans import decode_spans
-from vllm_srun.plugins.spec import EncoderBatch, EncoderModel, RequestError, WorkItem
+from vllm_srun.plugins.spec import (
+    EncoderBatch,
+    EncoderModel,
+    RequestError,
+    RowError,
+    RowOutput,
+    WorkItem,
+)
 from vllm_srun.plugins.windows import DEFAULT_OVERLAP
 
 from .inputs import EncodedInput, InputPolicy, TextEncoder
@@ -66,6 +73,11 @@ def _texts(value: Any, name: str, allow_pairs: bool) -> tuple[list[str], list[st
             shape = "a string or {text, text_pair}" if allow_pairs else "a string"
             raise RequestError("invalid_request", f"{name}[{index}] must be {shape}")
     return texts, pairs
+
+
+def _failed(rows: list[Any]) -> RowError | None:
+    """The first failed row of an input, if any."""
+    return next((r for r in rows if isinstance(r, RowError)), None)
 
 
 def _finite(tensor: torch.Tensor) -> bool:
@@ -279,9 +291,12 @@ class TaskModel:
         return [self.encoder.encode(text, None, policy).rows[0] for text in PROBE_TEXTS]
 
     # -- finish -----------------------------------------------------------------------------
-    def finish(self, plan: TaskPlan, outputs: list[torch.Tensor]) -> dict[str, Any]:
-        """The response body (without ``model``) for a plan and one output per planned row."""
-        per_input: list[list[torch.Tensor]] = []
+    def finish(self, plan: TaskPlan, outputs: list[RowOutput]) -> dict[str, Any]:
+        """The response body (without ``model``) for a plan and one output per planned row.
+
+        An input with a failed row (:class:`RowError`) answers with that error in its place.
+        """
+        per_input: list[list[Any]] = []
         cursor = 0
         for encoded in plan.inputs:
             per_input.append(outputs[cursor : cursor + len(encoded.rows)])
@@ -321,6 +336,9 @@ class TaskModel:
         item: dict[str, Any] = {"object": "embedding", "index": index}
         if encoded.error is not None:
             return {**item, "error": encoded.error[0], "message": encoded.error[1]}
+        failed = _failed(rows)
+        if failed is not None:
+            return {**item, "error": failed.code, "message": failed.message}
         pooling = self.description.pooling
         assert pooling is not None
         vector = finish_embedding(
@@ -343,6 +361,9 @@ class TaskModel:
     ) -> dict[str, Any]:
         if encoded.error is not None:
             return _error(index, *encoded.error)
+        failed = _failed(rows)
+        if failed is not None:
+            return _error(index, failed.code, failed.message)
         head = plan.head
         result: dict[str, Any] = {"index": index, "input": encoded.usage()}
         if not all(_finite(r) for r in rows):
@@ -384,6 +405,10 @@ class TaskModel:
                 if encoded.error is not None:
                     results.append(_error(index, *encoded.error))
                     continue
+                failed = _failed(rows)
+                if failed is not None:
+                    results.append(_error(index, failed.code, failed.message))
+                    continue
                 logit = float(rows[0].reshape(-1)[0])
                 if not math.isfinite(logit):
                     results.append(_error(index, "invalid_model_output", "the logit is not finite"))
@@ -393,13 +418,22 @@ class TaskModel:
             documents = plan.texts
         else:
             query_encoded, query_rows = plan.inputs[0], per_input[0]
-            query = torch.nn.functional.normalize(self._pooled(query_encoded, query_rows), dim=0)
+            query_failed = _failed(query_rows)
+            query = torch.zeros(0)
+            if query_failed is None:
+                query = torch.nn.functional.normalize(
+                    self._pooled(query_encoded, query_rows), dim=0
+                )
             documents = plan.texts[1:]
             for index, (encoded, rows) in enumerate(
                 zip(plan.inputs[1:], per_input[1:], strict=True)
             ):
                 if encoded.error is not None:
                     results.append(_error(index, *encoded.error))
+                    continue
+                failed = query_failed or _failed(rows)
+                if failed is not None:
+                    results.append(_error(index, failed.code, failed.message))
                     continue
                 doc = torch.nn.functional.normalize(self._pooled(encoded, rows), dim=0)
                 cosine = float(torch.dot(query, doc))

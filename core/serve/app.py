@@ -1,0 +1,313 @@
+"""The HTTP surfaces: routes, request limits, errors and ``Server-Timing``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from vllm_srun import __version__
+
+from . import schemas
+from .runtime import ApiError, Planned, Runtime, Timing
+
+SURFACE_REQUESTS = {
+    "embeddings": schemas.EmbeddingsRequest,
+    "classify": schemas.ClassifyRequest,
+    "rerank": schemas.RerankRequest,
+}
+SURFACE_RESPONSES = {
+    "embeddings": schemas.EmbeddingsResponse,
+    "classify": schemas.ClassifyResponse,
+    "rerank": schemas.RerankResponse,
+}
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": schemas.ErrorResponse} for status in (400, 404, 413, 422, 429, 500, 503)
+}
+
+
+class JSON(Response):
+    """A JSON response rendered with orjson (no NaN can appear: families refuse it first)."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        """Serialise ``content``."""
+        return orjson.dumps(content)
+
+
+class BodyTooLarge(Exception):
+    """The request body is over ``--max-request-bytes``."""
+
+
+class Envelope:
+    """ASGI middleware: the body limit before anything is buffered, and ``Server-Timing``.
+
+    A ``Content-Length`` over the limit is answered 413 without reading the
+    body; a chunked body is cut off as soon as it passes the limit. Every
+    response without its own ``Server-Timing`` gets ``total``.
+    """
+
+    def __init__(self, app: ASGIApp, max_request_bytes: int) -> None:
+        self.app = app
+        self.limit = max_request_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+                await _too_large(send, self.limit)
+                return
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise BodyTooLarge()
+            return message
+
+        async def timed_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                if not any(k == b"server-timing" for k, _ in headers):
+                    total = (time.perf_counter() - started) * 1000
+                    headers.append((b"server-timing", f"total;dur={total:.3f}".encode()))
+                    message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, limited_receive, timed_send)
+
+
+async def _too_large(send: Send, limit: int) -> None:
+    body = orjson.dumps(
+        {"error": {"code": "request_too_large", "message": f"the body is over {limit} bytes"}}
+    )
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"server-timing", b"total;dur=0.000"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def _validation_message(err: RequestValidationError) -> str:
+    """One line per problem: where it is and what is wrong."""
+    problems = []
+    for error in err.errors():
+        location = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
+        if error.get("type") == "json_invalid":
+            context = error.get("ctx", {}).get("error", "")
+            problems.append(f"malformed JSON: {context}".rstrip(": "))
+            continue
+        problems.append(f"{location or 'body'}: {error.get('msg', 'invalid')}")
+    return "; ".join(dict.fromkeys(problems)) or "invalid request"
+
+
+def build_app(runtime: Runtime) -> FastAPI:
+    """The FastAPI application serving ``runtime``'s models."""
+    app = FastAPI(
+        title="vllm-srun",
+        version=__version__,
+        description="Model runtime for semantic routers: encoder task models behind one contract.",
+    )
+    app.add_middleware(Envelope, max_request_bytes=runtime.config.max_request_bytes)
+    metrics = runtime.metrics
+
+    def respond(status: int, body: Any, timing: Timing | None = None) -> JSON:
+        headers = {"server-timing": timing.header()} if timing is not None else None
+        return JSON(body, status_code=status, headers=headers)
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, err: ApiError) -> Response:
+        return respond(err.status, err.body(), getattr(request.state, "timing", None))
+
+    @app.exception_handler(BodyTooLarge)
+    async def body_too_large(request: Request, err: BodyTooLarge) -> Response:
+        limit = runtime.config.max_request_bytes
+        return respond(413, ApiError("request_too_large", f"the body is over {limit} bytes").body())
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, err: RequestValidationError) -> Response:
+        return respond(400, ApiError("invalid_request", _validation_message(err)).body())
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, err: StarletteHTTPException) -> Response:
+        message = f"{request.method} {request.url.path}: {err.detail}"
+        return respond(err.status_code, {"error": {"code": "invalid_request", "message": message}})
+
+    @app.exception_handler(Exception)
+    async def crashed(request: Request, err: Exception) -> Response:
+        return respond(500, ApiError("internal_error", f"{type(err).__name__}").body())
+
+    async def answer(surface: str, request: Request, body: Any) -> Response:
+        timing = Timing()
+        request.state.timing = timing
+        payload = body.model_dump(exclude_none=True)
+        timing.add("parse", time.perf_counter() - timing.started)
+        name = payload.get("model") or "-"
+        status = 200
+        try:
+            planned = await runtime.plan(surface, payload, timing)
+            name = planned.state.name
+            runtime.submit([planned], timing)
+            result = await runtime.wait(planned, request.is_disconnected)
+            return respond(200, result, timing)
+        except ApiError as err:
+            status = err.status
+            raise
+        finally:
+            metrics.requests.labels(model=name, surface=surface, status=str(status)).inc()
+            metrics.request_duration.labels(model=name, surface=surface).observe(
+                time.perf_counter() - timing.started
+            )
+
+    @app.post(
+        "/v1/embeddings",
+        response_model=None,
+        responses={200: {"model": schemas.EmbeddingsResponse}, **ERROR_RESPONSES},
+    )
+    async def embeddings(request: Request, body: schemas.EmbeddingsRequest) -> Response:
+        """OpenAI-compatible embeddings."""
+        return await answer("embeddings", request, body)
+
+    @app.post(
+        "/v1/classify",
+        response_model=None,
+        responses={200: {"model": schemas.ClassifyResponse}, **ERROR_RESPONSES},
+    )
+    async def classify(request: Request, body: schemas.ClassifyRequest) -> Response:
+        """Label distributions, label scores or token spans of a head."""
+        return await answer("classify", request, body)
+
+    @app.post(
+        "/v1/rerank",
+        response_model=None,
+        responses={200: {"model": schemas.RerankResponse}, **ERROR_RESPONSES},
+    )
+    async def rerank(request: Request, body: schemas.RerankRequest) -> Response:
+        """Documents by descending relevance to a query."""
+        return await answer("rerank", request, body)
+
+    @app.post(
+        "/v1/bundle",
+        response_model=None,
+        responses={200: {"model": schemas.BundleResponse}, **ERROR_RESPONSES},
+    )
+    async def bundle(request: Request, body: schemas.BundleRequest) -> Response:
+        """Several surface requests in one call; results in task order, each with its status."""
+        timing = Timing()
+        request.state.timing = timing
+        limit = runtime.config.max_bundle_tasks
+        if len(body.tasks) > limit:
+            raise ApiError(
+                "request_too_large", f"the bundle has {len(body.tasks)} tasks; at most {limit}"
+            )
+        tasks = []
+        for index, task in enumerate(body.tasks):
+            surfaces = [s for s in SURFACE_REQUESTS if getattr(task, s) is not None]
+            if len(surfaces) != 1:
+                raise ApiError(
+                    "invalid_request",
+                    f"tasks[{index}] ({task.id}) must have exactly one of "
+                    f"{', '.join(SURFACE_REQUESTS)}",
+                )
+            tasks.append(
+                (task.id, surfaces[0], getattr(task, surfaces[0]).model_dump(exclude_none=True))
+            )
+        timing.add("parse", time.perf_counter() - timing.started)
+        default_deadline = body.options.deadline_ms if body.options else None
+        outcomes: list[Any] = await asyncio.gather(
+            *(runtime.plan(surface, payload, timing) for _, surface, payload in tasks),
+            return_exceptions=True,
+        )
+        groups: dict[str, list[Planned]] = {}
+        for outcome in outcomes:
+            if isinstance(outcome, Planned):
+                if outcome.deadline_ms is None:
+                    outcome.deadline_ms = default_deadline
+                groups.setdefault(outcome.state.name, []).append(outcome)
+        for group in groups.values():
+            try:
+                runtime.submit(group, timing)
+            except ApiError as err:
+                for planned in group:
+                    outcomes[outcomes.index(planned)] = err
+        results = []
+        for (task_id, surface, _), outcome in zip(tasks, outcomes, strict=True):
+            if isinstance(outcome, Planned):
+                try:
+                    outcome = await runtime.wait(outcome, request.is_disconnected)
+                except ApiError as err:
+                    outcome = err
+            if isinstance(outcome, ApiError):
+                results.append(
+                    {"id": task_id, "status": outcome.status, "error": outcome.body()["error"]}
+                )
+            elif isinstance(outcome, BaseException):
+                error = ApiError("internal_error", type(outcome).__name__)
+                results.append({"id": task_id, "status": 500, "error": error.body()["error"]})
+            else:
+                results.append({"id": task_id, "status": 200, surface: outcome})
+        return respond(200, {"results": results}, timing)
+
+    @app.get("/v1/models", response_model=None, responses={200: {"model": schemas.ModelsResponse}})
+    async def models() -> Response:
+        """Every model's card, the process limits and the active plugins."""
+        plugins = [
+            {"name": p.name, "distribution": p.distribution, "version": p.version, "error": p.error}
+            for p in runtime.catalog.plugins
+        ]
+        return respond(
+            200,
+            {
+                "object": "list",
+                "api_version": schemas.API_VERSION,
+                "limits": {
+                    "max_bundle_tasks": runtime.config.max_bundle_tasks,
+                    "max_request_bytes": runtime.config.max_request_bytes,
+                },
+                "plugins": plugins,
+                "data": runtime.cards(),
+            },
+        )
+
+    @app.get(
+        "/health",
+        response_model=None,
+        responses={200: {"model": schemas.HealthResponse}, 503: {"model": schemas.HealthResponse}},
+    )
+    async def health() -> Response:
+        """200 only when every model is ready; 503 with per-model states otherwise."""
+        status, body = runtime.health()
+        return respond(status, body)
+
+    @app.get("/health/live", response_model=None, responses={200: {"model": schemas.LiveResponse}})
+    async def live() -> Response:
+        """200 while the process serves HTTP."""
+        return respond(200, {"status": "alive", "api_version": schemas.API_VERSION})
+
+    @app.get("/metrics", response_model=None)
+    async def prometheus() -> Response:
+        """Prometheus text exposition."""
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    return app

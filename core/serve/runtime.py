@@ -1,0 +1,384 @@
+"""The serving runtime: models with their states and schedulers, and how a request is answered.
+
+Data flows one way: the route parses and validates, :meth:`Runtime.plan`
+tokenises off the event loop, the model's scheduler admits and batches,
+its worker thread runs the forward and the family's ``finish``, and the
+answer comes back to the event loop through a future.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm_srun.loader import LoadError, ServedModel, load_model
+from vllm_srun.plugins import Catalog, load_catalog
+from vllm_srun.plugins.spec import RequestError, RowOutput
+from vllm_srun.scheduler import Job, ModelScheduler, Overloaded, SchedulerLimits, Stopped
+
+from .config import ModelConfig, ServeConfig
+from .metrics import Metrics
+from .schemas import API_VERSION
+
+log = logging.getLogger(__name__)
+
+STATUS_OF_CODE = {
+    "invalid_request": 400,
+    "model_not_found": 404,
+    "request_too_large": 413,
+    "unsupported_surface": 422,
+    "overloaded": 429,
+    "internal_error": 500,
+    "not_ready": 503,
+}
+
+
+class ApiError(Exception):
+    """A request-level failure: an HTTP status with ``{"error": {"code", "message"}}``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = STATUS_OF_CODE[code]
+
+    def body(self) -> dict[str, Any]:
+        """The error document."""
+        return {"error": {"code": self.code, "message": self.message}}
+
+
+@dataclass
+class Timing:
+    """``Server-Timing`` phases of one request, in seconds."""
+
+    started: float = field(default_factory=time.perf_counter)
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def add(self, phase: str, seconds: float) -> None:
+        """Accumulate ``seconds`` into ``phase``."""
+        self.phases[phase] = self.phases.get(phase, 0.0) + seconds
+
+    def header(self) -> str:
+        """``parse;dur=0.12, tokenize;dur=0.31, ..., total;dur=2.4`` (milliseconds)."""
+        total = time.perf_counter() - self.started
+        order = ("parse", "tokenize", "queue", "forward", "post")
+        parts = [f"{p};dur={self.phases.get(p, 0.0) * 1000:.3f}" for p in order]
+        parts.append(f"total;dur={total * 1000:.3f}")
+        return ", ".join(parts)
+
+
+@dataclass
+class ModelState:
+    """One served model: its configuration, lifecycle state and, once ready, its scheduler."""
+
+    config: ModelConfig
+    status: str = "loading"
+    reason: str | None = None
+    served: ServedModel | None = None
+    scheduler: ModelScheduler | None = None
+
+    @property
+    def name(self) -> str:
+        """The model ID requests use."""
+        return self.config.served_name
+
+
+@dataclass
+class Planned:
+    """A surface request planned for one model, ready to submit."""
+
+    state: ModelState
+    surface: str
+    plan: Any
+    deadline_ms: float | None = None
+    job: Job | None = None
+    future: asyncio.Future[dict[str, Any]] | None = None
+
+
+class Runtime:
+    """Everything a serving process holds: models, schedulers, metrics, limits.
+
+    Args:
+        config: the ``serve`` options and models.
+        catalog: the composed plugins (discovered when omitted).
+        loader: how a model is loaded (tests pass a fake).
+    """
+
+    def __init__(
+        self,
+        config: ServeConfig,
+        catalog: Catalog | None = None,
+        loader: Callable[..., ServedModel] = load_model,
+    ) -> None:
+        self.config = config
+        self.catalog = catalog or load_catalog()
+        self.loader = loader
+        self.metrics = Metrics()
+        self.models = {m.served_name: ModelState(m) for m in config.models}
+        self.accepting = True
+        self.started = False
+        self.executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=4, thread_name_prefix="plan"
+        )
+        for name in self.models:
+            self.metrics.model_ready.labels(model=name).set(0)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start_loading(self) -> threading.Thread:
+        """Load every model in a background thread; HTTP serves meanwhile."""
+        self.started = True
+        thread = threading.Thread(target=self._load_all, name="model-loader", daemon=True)
+        thread.start()
+        return thread
+
+    def _load_all(self) -> None:
+        for state in self.models.values():
+            self.load(state)
+
+    def load(self, state: ModelState) -> None:
+        """Load one model and start its scheduler; a failure is its ``failed`` state."""
+        cfg = state.config
+        try:
+            served = self.loader(
+                cfg.model,
+                catalog=self.catalog,
+                name=state.name,
+                device=cfg.device,
+                engine=cfg.engine,
+                family=cfg.family,
+                dtype=cfg.dtype,
+                threads=self.config.threads,
+                max_num_seqs=cfg.max_num_seqs,
+                max_num_batched_tokens=cfg.max_num_batched_tokens,
+            )
+        except LoadError as err:
+            state.status, state.reason = "failed", str(err)
+            log.error("model %s failed to load: %s", state.name, err)
+            return
+        except Exception as err:
+            state.status = "failed"
+            state.reason = f"loading raised {type(err).__name__}: {err}"
+            log.exception("model %s failed to load", state.name)
+            return
+        limits = SchedulerLimits(
+            max_queue=self.config.max_queue,
+            max_queued_tokens=self.config.max_queued_tokens,
+            max_num_seqs=cfg.max_num_seqs,
+            max_num_batched_tokens=cfg.max_num_batched_tokens,
+            batch_window_ms=cfg.batch_window_ms,
+            result_cache_entries=self.config.result_cache_entries,
+            cross_request_batching=bool(served.batch_invariance.get("cross_request_batching")),
+        )
+        state.served = served
+        state.scheduler = ModelScheduler(
+            state.name, served.loaded.run, limits, self.metrics.for_model(state.name)
+        )
+        state.status, state.reason = "ready", None
+        self.metrics.model_ready.labels(model=state.name).set(1)
+        log.info(
+            "model %s is ready on %s (%s)",
+            state.name,
+            served.placement.device.device,
+            served.engine.name,
+        )
+
+    def stop(self) -> bool:
+        """Stop admitting, finish queued work within the grace period; whether all finished."""
+        self.accepting = False
+        grace = self.config.shutdown_grace_seconds
+        finished = True
+        for state in self.models.values():
+            if state.scheduler is not None:
+                finished = state.scheduler.stop(grace) and finished
+            self.metrics.model_ready.labels(model=state.name).set(0)
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        return finished
+
+    # -- health -----------------------------------------------------------------------------
+    def health(self) -> tuple[int, dict[str, Any]]:
+        """``/health``: 200 only when every model is ready."""
+        models = {n: {"status": s.status, "reason": s.reason} for n, s in self.models.items()}
+        states = {s.status for s in self.models.values()}
+        reason = None
+        if not self.accepting:
+            status, reason = "failed", "shutting down"
+        elif not self.started:
+            status = "starting"
+        elif states == {"ready"}:
+            status = "ready"
+        elif states == {"failed"}:
+            status, reason = "failed", "every model failed to load"
+        elif "loading" in states:
+            status = "loading"
+        elif "warming" in states:
+            status = "warming"
+        else:
+            status, reason = "degraded", "some models failed to load"
+        body = {"status": status, "api_version": API_VERSION, "reason": reason, "models": models}
+        return (200 if status == "ready" else 503), body
+
+    def cards(self) -> list[dict[str, Any]]:
+        """Every model's ``/v1/models`` card."""
+        cards = []
+        for state in self.models.values():
+            card: dict[str, Any] = {
+                "id": state.name,
+                "family": None,
+                "repo": None,
+                "revision": state.config.revision,
+                "model_sha256": None,
+                "verification": None,
+                "surfaces": [],
+                "question_types": [],
+                "heads": [],
+                "embedding": None,
+                "limits": {},
+                "licence": None,
+                "profile": "exact",
+                "profiles": ["exact"],
+                "engine": None,
+                "accelerator": None,
+                "device": None,
+                "dtype": state.config.dtype,
+                "parameters": None,
+                "status": state.status,
+                "reason": state.reason,
+                "golden": {
+                    "status": "unverified",
+                    "checked": False,
+                    "matched": None,
+                    "reference": None,
+                },
+            }
+            if state.served is not None:
+                card.update(state.served.card())
+                card["id"] = state.name
+            cards.append(card)
+        return cards
+
+    # -- answering --------------------------------------------------------------------------
+    def resolve(self, name: str | None) -> ModelState:
+        """The model a request names (optional while one model is served).
+
+        Raises:
+            ApiError: 404 ``model_not_found``; 503 ``not_ready`` while it loads,
+                after it failed, or while the process shuts down.
+        """
+        if not self.accepting:
+            raise ApiError("not_ready", "the server is shutting down; retry on another replica")
+        if name is None:
+            if len(self.models) != 1:
+                names = ", ".join(self.models)
+                raise ApiError("invalid_request", f"name the model: one of {names}")
+            state = next(iter(self.models.values()))
+        elif name in self.models:
+            state = self.models[name]
+        else:
+            served = ", ".join(self.models) or "none"
+            raise ApiError(
+                "model_not_found", f"model {name!r} is not served here (served: {served})"
+            )
+        if state.status != "ready" or state.scheduler is None:
+            why = f": {state.reason}" if state.reason else ""
+            raise ApiError("not_ready", f"model {state.name} is {state.status}{why}")
+        return state
+
+    async def plan(self, surface: str, body: dict[str, Any], timing: Timing) -> Planned:
+        """Resolve the model and plan the request off the event loop.
+
+        Raises:
+            ApiError: 400/404/422/503 as :meth:`resolve` and the family's plan say.
+        """
+        state = self.resolve(body.get("model"))
+        served = state.served
+        assert served is not None
+        started = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        try:
+            plan = await loop.run_in_executor(self.executor, served.loaded.plan, surface, body)
+        except RequestError as err:
+            raise ApiError(err.code, err.message) from err
+        finally:
+            timing.add("tokenize", time.perf_counter() - started)
+        deadline_ms = (body.get("options") or {}).get("deadline_ms")
+        return Planned(state, surface, plan, deadline_ms)
+
+    def submit(self, planned: list[Planned], timing: Timing) -> None:
+        """Admit planned requests of one model at once (each gets a job and a future).
+
+        Raises:
+            ApiError: 429 ``overloaded`` or 503 ``not_ready``; nothing is admitted then.
+        """
+        loop = asyncio.get_running_loop()
+        now = time.monotonic()
+        for item in planned:
+            deadline = None if item.deadline_ms is None else now + item.deadline_ms / 1000
+            item.future = loop.create_future()
+            item.job = Job(
+                list(item.plan.items),
+                self._answerer(item, loop, timing),
+                deadline=deadline,
+            )
+        scheduler = planned[0].state.scheduler
+        assert scheduler is not None
+        try:
+            scheduler.submit([item.job for item in planned if item.job is not None])
+        except Overloaded as err:
+            raise ApiError("overloaded", str(err)) from err
+        except Stopped as err:
+            raise ApiError("not_ready", str(err)) from err
+
+    def _answerer(
+        self, item: Planned, loop: asyncio.AbstractEventLoop, timing: Timing
+    ) -> Callable[[list[RowOutput]], None]:
+        """The job's completion: finish on the worker thread, hand the body to the loop."""
+        served = item.state.served
+        assert served is not None
+
+        def on_done(outputs: list[RowOutput]) -> None:
+            job = item.job
+            assert job is not None
+            if job.dispatched_at is not None:
+                timing.add("queue", job.dispatched_at - job.enqueued)
+            timing.add("forward", job.forward_seconds)
+            started = time.perf_counter()
+            try:
+                body: Any = {"model": item.state.name, **served.loaded.finish(item.plan, outputs)}
+            except Exception as err:
+                log.exception("model %s: finishing a response failed", item.state.name)
+                body = ApiError(
+                    "internal_error", f"finishing the response failed: {type(err).__name__}"
+                )
+            timing.add("post", time.perf_counter() - started)
+            loop.call_soon_threadsafe(_resolve, item.future, body)
+
+        return on_done
+
+    async def wait(
+        self, item: Planned, disconnected: Callable[[], Awaitable[bool]]
+    ) -> dict[str, Any]:
+        """The answer of a submitted request; a client that goes away cancels its queued rows."""
+        assert item.future is not None and item.job is not None
+        while True:
+            done, _ = await asyncio.wait({item.future}, timeout=0.25)
+            if done:
+                return item.future.result()
+            if await disconnected():
+                assert item.state.scheduler is not None
+                item.state.scheduler.cancel(item.job)
+                raise asyncio.CancelledError("client disconnected")
+
+
+def _resolve(future: asyncio.Future[Any] | None, body: Any) -> None:
+    if future is None or future.done():
+        return
+    if isinstance(body, BaseException):
+        future.set_exception(body)
+    else:
+        future.set_result(body)

@@ -1,0 +1,303 @@
+"""Request and response models of every surface: the HTTP contract (``/openapi.json``).
+
+Field names follow the router's model runtime contract so existing clients
+work unchanged. Requests are validated here for shape; a model validates what
+depends on it (``dimensions`` against its size, ``head`` against its heads).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+API_VERSION = "v1"
+
+
+class Strict(BaseModel):
+    """Unknown fields are an error: a typo must not be silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- shared -------------------------------------------------------------------------------
+class ErrorBody(Strict):
+    code: Literal[
+        "invalid_request",
+        "model_not_found",
+        "request_too_large",
+        "unsupported_surface",
+        "overloaded",
+        "internal_error",
+        "not_ready",
+    ]
+    message: str
+
+
+class ErrorResponse(Strict):
+    """Every request-level failure: ``{"error": {"code", "message"}}``."""
+
+    error: ErrorBody
+
+
+class WindowOptions(Strict):
+    tokens: int | None = Field(
+        None, ge=1, description="Window length in tokens, specials included."
+    )
+    overlap: int | None = Field(
+        None, ge=0, description="Content tokens neighbouring windows share."
+    )
+
+
+class InputOptions(Strict):
+    overflow: Literal["reject", "truncate", "window"] = "reject"
+    max_tokens: int | None = Field(None, ge=1)
+    deadline_ms: float | None = Field(
+        None, gt=0, description="Answer within this many ms, or deadline_exceeded."
+    )
+
+
+class ClassifyOptions(InputOptions):
+    window: WindowOptions | None = None
+    threshold: float | None = Field(None, ge=0, le=1)
+    aggregation: Literal["max", "first", "average", "none"] | None = None
+
+
+class InputUsage(Strict):
+    tokens: int
+    processed_tokens: int
+    truncated: bool
+    windows: int
+
+
+class Usage(Strict):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class ItemError(Strict):
+    index: int
+    error: Literal[
+        "invalid_input",
+        "max_length_exceeded",
+        "scan_budget_exceeded",
+        "invalid_model_output",
+        "deadline_exceeded",
+        "internal_error",
+    ]
+    message: str
+
+
+# -- embeddings ---------------------------------------------------------------------------
+class EmbeddingsRequest(BaseModel):
+    """OpenAI-compatible; unknown OpenAI fields (``user``) are accepted and ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    input: str | list[str]
+    model: str | None = None
+    dimensions: int | None = Field(None, ge=1)
+    encoding_format: Literal["float", "base64"] = "float"
+    options: InputOptions | None = None
+
+
+class Embedding(Strict):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str
+    input: InputUsage
+
+
+class EmbeddingError(ItemError):
+    object: Literal["embedding"] = "embedding"
+
+
+class EmbeddingsResponse(Strict):
+    object: Literal["list"] = "list"
+    data: list[Embedding | EmbeddingError]
+    model: str
+    usage: Usage
+
+
+# -- classify -----------------------------------------------------------------------------
+class TextPair(Strict):
+    text: str
+    text_pair: str | None = None
+
+
+class ClassifyRequest(Strict):
+    input: str | list[str] | list[TextPair]
+    model: str | None = None
+    head: str | None = None
+    options: ClassifyOptions | None = None
+
+
+class Span(Strict):
+    start: int = Field(description="Unicode code point, inclusive.")
+    end: int = Field(description="Unicode code point, exclusive.")
+    text: str
+    label: str
+    probability: float
+
+
+class ClassifyResult(Strict):
+    index: int
+    input: InputUsage
+    label: str | None = None
+    probabilities: list[float] | None = None
+    scores: list[float] | None = None
+    selected: list[str] | None = None
+    spans: list[Span] | None = None
+
+
+class ClassifyResponse(Strict):
+    model: str
+    head: str
+    kind: Literal["sequence", "scores", "token"]
+    labels: list[str]
+    results: list[ClassifyResult | ItemError]
+    usage: Usage
+
+
+# -- rerank -------------------------------------------------------------------------------
+class RerankRequest(Strict):
+    query: str
+    documents: list[str]
+    model: str | None = None
+    top_n: int | None = Field(None, ge=1)
+    return_documents: bool = False
+    options: InputOptions | None = None
+
+
+class RerankResult(Strict):
+    index: int
+    relevance_score: float
+    logit: float
+    document: str | None = None
+
+
+class RerankResponse(Strict):
+    model: str
+    results: list[RerankResult | ItemError]
+    usage: Usage
+
+
+# -- bundle -------------------------------------------------------------------------------
+class BundleOptions(Strict):
+    deadline_ms: float | None = Field(None, gt=0)
+
+
+class BundleTask(Strict):
+    id: str
+    embeddings: EmbeddingsRequest | None = None
+    classify: ClassifyRequest | None = None
+    rerank: RerankRequest | None = None
+
+
+class BundleRequest(Strict):
+    tasks: list[BundleTask]
+    options: BundleOptions | None = None
+
+
+class BundleResult(Strict):
+    id: str
+    status: int
+    embeddings: EmbeddingsResponse | None = None
+    classify: ClassifyResponse | None = None
+    rerank: RerankResponse | None = None
+    error: ErrorBody | None = None
+
+
+class BundleResponse(Strict):
+    results: list[BundleResult]
+
+
+# -- models and health --------------------------------------------------------------------
+class Head(Strict):
+    name: str
+    kind: str
+    labels: list[str]
+    inputs: list[str]
+    overflow: list[str]
+    window: dict[str, int]
+    reduction: str
+
+
+class EmbeddingInfo(Strict):
+    dimensions: int
+    normalized: bool
+    pooling: str
+    max_tokens: int
+
+
+class Golden(Strict):
+    status: str
+    checked: bool
+    matched: bool | None
+    reference: str | None
+
+
+class ModelCard(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    family: str | None
+    repo: str | None
+    revision: str | None
+    model_sha256: str | None
+    verification: str | None
+    surfaces: list[str]
+    question_types: list[str]
+    heads: list[Head]
+    embedding: EmbeddingInfo | None
+    limits: dict[str, Any]
+    licence: str | None
+    profile: str
+    profiles: list[str]
+    engine: str | None
+    accelerator: str | None
+    device: str | None
+    dtype: str | None
+    parameters: int | None
+    status: Literal["loading", "warming", "ready", "failed"]
+    reason: str | None
+    golden: Golden
+
+
+class ProcessLimits(Strict):
+    max_bundle_tasks: int
+    max_request_bytes: int
+
+
+class PluginInfo(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    distribution: str | None
+    version: str | None
+    error: str | None
+
+
+class ModelsResponse(Strict):
+    object: Literal["list"] = "list"
+    api_version: str
+    limits: ProcessLimits
+    plugins: list[PluginInfo]
+    data: list[ModelCard]
+
+
+class ModelHealth(Strict):
+    status: str
+    reason: str | None
+
+
+class HealthResponse(Strict):
+    status: Literal["starting", "loading", "warming", "ready", "degraded", "failed"]
+    api_version: str
+    reason: str | None
+    models: dict[str, ModelHealth]
+
+
+class LiveResponse(Strict):
+    status: Literal["alive"]
+    api_version: str
