@@ -53,15 +53,13 @@ def most_central(windows: list[tuple[int, int]], length: int) -> list[int]:
     Raises:
         ValueError: a token is in no window.
     """
-    chosen = []
-    for i in range(length):
-        best, best_margin = -1, -1
-        for w, (start, end) in enumerate(windows):
-            if start <= i < end:
-                margin = min(i - start, end - 1 - i)
-                if margin > best_margin:
-                    best, best_margin = w, margin
-        if best < 0:
-            raise ValueError(f"content token {i} is in no window")
-        chosen.append(best)
+    chosen = [-1] * length
+    margins = [-1] * length
+    for w, (start, end) in enumerate(windows):  # linear in the tokens the windows cover
+        for i in range(max(start, 0), min(end, length)):
+            margin = min(i - start, end - 1 - i)
+            if margin > margins[i]:
+                chosen[i], margins[i] = w, margin
+    if -1 in chosen:
+        raise ValueError(f"content token {chosen.index(-1)} is in no window")
     return chosen

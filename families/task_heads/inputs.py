@@ -42,21 +42,22 @@ class InputPolicy:
     window_overlap: int | None = None
 
     @classmethod
-    def from_options(cls, options: dict[str, Any] | None) -> InputPolicy:
+    def from_options(cls, options: dict[str, Any]) -> InputPolicy:
         """Read ``overflow``, ``max_tokens`` and ``window: {tokens, overlap}``.
 
         Raises:
             RequestError: ``invalid_request`` for an unknown mode or a bad number.
         """
-        options = options or {}
-        overflow = options.get("overflow", "reject")
+        overflow = options.get("overflow") or "reject"
         if overflow not in OVERFLOW_MODES:
             raise RequestError(
                 "invalid_request",
                 f"options.overflow must be one of {', '.join(OVERFLOW_MODES)}, not {overflow!r}",
             )
         max_tokens = _positive(options.get("max_tokens"), "options.max_tokens")
-        window = options.get("window") or {}
+        window = options.get("window")
+        if window is None:
+            window = {}
         if not isinstance(window, dict):
             raise RequestError(
                 "invalid_request", "options.window must be an object {tokens, overlap}"
@@ -142,7 +143,11 @@ class TextEncoder:
         backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
         backend.no_truncation()
         backend.no_padding()
+        # Text that spells a special token ("[SEP]", "<s>") is read as text, never
+        # as a control token: a user cannot inject structure into a row.
+        backend.encode_special_tokens = True
         self.backend = backend
+        self.prefix, self.suffix = _envelope(backend)
         self.limit = limit
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
         self.specials = (
@@ -164,9 +169,19 @@ class TextEncoder:
             RequestError: ``invalid_request`` when the window settings cannot
                 work with this model (too large, or no room for content).
         """
+        special = self.specials[1 if pair is not None else 0]
+        bad = _invalid_text(text) or (_invalid_text(pair) if pair is not None else None)
+        if bad is not None:
+            return EncodedInput(error=("invalid_input", bad))
+        if policy.overflow == "truncate" and policy.max_tokens is not None:
+            if policy.max_tokens - special < 1:
+                raise RequestError(
+                    "invalid_request",
+                    f"options.max_tokens {policy.max_tokens} leaves no room beside {special} "
+                    "special tokens",
+                )
         first = self.backend.encode(text, add_special_tokens=False)
         second = self.backend.encode(pair, add_special_tokens=False) if pair is not None else None
-        special = self.specials[1 if second is not None else 0]
         content = len(first.ids) + (len(second.ids) if second is not None else 0)
         result = EncodedInput(content_tokens=content, tokens=content + special)
         result.offsets = [tuple(o) for o in first.offsets]  # type: ignore[misc]
@@ -181,13 +196,7 @@ class TextEncoder:
                     "options.overflow truncate (keep the beginning) or window",
                 )
                 return result
-            budget = limit - special
-            if budget < 1:
-                raise RequestError(
-                    "invalid_request",
-                    f"options.max_tokens {limit} leaves no room beside {special} special tokens",
-                )
-            self._truncate(first, second, budget)
+            self._truncate(first, second, limit - special)
             result.truncated = True
         encoding = self.backend.post_process(first, second, add_special_tokens=True)
         kept = len(first.ids) + (len(second.ids) if second is not None else 0)
@@ -228,6 +237,12 @@ class TextEncoder:
                 f"options.window.tokens {size} is above the model's limit {self.limit}",
             )
         room = size - special
+        if room < 1:
+            raise RequestError(
+                "invalid_request",
+                f"a window of {size} tokens has no room for content beside {special} special "
+                "tokens; raise options.window.tokens",
+            )
         overlap = policy.window_overlap
         if overlap is None:
             overlap = min(DEFAULT_OVERLAP, room // 2)
@@ -245,23 +260,43 @@ class TextEncoder:
                 "Raise options.max_tokens or shorten the input",
             )
             return result
-        for start, end in plan_windows(len(first.ids), room, overlap):
-            piece = content_slice(first, start, end)
-            encoding = self.backend.post_process(piece, None, add_special_tokens=True)
-            result.rows.append(self._item(encoding, False))
+        ids = list(first.ids)
+        head = len(self.prefix)
+        for start, end in plan_windows(len(ids), room, overlap):
+            row = [*self.prefix, *ids[start:end], *self.suffix]
+            result.rows.append(WorkItem(tuple(row), None, row_key(row, None)))
             result.windows.append((start, end))
-            result.row_content.append(
-                [i for i, s in enumerate(encoding.special_tokens_mask) if not s]
-            )
+            result.row_content.append(list(range(head, head + end - start)))
         result.processed_tokens = result.content_tokens + special * len(result.rows)
         return result
 
 
-def content_slice(encoding: Any, start: int, end: int) -> Any:
-    """A copy of ``encoding`` holding its tokens ``[start, end)`` (offsets kept)."""
-    from tokenizers import Encoding
+def _envelope(backend: Any) -> tuple[list[int], list[int]]:
+    """The special token ids a single text is wrapped in: ``([CLS]), ([SEP])``.
 
-    piece = Encoding.merge([encoding], growing_offsets=False)
-    piece.truncate(end)
-    piece.truncate(end - start, direction="left")
-    return piece
+    Read once from the tokenizer's post-processor on a probe text, so windows
+    are cut on token ids without re-encoding (linear in the input length).
+    """
+    encoding = backend.post_process(
+        backend.encode("a", add_special_tokens=False), None, add_special_tokens=True
+    )
+    mask = list(encoding.special_tokens_mask)
+    ids = list(encoding.ids)
+    if 0 not in mask:
+        return ids, []
+    first = mask.index(0)
+    last = len(mask) - 1 - mask[::-1].index(0)
+    return ids[:first], ids[last + 1 :]
+
+
+def _invalid_text(text: str) -> str | None:
+    """Why ``text`` cannot be tokenised (a lone surrogate), else ``None``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        bad = text[err.start]
+        return (
+            f"the text has a lone surrogate U+{ord(bad):04X} at code point {err.start}; "
+            "send valid Unicode (UTF-8)"
+        )
+    return None

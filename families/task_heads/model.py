@@ -161,7 +161,11 @@ class TaskModel:
                 "unsupported_surface",
                 f"this model serves {', '.join(self.surfaces)}, not {surface}",
             )
-        options = request.get("options") or {}
+        if not isinstance(request, dict):
+            raise RequestError("invalid_request", "the request must be a JSON object")
+        options = request.get("options")
+        if options is None:
+            options = {}
         if not isinstance(options, dict):
             raise RequestError("invalid_request", "options must be an object")
         policy = InputPolicy.from_options(options)
@@ -188,7 +192,7 @@ class TaskModel:
                 "invalid_request",
                 f"dimensions must be an integer from 1 to {pooling.dimensions}, not {dimensions!r}",
             )
-        encoding_format = request.get("encoding_format", "float")
+        encoding_format = request.get("encoding_format") or "float"
         if encoding_format not in ENCODING_FORMATS:
             raise RequestError(
                 "invalid_request",
@@ -208,6 +212,8 @@ class TaskModel:
     ) -> TaskPlan:
         classify = [h for h in self.description.heads if h.surface == "classify"]
         name = request.get("head")
+        if name is not None and not isinstance(name, str):
+            raise RequestError("invalid_request", "head must be a string")
         if name is None:
             if len(classify) != 1:
                 names = ", ".join(h.name for h in classify)
@@ -218,13 +224,19 @@ class TaskModel:
         else:
             names = ", ".join(h.name for h in classify)
             raise RequestError("invalid_request", f"unknown head {name!r}; this model has {names}")
-        texts, pairs = _texts(request.get("input"), "input", allow_pairs=head.kind != "token")
+        texts, pairs = _texts(request.get("input"), "input", allow_pairs=True)
+        if head.kind == "token" and any(p is not None for p in pairs):
+            index = next(i for i, p in enumerate(pairs) if p is not None)
+            raise RequestError(
+                "invalid_request",
+                f"input[{index}] has a text_pair; the token head reads single texts",
+            )
         threshold = options.get("threshold")
         if threshold is not None and (
             type(threshold) not in (int, float) or not 0 <= threshold <= 1
         ):
             raise RequestError("invalid_request", "options.threshold must be a number from 0 to 1")
-        aggregation = options.get("aggregation", "max")
+        aggregation = options.get("aggregation") or "max"
         if aggregation not in AGGREGATIONS:
             raise RequestError(
                 "invalid_request",
@@ -250,7 +262,10 @@ class TaskModel:
         if top_n is not None and (type(top_n) is not int or top_n < 1):
             raise RequestError("invalid_request", f"top_n must be an integer >= 1, not {top_n!r}")
         cross = next((h for h in self.description.heads if h.kind == "relevance"), None)
-        options = {"top_n": top_n, "return_documents": bool(request.get("return_documents"))}
+        return_documents = request.get("return_documents", False)
+        if not isinstance(return_documents, bool):
+            raise RequestError("invalid_request", "return_documents must be true or false")
+        options = {"top_n": top_n, "return_documents": return_documents}
         if cross is not None:
             encoded = self._encode([query] * len(documents), list(documents), policy)
             return TaskPlan("rerank", cross, encoded, list(documents), options=options)
@@ -436,7 +451,7 @@ class TaskModel:
                     results.append(_error(index, failed.code, failed.message))
                     continue
                 doc = torch.nn.functional.normalize(self._pooled(encoded, rows), dim=0)
-                cosine = float(torch.dot(query, doc))
+                cosine = min(1.0, max(-1.0, float(torch.dot(query, doc))))
                 if not math.isfinite(cosine):
                     results.append(_error(index, "invalid_model_output", "the score is not finite"))
                     continue
@@ -446,10 +461,9 @@ class TaskModel:
             key=lambda r: (-r["relevance_score"], r["index"]),
         )
         failed = [r for r in results if "error" in r]
-        top_n = plan.options["top_n"]
-        if top_n is not None:
-            ranked = ranked[:top_n]
         if plan.options["return_documents"]:
             for r in ranked:
                 r["document"] = documents[r["index"]]
-        return ranked + failed
+        ordered = ranked + failed  # failed documents after every scored one
+        top_n = plan.options["top_n"]
+        return ordered if top_n is None else ordered[:top_n]

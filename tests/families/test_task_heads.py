@@ -303,8 +303,10 @@ def test_classify_head_selection(models):
         model.answer("classify", {"input": "x", "head": "nope"})
     with pytest.raises(RequestError, match=r"options\.aggregation must be one of"):
         model.answer("classify", {"input": "x", "options": {"aggregation": "mean"}})
-    with pytest.raises(RequestError, match=r"input\[0\] must be a string"):
+    with pytest.raises(RequestError, match=r"input\[0\] has a text_pair; the token head reads"):
         model.answer("classify", {"input": [{"text": "a", "text_pair": "b"}]})
+    with pytest.raises(RequestError, match="head must be a string"):
+        model.answer("classify", {"input": "x", "head": ["token"]})
 
 
 def test_the_card_describes_heads_embedding_and_limits(models):
@@ -380,3 +382,58 @@ def test_a_non_finite_output_is_an_item_error_never_nan_in_json(
     json.dumps(body, allow_nan=False)
     items = body.get("results") or body.get("data")
     assert items[0]["error"] == "invalid_model_output"
+
+
+def test_a_lone_surrogate_is_an_item_error_beside_good_siblings(models):
+    body = models[("bert", "pooled")].answer("embeddings", {"input": ["okay", "\ud800 x"]})
+    assert "embedding" in body["data"][0]
+    assert body["data"][1]["error"] == "invalid_input"
+    assert body["data"][1]["message"].startswith("the text has a lone surrogate U+D800")
+
+
+def test_text_spelling_a_special_token_is_read_as_text(models):
+    model = models[("bert", "sequence")]
+    [item] = model.loaded.plan("classify", {"input": "good [SEP] movie"}).items
+    assert item.input_ids.count(3) == 1  # [SEP] (id 3) only closes the row
+    assert item.input_ids[-1] == 3
+
+
+@pytest.mark.parametrize(
+    ("request_body", "message"),
+    [
+        (None, "the request must be a JSON object"),
+        ({"input": "x", "options": []}, "options must be an object"),
+        ({"input": "x", "options": {"window": 0}}, r"options\.window must be an object"),
+        (
+            {"input": "x", "options": {"overflow": "window", "window": {"tokens": 2}}},
+            "a window of 2 tokens has no room for content beside 2 special tokens",
+        ),
+        (
+            {"input": ["", "hi"], "options": {"overflow": "truncate", "max_tokens": 2}},
+            "options.max_tokens 2 leaves no room beside 2 special tokens",
+        ),
+    ],
+)
+def test_malformed_options_are_request_errors(models, request_body, message):
+    with pytest.raises(RequestError, match=message):
+        models[("bert", "sequence")].answer("classify", request_body)
+
+
+def test_tiny_windows_stay_linear(models):
+    model = models[("bert", "sequence")]
+    text = "good " * 4000
+    options = {"overflow": "window", "window": {"tokens": 3, "overlap": 0}}
+    plan = model.loaded.plan("classify", {"input": text, "options": options})
+    assert len(plan.items) == 4000
+    assert all(item.tokens == 3 for item in plan.items)
+
+
+def test_rerank_top_n_counts_failed_documents_and_cosines_stay_in_range(models):
+    model = models[("bert", "pooled")]
+    body = model.answer(
+        "rerank", {"query": "good", "documents": ["good", " ".join(["x"] * 80)], "top_n": 1}
+    )
+    assert [r["index"] for r in body["results"]] == [0]
+    assert -1.0 <= body["results"][0]["relevance_score"] <= 1.0
+    with pytest.raises(RequestError, match="return_documents must be true or false"):
+        model.answer("rerank", {"query": "q", "documents": ["d"], "return_documents": "no"})
