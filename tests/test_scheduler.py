@@ -74,7 +74,7 @@ def test_queued_requests_share_one_forward_and_equal_rows_run_once():
     forward = FakeForward()
     forward.gate.clear()
     sched = scheduler(forward, result_cache_entries=0)
-    first, a1 = job(row("x"))
+    first, _ = job(row("x"))
     sched.submit([first])
     time.sleep(0.05)  # the worker holds "x" at the gate
     second, a2 = job(row("a"), row("b"), row("a"))
@@ -157,7 +157,9 @@ def test_expired_deadlines_answer_deadline_exceeded():
     time.sleep(0.05)
     forward.gate.set()
     [out] = answer.wait()
-    assert out == RowError("deadline_exceeded", "the request's deadline passed before this input ran")
+    assert out == RowError(
+        "deadline_exceeded", "the request's deadline passed before this input ran"
+    )
 
 
 def test_a_cancelled_request_leaves_the_queue():

@@ -173,13 +173,16 @@ class TextEncoder:
         bad = _invalid_text(text) or (_invalid_text(pair) if pair is not None else None)
         if bad is not None:
             return EncodedInput(error=("invalid_input", bad))
-        if policy.overflow == "truncate" and policy.max_tokens is not None:
-            if policy.max_tokens - special < 1:
-                raise RequestError(
-                    "invalid_request",
-                    f"options.max_tokens {policy.max_tokens} leaves no room beside {special} "
-                    "special tokens",
-                )
+        if (
+            policy.overflow == "truncate"
+            and policy.max_tokens is not None
+            and policy.max_tokens - special < 1
+        ):
+            raise RequestError(
+                "invalid_request",
+                f"options.max_tokens {policy.max_tokens} leaves no room beside {special} "
+                "special tokens",
+            )
         first = self.backend.encode(text, add_special_tokens=False)
         second = self.backend.encode(pair, add_special_tokens=False) if pair is not None else None
         content = len(first.ids) + (len(second.ids) if second is not None else 0)
