@@ -10,7 +10,7 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from vllm_srun import __version__
@@ -43,8 +43,16 @@ class JSON(Response):
         return orjson.dumps(content)
 
 
-class BodyTooLarge(Exception):
-    """The request body is over ``--max-request-bytes``."""
+class BodyTooLarge(StarletteHTTPException):
+    """The request body is over ``--max-request-bytes``.
+
+    An HTTP exception, because FastAPI turns any other exception raised while it
+    reads the body into a 400 ``There was an error parsing the body``; its own
+    handler below still answers (it is looked up before ``HTTPException``'s).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(status_code=413)
 
 
 class Envelope:
@@ -156,14 +164,17 @@ def build_app(runtime: Runtime) -> FastAPI:
 
     @app.exception_handler(Exception)
     async def crashed(request: Request, err: Exception) -> Response:
-        return respond(500, ApiError("internal_error", f"{type(err).__name__}").body())
+        # Starlette answers this one outside the Envelope middleware, which would
+        # otherwise add Server-Timing: set it here.
+        timing = getattr(request.state, "timing", None) or Timing()
+        return respond(500, ApiError("internal_error", f"{type(err).__name__}").body(), timing)
 
     async def answer(surface: str, request: Request, body: Any) -> Response:
         timing = Timing()
         request.state.timing = timing
         payload = body.model_dump(exclude_none=True)
         timing.add("parse", time.perf_counter() - timing.started)
-        name = payload.get("model") or "-"
+        name = model_label(payload)
         status = 200
         try:
             planned = await runtime.plan(surface, payload, timing)
@@ -174,11 +185,25 @@ def build_app(runtime: Runtime) -> FastAPI:
         except ApiError as err:
             status = err.status
             raise
+        except asyncio.CancelledError:
+            status = 499  # the client went away (nginx's "client closed request")
+            raise
+        except Exception:
+            status = 500
+            raise
         finally:
-            metrics.requests.labels(model=name, surface=surface, status=str(status)).inc()
-            metrics.request_duration.labels(model=name, surface=surface).observe(
-                time.perf_counter() - timing.started
-            )
+            count(name, surface, status, time.perf_counter() - timing.started)
+
+    def model_label(payload: dict[str, Any]) -> str:
+        """A request's ``model`` label: a served model's ID, never text the client chose."""
+        name = payload.get("model")
+        if name is None and len(runtime.models) == 1:
+            return next(iter(runtime.models))
+        return name if name in runtime.models else "-"
+
+    def count(name: str, surface: str, status: int, seconds: float) -> None:
+        metrics.requests.labels(model=name, surface=surface, status=str(status)).inc()
+        metrics.request_duration.labels(model=name, surface=surface).observe(seconds)
 
     @app.post(
         "/v1/embeddings",
@@ -239,6 +264,7 @@ def build_app(runtime: Runtime) -> FastAPI:
             *(runtime.plan(surface, payload, timing) for _, surface, payload in tasks),
             return_exceptions=True,
         )
+        planned_tasks = [o if isinstance(o, Planned) else None for o in outcomes]
         groups: dict[str, list[Planned]] = {}
         for outcome in outcomes:
             if isinstance(outcome, Planned):
@@ -258,6 +284,13 @@ def build_app(runtime: Runtime) -> FastAPI:
                     outcome = await runtime.wait(outcome, request.is_disconnected)
                 except ApiError as err:
                     outcome = err
+                except asyncio.CancelledError:
+                    # The client went away: its tasks still queued go with it.
+                    for other in outcomes:
+                        if isinstance(other, Planned) and other.job is not None:
+                            assert other.state.scheduler is not None
+                            other.state.scheduler.cancel(other.job)
+                    raise
             if isinstance(outcome, ApiError):
                 results.append(
                     {"id": task_id, "status": outcome.status, "error": outcome.body()["error"]}
@@ -267,6 +300,10 @@ def build_app(runtime: Runtime) -> FastAPI:
                 results.append({"id": task_id, "status": 500, "error": error.body()["error"]})
             else:
                 results.append({"id": task_id, "status": 200, surface: outcome})
+        elapsed = time.perf_counter() - timing.started
+        for (_, surface, payload), plan, result in zip(tasks, planned_tasks, results, strict=True):
+            name = plan.state.name if plan is not None else model_label(payload)
+            count(name, surface, result["status"], elapsed)
         return respond(200, {"results": results}, timing)
 
     @app.get("/v1/models", response_model=None, responses={200: {"model": schemas.ModelsResponse}})
@@ -305,7 +342,7 @@ def build_app(runtime: Runtime) -> FastAPI:
         """200 while the process serves HTTP."""
         return respond(200, {"status": "alive", "api_version": schemas.API_VERSION})
 
-    @app.get("/metrics", response_model=None)
+    @app.get("/metrics", response_model=None, response_class=PlainTextResponse)
     async def prometheus() -> Response:
         """Prometheus text exposition."""
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
