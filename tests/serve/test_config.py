@@ -1,0 +1,193 @@
+"""The models file (``vllm-srun serve --models FILE``) and the serve options it meets."""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+
+import pytest
+
+from vllm_srun.cli import build_parser, main, serve_config
+from vllm_srun.serve.config import ConfigError, ModelConfig, ServeConfig, read_models_file
+
+DEFAULTS = ModelConfig(
+    model="", device="cpu", engine="native", max_num_seqs=16, batch_window_ms=5.0, dtype="float32"
+)
+
+
+def models_file(tmp_path, text: str):
+    path = tmp_path / "models.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_entries_take_the_defaults_and_override_their_own_keys(tmp_path):
+    path = models_file(
+        tmp_path,
+        """
+        models:
+          - model: /models/a
+          - model: /models/b
+            name: b
+            device: cuda:1
+            max_num_seqs: 64
+            batch_window_ms: 0
+            memory_budget_gib: 4
+            options: {overflow: truncate}
+            enable_shared_context: true
+        """,
+    )
+    a, b = read_models_file(path, DEFAULTS)
+    assert a == dataclasses.replace(DEFAULTS, model="/models/a")
+    assert a.served_name == "/models/a"
+    assert b == dataclasses.replace(
+        DEFAULTS,
+        model="/models/b",
+        name="b",
+        device="cuda:1",
+        max_num_seqs=64,
+        batch_window_ms=0,
+        memory_budget_gib=4,
+        options={"overflow": "truncate"},
+        enable_shared_context=True,
+    )
+    assert b.engine == "native" and b.dtype == "float32"  # from the defaults
+    assert DEFAULTS.device == "cpu"  # the defaults are not changed
+
+
+def test_an_unknown_key_names_the_key_and_the_entry(tmp_path):
+    path = models_file(
+        tmp_path,
+        """
+        models:
+          - model: /models/a
+          - model: /models/b
+            colour: red
+            max_batch: 4
+        """,
+    )
+    with pytest.raises(ConfigError) as caught:
+        read_models_file(path, DEFAULTS)
+    message = str(caught.value)
+    assert message.startswith(
+        f"models file {path}, entry 2 (/models/b): unknown key colour, max_batch; an entry takes "
+        "model, revision, name,"
+    )
+
+
+def test_an_entry_without_model_is_an_error(tmp_path):
+    path = models_file(tmp_path, "models:\n  - name: nameless\n")
+    with pytest.raises(ConfigError, match=r"entry 1: `model` is required$"):
+        read_models_file(path, DEFAULTS)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("max_num_seqs: '8'", "max_num_seqs must be int"),
+        ("max_num_seqs: true", "max_num_seqs must be int"),
+        ("max_num_seqs: 2.5", "max_num_seqs must be int"),
+        ("batch_window_ms: fast", "batch_window_ms must be int or float"),
+        ("enable_shared_context: 'yes'", "enable_shared_context must be bool"),
+        ("options: [truncate]", "options must be dict"),
+        ("name: 7", "name must be str"),
+        ("memory_budget_gib: false", "memory_budget_gib must be int or float"),
+    ],
+)
+def test_a_wrong_type_names_the_key_the_type_and_the_entry(tmp_path, entry, message):
+    path = models_file(tmp_path, f"models:\n  - model: /models/a\n    {entry}\n")
+    with pytest.raises(ConfigError) as caught:
+        read_models_file(path, DEFAULTS)
+    assert str(caught.value) == f"models file {path}, entry 1 (/models/a): {message}"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("models: []\n", "needs a non-empty `models:` list"),
+        ("- model: /models/a\n", "needs a non-empty `models:` list"),
+        ("models: {model: /models/a}\n", "needs a non-empty `models:` list"),
+        ("models: [/models/a]\n", "entry 1: an entry must be a mapping with `model`"),
+        ("models: [\n", "cannot be read"),
+    ],
+)
+def test_a_malformed_file_says_what_is_wrong(tmp_path, text, message):
+    path = models_file(tmp_path, text)
+    with pytest.raises(ConfigError, match=message):
+        read_models_file(path, DEFAULTS)
+
+
+def test_a_missing_file_cannot_be_read(tmp_path):
+    with pytest.raises(ConfigError, match="cannot be read"):
+        read_models_file(tmp_path / "absent.yaml", DEFAULTS)
+
+
+def test_serve_models_takes_the_command_line_defaults(tmp_path):
+    path = models_file(
+        tmp_path,
+        """
+        models:
+          - model: /models/a
+            name: a
+          - model: /models/b
+            name: b
+            max_num_seqs: 4
+        """,
+    )
+    args = build_parser().parse_args(
+        [
+            "serve",
+            "--models",
+            str(path),
+            "--device",
+            "cpu",
+            "--max-num-seqs",
+            "32",
+            "--batch-window-ms",
+            "7",
+            "--max-queue",
+            "9",
+            "--uds",
+            "/tmp/x.sock",
+        ]
+    )
+    config = serve_config(args)
+    assert isinstance(config, ServeConfig)
+    assert [(m.name, m.device, m.max_num_seqs, m.batch_window_ms) for m in config.models] == [
+        ("a", "cpu", 32, 7.0),
+        ("b", "cpu", 4, 7.0),
+    ]
+    assert config.max_queue == 9 and config.uds == "/tmp/x.sock"
+
+
+@pytest.mark.parametrize(
+    ("argv", "text", "message"),
+    [
+        ([], "models:\n  - model: /m\n    colour: red\n", "unknown key colour"),
+        ([], "models:\n  - name: x\n", "`model` is required"),
+        ([], "models:\n  - model: /m\n    max_num_seqs: many\n", "max_num_seqs must be int"),
+        (["/other"], "models:\n  - model: /m\n", "give MODEL arguments or --models FILE, not both"),
+        ([], "models:\n  - model: /m\n  - model: /m\n", "two models share the ID /m"),
+        (
+            ["--served-model-name", "x"],
+            "models:\n  - model: /m\n  - model: /n\n",
+            "--served-model-name applies to a single MODEL",
+        ),
+    ],
+)
+def test_vllm_srun_serve_reports_a_bad_models_file(tmp_path, capsys, argv, text, message):
+    path = models_file(tmp_path, text)
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--models", str(path), *argv])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "vllm-srun: error: " in err and message in err
+
+
+def test_vllm_srun_serve_without_a_model_is_an_error(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["serve"])
+    assert exited.value.code == 2
+    assert (
+        "name at least one MODEL (a package directory) or --models FILE" in capsys.readouterr().err
+    )

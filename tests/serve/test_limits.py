@@ -1,0 +1,102 @@
+"""``--max-request-bytes``: 413 before the body is buffered, with or without Content-Length."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import make_client, server_timing
+
+LIMIT = 2048
+
+
+def big_body() -> bytes:
+    body = json.dumps({"model": "pooled", "input": ["good movie"] * 400}).encode()
+    assert len(body) > LIMIT
+    return body
+
+
+def assert_too_large(response) -> None:
+    assert response.status_code == 413, response.text
+    assert response.json() == {
+        "error": {"code": "request_too_large", "message": f"the body is over {LIMIT} bytes"}
+    }
+    assert "total" in server_timing(response)
+
+
+@pytest.fixture
+def limited(make_runtime):
+    return make_runtime(("pooled",), max_request_bytes=LIMIT)
+
+
+@pytest.mark.parametrize("path", ["/v1/embeddings", "/v1/classify", "/v1/rerank", "/v1/bundle"])
+def test_a_content_length_over_the_limit_is_413(limited, path):
+    client = make_client(limited)
+    response = client.post(path, content=big_body(), headers={"content-type": "application/json"})
+    assert "content-length" in response.request.headers
+    assert_too_large(response)
+
+
+@pytest.mark.parametrize("path", ["/v1/embeddings", "/v1/bundle"])
+def test_a_chunked_body_over_the_limit_is_413(limited, path):
+    body = big_body()
+    chunks = (body[i : i + 256] for i in range(0, len(body), 256))
+    response = make_client(limited).post(
+        path, content=chunks, headers={"content-type": "application/json"}
+    )
+    assert "content-length" not in response.request.headers
+    assert response.request.headers["transfer-encoding"] == "chunked"
+    assert_too_large(response)
+
+
+def test_a_body_at_the_limit_is_served(limited):
+    prefix, suffix = b'{"model": "pooled", "input": "', b'"}'
+    body = prefix + b"a " * ((LIMIT - len(prefix) - len(suffix)) // 2) + suffix
+    assert len(body) == LIMIT
+    response = make_client(limited).post(
+        "/v1/embeddings", content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 200
+    assert response.json()["data"][0]["error"] == "max_length_exceeded"
+
+
+def read_response(sock) -> tuple[int, dict]:
+    """Status and JSON body of one HTTP/1.1 response read off a raw socket."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection without answering"
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    length = int(headers["content-length"])
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        assert chunk
+        rest += chunk
+    return int(lines[0].split()[1]), json.loads(rest[:length])
+
+
+@pytest.mark.slow
+def test_the_413_comes_before_the_body_is_sent(limited, live_server):
+    """Over a real socket: the answer arrives while most of the body is still unsent."""
+    server = live_server(limited)
+    with server.connect() as sock:
+        sock.sendall(
+            b"POST /v1/embeddings HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"content-length: 100000000\r\n\r\n" + b"[" + b" " * 100
+        )
+        status, body = read_response(sock)
+    assert status == 413 and body["error"]["code"] == "request_too_large"
+
+    with server.connect() as sock:
+        sock.sendall(
+            b"POST /v1/embeddings HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
+        for _ in range(3):  # 3 KiB sent of a body that never ends
+            sock.sendall(b"400\r\n" + b" " * 1024 + b"\r\n")
+        status, body = read_response(sock)
+    assert status == 413 and body["error"]["code"] == "request_too_large"

@@ -1,0 +1,126 @@
+"""The checked-in OpenAPI snapshot is the HTTP contract; it must equal what the app serves.
+
+Regenerate after an intended change with::
+
+    VLLM_SRUN_UPDATE_OPENAPI=1 pytest tests/serve/test_openapi.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+
+from vllm_srun.serve.app import ERROR_RESPONSES, build_app
+from vllm_srun.serve.config import ServeConfig
+from vllm_srun.serve.runtime import Runtime
+
+from .conftest import SNAPSHOT, snapshot
+
+REGENERATE = "VLLM_SRUN_UPDATE_OPENAPI=1 pytest tests/serve/test_openapi.py"
+SURFACES = ("/v1/embeddings", "/v1/classify", "/v1/rerank", "/v1/bundle")
+
+
+@pytest.fixture(scope="module")
+def served_openapi(catalog) -> dict[str, Any]:
+    runtime = Runtime(ServeConfig(), catalog=catalog)
+    try:
+        app = build_app(runtime)
+        document = app.openapi()
+        routes = {
+            (method, route.path)
+            for route in app.routes
+            for method in getattr(route, "methods", None) or ()
+            if getattr(route, "include_in_schema", False)
+        }
+        return {"document": document, "routes": routes}
+    finally:
+        runtime.stop()
+
+
+def test_the_snapshot_equals_the_served_openapi(served_openapi):
+    document = served_openapi["document"]
+    if os.environ.get("VLLM_SRUN_UPDATE_OPENAPI") == "1":
+        SNAPSHOT.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    assert SNAPSHOT.exists(), f"{SNAPSHOT} is missing; create it with `{REGENERATE}`"
+    checked_in = snapshot()
+    if checked_in != document:
+
+        def parts(doc: dict[str, Any]) -> dict[str, Any]:
+            schemas = doc.get("components", {}).get("schemas", {})
+            return {
+                **{f"path {k}": v for k, v in doc.get("paths", {}).items()},
+                **{f"schema {k}": v for k, v in schemas.items()},
+            }
+
+        old, new = parts(checked_in), parts(document)
+        drift = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        if checked_in.get("info") != document.get("info"):
+            drift.insert(0, "info")
+        pytest.fail(
+            "the HTTP contract drifted from tests/serve/openapi.json "
+            f"({', '.join(drift) or 'top level'}). If the change is intended, "
+            f"regenerate the snapshot with `{REGENERATE}` and commit it."
+        )
+
+
+def test_every_route_is_in_the_snapshot(served_openapi):
+    paths = snapshot()["paths"]
+    documented = {(method.upper(), path) for path, ops in paths.items() for method in ops}
+    assert served_openapi["routes"] == documented
+    assert set(paths) == {
+        "/v1/embeddings",
+        "/v1/classify",
+        "/v1/rerank",
+        "/v1/bundle",
+        "/v1/models",
+        "/health",
+        "/health/live",
+        "/metrics",
+    }
+
+
+@pytest.mark.parametrize("path", SURFACES)
+def test_surfaces_document_success_and_every_error(path):
+    responses = snapshot()["paths"][path]["post"]["responses"]
+    assert set(responses) == {"200", *(str(s) for s in ERROR_RESPONSES)}
+    for status in ERROR_RESPONSES:
+        schema = responses[str(status)]["content"]["application/json"]["schema"]
+        assert schema == {"$ref": "#/components/schemas/ErrorResponse"}
+    name = path.rsplit("/", 1)[1].capitalize()
+    success = responses["200"]["content"]["application/json"]["schema"]
+    assert success == {"$ref": f"#/components/schemas/{name}Response"}
+
+
+def test_error_codes_in_the_snapshot_are_the_documented_ones():
+    schemas = snapshot()["components"]["schemas"]
+    assert schemas["ErrorResponse"]["required"] == ["error"]
+    assert set(schemas["ErrorBody"]["properties"]["code"]["enum"]) == {
+        "invalid_request",
+        "model_not_found",
+        "request_too_large",
+        "unsupported_surface",
+        "overloaded",
+        "internal_error",
+        "not_ready",
+    }
+    assert set(schemas["ItemError"]["properties"]["error"]["enum"]) == {
+        "invalid_input",
+        "max_length_exceeded",
+        "scan_budget_exceeded",
+        "invalid_model_output",
+        "deadline_exceeded",
+        "internal_error",
+    }
+
+
+def test_health_documents_200_and_503_and_metrics_is_text():
+    paths = snapshot()["paths"]
+    health = paths["/health"]["get"]["responses"]
+    assert set(health) == {"200", "503"}
+    for status in ("200", "503"):
+        schema = health[status]["content"]["application/json"]["schema"]
+        assert schema == {"$ref": "#/components/schemas/HealthResponse"}
+    assert list(paths["/metrics"]["get"]["responses"]["200"]["content"]) == ["text/plain"]

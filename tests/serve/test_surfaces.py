@@ -1,0 +1,508 @@
+"""The surfaces in process: request errors, per-item errors, encodings, bundles, cards,
+``Server-Timing`` and metrics."""
+
+from __future__ import annotations
+
+import base64
+import math
+import struct
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from ..fixtures import HEAD_LABELS
+from .conftest import HEADS, PHASES, control, make_client, server_timing
+
+LONG = " ".join(["good movie"] * 60)  # 120 content tokens: over every fixture's limit
+
+
+def error_of(response, status: int, code: str) -> str:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}
+    assert body["error"]["code"] == code
+    return body["error"]["message"]
+
+
+# -- request-level errors ------------------------------------------------------------------
+def test_an_unknown_model_is_404_naming_the_served_ones(client):
+    response = client.post("/v1/embeddings", json={"model": "nope", "input": "good"})
+    message = error_of(response, 404, "model_not_found")
+    assert message == (
+        "model 'nope' is not served here (served: sequence, scores, token, pooled, relevance)"
+    )
+
+
+def test_a_surface_the_model_does_not_serve_is_422(client):
+    response = client.post("/v1/classify", json={"model": "pooled", "input": "good"})
+    message = error_of(response, 422, "unsupported_surface")
+    assert message == "this model serves embeddings, rerank, not classify"
+    response = client.post("/v1/embeddings", json={"model": "sequence", "input": "good"})
+    assert error_of(response, 422, "unsupported_surface") == (
+        "this model serves classify, not embeddings"
+    )
+
+
+def test_the_model_may_be_left_out_only_while_one_is_served(make_runtime):
+    several = make_client(make_runtime(("pooled", "sequence")))
+    message = error_of(several.post("/v1/embeddings", json={"input": "x"}), 400, "invalid_request")
+    assert message == "name the model: one of pooled, sequence"
+    one = make_client(make_runtime(("pooled",)))
+    response = one.post("/v1/embeddings", json={"input": "good"})
+    assert response.status_code == 200 and response.json()["model"] == "pooled"
+
+
+@pytest.mark.parametrize(
+    ("path", "content", "message"),
+    [
+        ("/v1/embeddings", b'{"input": "good", ', "malformed JSON: Expecting property name"),
+        ("/v1/classify", b"not json", "malformed JSON: Expecting value"),
+        ("/v1/rerank", b"", "body: Field required"),
+    ],
+)
+def test_malformed_json_is_400_with_what_is_wrong(client, path, content, message):
+    response = client.post(path, content=content, headers={"content-type": "application/json"})
+    assert error_of(response, 400, "invalid_request").startswith(message)
+
+
+BAD_FIELDS = [
+    (
+        "/v1/embeddings",
+        {"model": "pooled", "input": 5},
+        "input.str: Input should be a valid string; input.list[str]: Input should be a valid list",
+    ),
+    (
+        "/v1/embeddings",
+        {"model": "pooled", "input": ["good", 7]},
+        "input.str: Input should be a valid string; "
+        "input.list[str].1: Input should be a valid string",
+    ),
+    (
+        "/v1/embeddings",
+        {"model": "pooled", "input": "good", "dimensions": 0},
+        "dimensions: Input should be greater than or equal to 1",
+    ),
+    (
+        "/v1/embeddings",
+        {"model": "pooled", "input": "good", "dimensions": 33},
+        "dimensions must be an integer from 1 to 32, not 33",
+    ),
+    (
+        "/v1/embeddings",
+        {"model": "pooled", "input": "good", "dimensions": 8.5},
+        "dimensions: Input should be a valid integer, got a number with a fractional part",
+    ),
+    (
+        "/v1/embeddings",
+        {"model": "pooled", "input": "good", "encoding_format": "hex"},
+        "encoding_format: Input should be 'float' or 'base64'",
+    ),
+    (
+        "/v1/rerank",
+        {"model": "relevance", "query": "q", "documents": ["d"], "top_n": 0},
+        "top_n: Input should be greater than or equal to 1",
+    ),
+    (
+        "/v1/rerank",
+        {"model": "relevance", "query": "q", "documents": "d"},
+        "documents: Input should be a valid list",
+    ),
+    (
+        "/v1/classify",
+        {"model": "sequence", "input": "good", "top_k": 2},
+        "top_k: Extra inputs are not permitted",
+    ),
+    (
+        "/v1/classify",
+        {"model": "sequence", "input": "good", "options": {"overflow": "split"}},
+        "options.overflow: Input should be 'reject', 'truncate' or 'window'",
+    ),
+    (
+        "/v1/classify",
+        {"model": "token", "input": "good", "options": {"window": {"tokens": 0}}},
+        "options.window.tokens: Input should be greater than or equal to 1",
+    ),
+    (
+        "/v1/classify",
+        {"model": "token", "input": "good", "options": {"window": {"size": 8}}},
+        "options.window.size: Extra inputs are not permitted",
+    ),
+    (
+        "/v1/classify",
+        {"model": "token", "input": "good", "options": {"window": 8}},
+        "options.window: Input should be a valid dictionary or object to extract fields from",
+    ),
+    (
+        "/v1/classify",
+        {
+            "model": "token",
+            "input": "good",
+            "options": {"overflow": "window", "window": {"tokens": 500}},
+        },
+        "options.window.tokens 500 is above the model's limit 64",
+    ),
+    (
+        "/v1/classify",
+        {
+            "model": "token",
+            "input": "good",
+            "options": {"overflow": "window", "window": {"tokens": 10, "overlap": 8}},
+        },
+        "a window of 10 tokens holds 8 content tokens beside 2 special tokens, "
+        "which must be more than the overlap 8",
+    ),
+    (
+        "/v1/classify",
+        {"model": "sequence", "input": "good", "options": {"threshold": 2}},
+        "options.threshold: Input should be less than or equal to 1",
+    ),
+    (
+        "/v1/classify",
+        {"model": "sequence", "input": "good", "head": "nope"},
+        "unknown head 'nope'; this model has sequence",
+    ),
+    (
+        "/v1/classify",
+        {"model": "sequence", "input": []},
+        "input must be a string or a non-empty list",
+    ),
+    (
+        "/v1/embeddings",
+        {"model": "pooled", "input": "good", "options": {"deadline_ms": 0}},
+        "options.deadline_ms: Input should be greater than 0",
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "message"), BAD_FIELDS)
+def test_each_bad_field_is_400_with_a_precise_message(client, path, body, message):
+    assert error_of(client.post(path, json=body), 400, "invalid_request") == message
+
+
+def test_unknown_openai_fields_are_ignored_on_embeddings(client):
+    body = {"model": "pooled", "input": "good", "user": "someone"}
+    assert client.post("/v1/embeddings", json=body).status_code == 200
+
+
+def test_an_unknown_route_answers_an_error_document(client):
+    response = client.get("/v1/nothing")
+    assert response.status_code == 404
+    assert response.json()["error"]["message"] == "GET /v1/nothing: Not Found"
+    assert client.get("/v1/embeddings").status_code == 405
+
+
+# -- per-item errors and answers ------------------------------------------------------------
+def test_an_input_over_the_limit_fails_alone_beside_its_siblings(client):
+    body = {"model": "pooled", "input": ["good movie", LONG, "okay"]}
+    response = client.post("/v1/embeddings", json=body)
+    assert response.status_code == 200
+    data = response.json()["data"]
+    assert [d["index"] for d in data] == [0, 1, 2]
+    assert data[1] == {
+        "object": "embedding",
+        "index": 1,
+        "error": "max_length_exceeded",
+        "message": "input has 122 tokens; the limit is 48. Shorten it, or send options.overflow "
+        "truncate (keep the beginning) or window",
+    }
+    for item in (data[0], data[2]):
+        assert len(item["embedding"]) == 32
+        assert item["input"]["truncated"] is False
+    usage = response.json()["usage"]
+    assert usage["prompt_tokens"] == data[0]["input"]["tokens"] + data[2]["input"]["tokens"]
+
+    classify = client.post("/v1/classify", json={"model": "sequence", "input": [LONG, "good"]})
+    results = classify.json()["results"]
+    assert results[0]["error"] == "max_length_exceeded" and results[0]["index"] == 0
+    assert results[1]["label"] in HEAD_LABELS["sequence"]
+
+    truncated = client.post(
+        "/v1/embeddings",
+        json={"model": "pooled", "input": LONG, "options": {"overflow": "truncate"}},
+    )
+    [item] = truncated.json()["data"]
+    assert item["input"] == {"tokens": 122, "processed_tokens": 48, "truncated": True, "windows": 1}
+
+
+def test_duplicate_inputs_get_the_same_answer_at_their_own_index(make_runtime):
+    runtime = make_runtime(("pooled", "token"), result_cache_entries=0)
+    client = make_client(runtime)
+    texts = ["good movie", "okay", "good movie", "dana from paris", "okay"]
+    data = client.post("/v1/embeddings", json={"model": "pooled", "input": texts}).json()["data"]
+    assert [d["index"] for d in data] == [0, 1, 2, 3, 4]
+    assert data[0]["embedding"] == data[2]["embedding"]
+    assert data[1]["embedding"] == data[4]["embedding"]
+    assert data[0]["embedding"] != data[1]["embedding"] != data[3]["embedding"]
+    assert len(control(runtime, "pooled").forwards[-1]) == 3  # each distinct row once
+    for index, text in enumerate(texts):
+        response = client.post("/v1/embeddings", json={"model": "pooled", "input": text})
+        [alone] = response.json()["data"]
+        pairs = zip(alone["embedding"], data[index]["embedding"], strict=True)
+        assert max(abs(a - b) for a, b in pairs) < 1e-5
+
+    spans = ["dana whitfield", "new york", "dana whitfield"]
+    results = client.post(
+        "/v1/classify", json={"model": "token", "input": spans, "options": {"threshold": 0}}
+    ).json()["results"]
+    assert [r["index"] for r in results] == [0, 1, 2]
+    assert results[0]["spans"] == results[2]["spans"] != results[1]["spans"]
+
+
+def test_base64_embeddings_are_little_endian_float32(client):
+    request = {"model": "pooled", "input": ["good movie", "okay"], "dimensions": 16}
+    floats = client.post("/v1/embeddings", json=request).json()["data"]
+    encoded = client.post("/v1/embeddings", json={**request, "encoding_format": "base64"}).json()[
+        "data"
+    ]
+    for as_float, as_base64 in zip(floats, encoded, strict=True):
+        raw = base64.b64decode(as_base64["embedding"])
+        assert len(raw) == 16 * 4
+        decoded = struct.unpack("<16f", raw)
+        expected = struct.unpack("<16f", struct.pack("<16f", *as_float["embedding"]))
+        assert decoded == expected
+        assert abs(sum(v * v for v in decoded) - 1) < 1e-5  # re-normalised after truncation
+
+
+def test_rerank_orders_by_score_and_puts_failed_documents_last(client):
+    documents = ["good food", LONG, "a movie", "the food was good"]
+    body = {"model": "relevance", "query": "good food", "documents": documents}
+    results = client.post("/v1/rerank", json={**body, "return_documents": True}).json()["results"]
+    ranked, failed = results[:3], results[3:]
+    assert sorted(r["index"] for r in ranked) == [0, 2, 3]
+    scores = [r["relevance_score"] for r in ranked]
+    assert scores == sorted(scores, reverse=True)
+    for result in ranked:
+        assert result["document"] == documents[result["index"]]
+        assert result["relevance_score"] == pytest.approx(1 / (1 + math.exp(-result["logit"])))
+    assert failed == [
+        {
+            "index": 1,
+            "error": "max_length_exceeded",
+            "message": "input has 128 tokens; the limit is 64. Shorten it, or send "
+            "options.overflow truncate (keep the beginning) or window",
+        }
+    ]
+    top = client.post("/v1/rerank", json={**body, "top_n": 2}).json()["results"]
+    assert [r["index"] for r in top] == [r["index"] for r in ranked[:2]]
+    assert "document" not in top[0]
+
+
+# -- bundles --------------------------------------------------------------------------------
+def test_a_bundle_keeps_task_order_and_each_task_its_status(make_runtime):
+    client = make_client(make_runtime(("pooled", "sequence"), max_bundle_tasks=3))
+    tasks = [
+        {"id": "first", "embeddings": {"model": "pooled", "input": "good movie"}},
+        {"id": "wrong", "classify": {"model": "pooled", "input": "good movie"}},
+        {"id": "third", "classify": {"model": "sequence", "input": ["good", "bad"]}},
+    ]
+    response = client.post("/v1/bundle", json={"tasks": tasks})
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert [(r["id"], r["status"]) for r in results] == [
+        ("first", 200),
+        ("wrong", 422),
+        ("third", 200),
+    ]
+    assert results[1]["error"] == {
+        "code": "unsupported_surface",
+        "message": "this model serves embeddings, rerank, not classify",
+    }
+    alone = client.post("/v1/embeddings", json=tasks[0]["embeddings"]).json()
+    assert results[0]["embeddings"] == alone
+    classified = client.post("/v1/classify", json=tasks[2]["classify"]).json()
+    assert results[2]["classify"] == classified
+    assert "classify" not in results[1] and "embeddings" not in results[2]
+
+
+def test_a_bundle_reports_unknown_and_invalid_tasks_in_place(make_runtime):
+    client = make_client(make_runtime(("pooled",)))
+    tasks = [
+        {"id": "a", "embeddings": {"model": "nope", "input": "good"}},
+        {"id": "b", "embeddings": {"input": "good", "dimensions": 99}},
+        {"id": "c", "embeddings": {"input": "good"}},
+    ]
+    results = client.post("/v1/bundle", json={"tasks": tasks}).json()["results"]
+    assert [(r["id"], r["status"]) for r in results] == [("a", 404), ("b", 400), ("c", 200)]
+    assert results[0]["error"]["code"] == "model_not_found"
+    assert results[1]["error"]["message"] == "dimensions must be an integer from 1 to 32, not 99"
+
+
+def test_a_bundle_over_max_bundle_tasks_is_413(make_runtime):
+    client = make_client(make_runtime(("pooled",), max_bundle_tasks=2))
+    tasks = [{"id": str(i), "embeddings": {"input": "good"}} for i in range(3)]
+    message = error_of(client.post("/v1/bundle", json={"tasks": tasks}), 413, "request_too_large")
+    assert message == "the bundle has 3 tasks; at most 2"
+
+
+@pytest.mark.parametrize("surfaces", [("embeddings", "classify"), ()])
+def test_a_bundle_task_needs_exactly_one_surface(client, surfaces):
+    task = {"id": "odd", **{s: {"model": "pooled", "input": "good"} for s in surfaces}}
+    ok = {"id": "fine", "embeddings": {"model": "pooled", "input": "good"}}
+    response = client.post("/v1/bundle", json={"tasks": [ok, task]})
+    assert error_of(response, 400, "invalid_request") == (
+        "tasks[1] (odd) must have exactly one of embeddings, classify, rerank"
+    )
+
+
+# -- /v1/models -----------------------------------------------------------------------------
+CARD_FIELDS = {
+    "id",
+    "family",
+    "repo",
+    "revision",
+    "model_sha256",
+    "verification",
+    "surfaces",
+    "question_types",
+    "heads",
+    "embedding",
+    "limits",
+    "licence",
+    "profile",
+    "profiles",
+    "engine",
+    "accelerator",
+    "device",
+    "dtype",
+    "parameters",
+    "status",
+    "reason",
+    "golden",
+}
+
+
+def test_models_lists_limits_plugins_and_a_card_per_model(make_runtime):
+    runtime = make_runtime(max_bundle_tasks=7, max_request_bytes=12345)
+    body = make_client(runtime).get("/v1/models").json()
+    assert body["object"] == "list"
+    assert body["api_version"] == "v1"
+    assert body["limits"] == {"max_bundle_tasks": 7, "max_request_bytes": 12345}
+    plugins = {p["name"]: p for p in body["plugins"]}
+    assert {"task_heads", "native", "cpu"} <= set(plugins)
+    assert plugins["task_heads"]["error"] is None
+    assert plugins["task_heads"]["distribution"] == "vllm-srun"
+    cards = {card["id"]: card for card in body["data"]}
+    assert list(cards) == list(HEADS)
+    for card in cards.values():
+        assert set(card) >= CARD_FIELDS
+        assert card["status"] == "ready" and card["reason"] is None
+        assert card["family"] == "task_heads"
+        assert card["engine"] == "native" and card["device"] == "cpu"
+        assert card["revision"] is None  # a local package
+        assert set(card["golden"]) == {"status", "checked", "matched", "reference"}
+    sequence = cards["sequence"]
+    assert sequence["surfaces"] == ["classify"]
+    [head] = sequence["heads"]
+    assert set(head) == {"name", "kind", "labels", "inputs", "overflow", "window", "reduction"}
+    assert head["kind"] == "sequence" and head["labels"] == list(HEAD_LABELS["sequence"])
+    assert head["inputs"] == ["text", "text_pair"]
+    assert head["overflow"] == ["reject", "truncate", "window"]
+    assert cards["token"]["heads"][0]["labels"] == ["PER", "LOC"]  # entities of the BIO tags
+    assert cards["pooled"]["surfaces"] == ["embeddings", "rerank"]
+    assert cards["pooled"]["embedding"] == {
+        "dimensions": 32,
+        "normalized": True,
+        "pooling": "mean",
+        "max_tokens": 48,
+    }
+    assert cards["sequence"]["embedding"] is None
+
+
+# -- Server-Timing and metrics ---------------------------------------------------------------
+def test_every_surface_answer_times_each_phase(runtime, client):
+    control(runtime, "sequence").delay = 0.03
+    response = client.post("/v1/classify", json={"model": "sequence", "input": "timed text"})
+    assert response.status_code == 200
+    timing = server_timing(response)
+    assert tuple(timing) == PHASES
+    assert all(value >= 0 for value in timing.values())
+    assert timing["forward"] >= 30
+    assert timing["total"] >= timing["forward"] + timing["tokenize"] + timing["post"]
+    for path, body in [
+        ("/v1/embeddings", {"model": "pooled", "input": "good"}),
+        ("/v1/rerank", {"model": "relevance", "query": "q", "documents": ["d"]}),
+        ("/v1/bundle", {"tasks": [{"id": "x", "embeddings": {"model": "pooled", "input": "q"}}]}),
+        ("/v1/classify", {"model": "nope", "input": "good"}),
+        ("/v1/classify", {"model": "pooled", "input": "good"}),
+    ]:
+        assert tuple(server_timing(client.post(path, json=body))) == PHASES, path
+
+
+def test_every_other_response_carries_a_total(client):
+    responses = [
+        client.get("/health"),
+        client.get("/health/live"),
+        client.get("/v1/models"),
+        client.get("/metrics"),
+        client.get("/v1/nothing"),
+        client.post("/v1/embeddings", json={"model": "pooled", "input": 3}),
+        client.post("/v1/embeddings", content=b"{", headers={"content-type": "application/json"}),
+    ]
+    for response in responses:
+        timing = server_timing(response)
+        assert "total" in timing and timing["total"] >= 0, response.request.url
+
+
+def test_an_unexpected_failure_is_500_with_timing(runtime, client):
+    control(runtime, "sequence").fail_plan = ValueError("tokenizer broke")
+    response = client.post("/v1/classify", json={"model": "sequence", "input": "good"})
+    assert error_of(response, 500, "internal_error") == "ValueError"
+    assert "total" in server_timing(response)
+    control(runtime, "sequence").fail_plan = None
+    assert client.post("/v1/classify", json={"model": "sequence", "input": "good"}).is_success
+
+
+def metric_samples(client) -> list:
+    text = client.get("/metrics").text
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+def value(samples, name: str, **labels: str) -> float:
+    found = [s.value for s in samples if s.name == name and s.labels == labels]
+    assert len(found) == 1, f"{name} {labels}: {found}"
+    return found[0]
+
+
+def test_metrics_count_requests_by_model_without_request_text(make_runtime):
+    runtime = make_runtime(("pooled", "sequence"))
+    client = make_client(runtime)
+    secret = "carol phone london"
+    for _ in range(2):
+        client.post("/v1/embeddings", json={"model": "pooled", "input": [secret, "okay"]})
+    client.post("/v1/classify", json={"model": "sequence", "input": secret})
+    client.post("/v1/classify", json={"model": "pooled", "input": secret})
+    client.post("/v1/classify", json={"model": "carol-london", "input": secret})
+    tasks = [
+        {"id": "1", "classify": {"model": "sequence", "input": "bob"}},
+        {"id": "2", "classify": {"model": "pooled", "input": "bob"}},
+        {"id": "3", "rerank": {"model": "tokyo", "query": "q", "documents": ["d"]}},
+    ]
+    client.post("/v1/bundle", json={"tasks": tasks})
+    control(runtime, "sequence").fail_plan = ValueError("tokenizer broke")
+    assert client.post("/v1/classify", json={"model": "sequence", "input": "x"}).status_code == 500
+    response = client.get("/metrics")
+    assert response.headers["content-type"].startswith("text/plain")
+    for text in (secret, "carol", "tokyo", "bob"):  # inputs and unknown model names
+        assert text not in response.text
+    samples = metric_samples(client)
+    requests = "vllm_srun_requests_total"
+    assert value(samples, requests, model="pooled", surface="embeddings", status="200") == 2
+    assert value(samples, requests, model="sequence", surface="classify", status="200") == 2
+    assert value(samples, requests, model="pooled", surface="classify", status="422") == 2
+    assert value(samples, requests, model="-", surface="classify", status="404") == 1
+    assert value(samples, requests, model="-", surface="rerank", status="404") == 1
+    assert value(samples, requests, model="sequence", surface="classify", status="500") == 1
+    duration = "vllm_srun_request_duration_seconds_count"
+    assert value(samples, duration, model="pooled", surface="embeddings") == 2
+    assert value(samples, "vllm_srun_queue_duration_seconds_count", model="pooled") == 2
+    assert value(samples, "vllm_srun_forward_duration_seconds_count", model="pooled") == 1
+    assert value(samples, "vllm_srun_batch_rows_sum", model="pooled") == 2
+    assert value(samples, "vllm_srun_batch_rows_count", model="sequence") == 2
+    assert value(samples, "vllm_srun_queue_rows", model="pooled") == 0
+    cache = "vllm_srun_result_cache_total"
+    assert value(samples, cache, model="pooled", outcome="miss") == 2
+    assert value(samples, cache, model="pooled", outcome="hit") == 2
+    assert value(samples, "vllm_srun_model_ready", model="pooled") == 1
+    assert value(samples, "vllm_srun_model_ready", model="sequence") == 1
+    model_scoped = [s for s in samples if s.name.startswith("vllm_srun_")]
+    assert model_scoped and all("model" in s.labels for s in model_scoped)
