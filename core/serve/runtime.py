@@ -166,6 +166,11 @@ class Runtime:
             state.reason = f"loading raised {type(err).__name__}: {err}"
             log.exception("model %s failed to load", state.name)
             return
+        if cfg.max_model_len is not None and "decisions" not in served.loaded.surfaces:
+            state.status = "failed"
+            state.reason = "max_model_len applies to Decision models only"
+            log.error("model %s: %s", state.name, state.reason)
+            return
         limits = SchedulerLimits(
             max_queue=self.config.max_queue,
             max_queued_tokens=self.config.max_queued_tokens,

@@ -110,3 +110,12 @@ def test_a_stopping_runtime_refuses_work_and_reports_it(make_runtime):
     refused = client.post("/v1/embeddings", json={"model": "pooled", "input": "good"})
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "not_ready"
     assert client.get("/health/live").status_code == 200
+
+
+def test_max_model_len_on_an_encoder_model_fails_it_with_the_operator_phrase(make_runtime):
+    runtime = make_runtime(("pooled",), max_model_len=128)
+    state = runtime.models["pooled"]
+    assert (state.status, state.reason) == (
+        "failed",
+        "max_model_len applies to Decision models only",
+    )
