@@ -46,8 +46,18 @@ $(SERVE_MODELS): $(STAMP)
 serve: install $(SERVE_MODELS)
 	$(VENV)/bin/vllm-srun serve --models $(SERVE_MODELS) --host 127.0.0.1 --port 8100
 
+# The serving benchmark (bench/run.py) loads HTTP with wrk, installed from
+# Debian when missing (as root); without it bench/run.py falls back to its own
+# Python load generator and says so. `make bench-startup` is the startup one.
 bench: install
+	@command -v wrk >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
+		{ apt-get install -y wrk || { apt-get update -qq && apt-get install -y wrk; }; }; } || \
+		echo "wrk could not be installed: bench/run.py uses its Python load generator"
 	$(PY) bench/run.py
+
+.PHONY: bench-startup
+bench-startup: install
+	$(PY) bench/startup.py
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -1,4 +1,4 @@
-"""Performance harness: what `make bench` runs.
+"""Startup benchmark: what `make bench-startup` runs.
 
 Startup cost of plugin composition, measured side by side in one run:
 in-process discovery + composition of the installed plugins (`load_catalog`)
