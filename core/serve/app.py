@@ -16,7 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from vllm_srun import __version__
 
 from . import schemas
-from .runtime import ApiError, Planned, Runtime, Timing
+from .runtime import ApiError, ClientGone, Planned, Runtime, Timing
 
 SURFACE_REQUESTS = {
     "embeddings": schemas.EmbeddingsRequest,
@@ -31,6 +31,10 @@ SURFACE_RESPONSES = {
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": schemas.ErrorResponse} for status in (400, 404, 413, 422, 429, 500, 503)
 }
+
+
+CLIENT_CLOSED = 499
+"""Status recorded for a request whose client went away (nginx's "client closed request")."""
 
 
 class JSON(Response):
@@ -185,9 +189,9 @@ def build_app(runtime: Runtime) -> FastAPI:
         except ApiError as err:
             status = err.status
             raise
-        except asyncio.CancelledError:
-            status = 499  # the client went away (nginx's "client closed request")
-            raise
+        except ClientGone:
+            status = CLIENT_CLOSED
+            return Response(status_code=CLIENT_CLOSED)  # nobody reads it; nothing to log
         except Exception:
             status = 500
             raise
@@ -284,13 +288,13 @@ def build_app(runtime: Runtime) -> FastAPI:
                     outcome = await runtime.wait(outcome, request.is_disconnected)
                 except ApiError as err:
                     outcome = err
-                except asyncio.CancelledError:
+                except ClientGone:
                     # The client went away: its tasks still queued go with it.
                     for other in outcomes:
                         if isinstance(other, Planned) and other.job is not None:
                             assert other.state.scheduler is not None
                             other.state.scheduler.cancel(other.job)
-                    raise
+                    return Response(status_code=CLIENT_CLOSED)
             if isinstance(outcome, ApiError):
                 results.append(
                     {"id": task_id, "status": outcome.status, "error": outcome.body()["error"]}

@@ -39,6 +39,10 @@ STATUS_OF_CODE = {
 }
 
 
+class ClientGone(Exception):
+    """The client disconnected while its request waited; its queued rows were dropped."""
+
+
 class ApiError(Exception):
     """A request-level failure: an HTTP status with ``{"error": {"code", "message"}}``."""
 
@@ -377,7 +381,7 @@ class Runtime:
             if await disconnected():
                 assert item.state.scheduler is not None
                 item.state.scheduler.cancel(item.job)
-                raise asyncio.CancelledError("client disconnected")
+                raise ClientGone()
 
 
 def _resolve(future: asyncio.Future[Any] | None, body: Any) -> None:
