@@ -9,7 +9,6 @@ within ``--shutdown-grace-seconds`` and exits 0; a second signal exits at once.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from types import FrameType
 
@@ -77,11 +76,3 @@ class DrainingServer(uvicorn.Server):
         if not self.drained:
             log.warning("queued work did not finish within the grace period")
         self.should_exit = True
-
-
-def default_threads() -> int:
-    """All cores of this process's CPU set."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
