@@ -1,6 +1,6 @@
 """Where the server's time goes under load: py-spy on ``vllm-srun serve`` during a wrk run.
 
-    .venv/bin/python bench/profile.py [--connections 32] [--seconds 15] [--hot]
+    .venv/bin/python bench/profile_server.py [--connections 32] [--seconds 15] [--hot]
 
 Starts the server as bench/run.py does (real MiniLM, ``--threads 2``), warms it
 up, drives ``POST /v1/embeddings`` with wrk at ``--connections`` (fresh corpus
