@@ -272,3 +272,21 @@ def write_task_package(root: Path, model_type: str, head: str, seed: int = 0) ->
         )
         (target / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 48}))
     return target
+
+
+def spec_for(package: Path, task: str, **overrides: Any) -> Any:
+    """The :class:`~vllm_srun.plugins.spec.ModelSpec` of a fixture package written by
+    :func:`write_encoder` (safetensors weights), with ``overrides`` applied."""
+    import json
+
+    from vllm_srun.plugins.spec import ModelSpec
+
+    config = json.loads((package / "config.json").read_text())
+    fields = {"weights": ("model.safetensors",), **overrides}
+    return ModelSpec(
+        package=package,
+        architecture=config["architectures"][0],
+        model_type=config["model_type"],
+        task=task,
+        **fields,
+    )

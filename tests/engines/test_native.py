@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -12,22 +10,10 @@ from vllm_srun.plugins import DeviceInfo, discover, select_kernel
 from vllm_srun.plugins.manager import build_catalog
 from vllm_srun.plugins.spec import EncoderBatch, ModelSpec
 
-from ..fixtures import ENCODER_CONFIGS, TASK_AUTO_CLASSES, padded_batch, write_encoder
+from ..fixtures import ENCODER_CONFIGS, TASK_AUTO_CLASSES, padded_batch, spec_for, write_encoder
 
 CPU = DeviceInfo("cpu", None, "cpu", None, None, {})
 TASKS = list(TASK_AUTO_CLASSES)
-
-
-def spec_for(package, task, **overrides):
-    config = json.loads((package / "config.json").read_text())
-    fields = {"weights": ("model.safetensors",), **overrides}
-    return ModelSpec(
-        package=package,
-        architecture=config["architectures"][0],
-        model_type=config["model_type"],
-        task=task,
-        **fields,
-    )
 
 
 def reference(package, task, batch, attention="eager"):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +26,7 @@ from vllm_srun.plugins.manager import build_catalog
 from vllm_srun.plugins.spec import EncoderBatch, ModelSpec
 from vllm_srun.plugins.testing import assert_conforms
 
-from ..fixtures import ENCODER_CONFIGS, TASK_AUTO_CLASSES, padded_batch, write_encoder
+from ..fixtures import ENCODER_CONFIGS, TASK_AUTO_CLASSES, padded_batch, spec_for, write_encoder
 
 CPU = DeviceInfo("cpu", None, "cpu", None, None, {})
 TASKS = list(TASK_AUTO_CLASSES)
@@ -58,18 +57,6 @@ MINILM_PADDED_ATOL = 1e-4
 # Rampart's 4-bit graph: a row alone and the same row in a padded batch measured
 # bit-identical (max abs diff 0.0); the design bound is 1e-5.
 ROW_ATOL = 1e-5
-
-
-def spec_for(package, task, **overrides):
-    config = json.loads((package / "config.json").read_text())
-    fields = {"weights": ("model.safetensors",), **overrides}
-    return ModelSpec(
-        package=package,
-        architecture=config["architectures"][0],
-        model_type=config["model_type"],
-        task=task,
-        **fields,
-    )
 
 
 @pytest.fixture
