@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
 API_VERSION = "v1"
 
@@ -41,17 +41,17 @@ class ErrorResponse(Strict):
 
 
 class WindowOptions(Strict):
-    tokens: int | None = Field(
+    tokens: StrictInt | None = Field(
         None, ge=1, description="Window length in tokens, specials included."
     )
-    overlap: int | None = Field(
+    overlap: StrictInt | None = Field(
         None, ge=0, description="Content tokens neighbouring windows share."
     )
 
 
 class InputOptions(Strict):
     overflow: Literal["reject", "truncate", "window"] = "reject"
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: StrictInt | None = Field(None, ge=1)
     deadline_ms: float | None = Field(
         None, gt=0, description="Answer within this many ms, or deadline_exceeded."
     )
@@ -96,7 +96,7 @@ class EmbeddingsRequest(BaseModel):
 
     input: str | list[str]
     model: str | None = None
-    dimensions: int | None = Field(None, ge=1)
+    dimensions: StrictInt | None = Field(None, ge=1)
     encoding_format: Literal["float", "base64"] = "float"
     options: InputOptions | None = None
 
@@ -164,8 +164,8 @@ class RerankRequest(Strict):
     query: str
     documents: list[str]
     model: str | None = None
-    top_n: int | None = Field(None, ge=1)
-    return_documents: bool = False
+    top_n: StrictInt | None = Field(None, ge=1)
+    return_documents: StrictBool = False
     options: InputOptions | None = None
 
 

@@ -183,11 +183,14 @@ class TextEncoder:
                 f"options.max_tokens {policy.max_tokens} leaves no room beside {special} "
                 "special tokens",
             )
-        first = self.backend.encode(text, add_special_tokens=False)
-        second = self.backend.encode(pair, add_special_tokens=False) if pair is not None else None
-        content = len(first.ids) + (len(second.ids) if second is not None else 0)
+        # encode_batch releases the GIL while it works (a plain encode holds it), so a
+        # huge input tokenising in the planning pool never stalls the event loop.
+        texts = [text] if pair is None else [text, pair]
+        encoded = self.backend.encode_batch(texts, add_special_tokens=False)
+        first = encoded[0]
+        second = encoded[1] if pair is not None else None
+        content = len(first) + (len(second) if second is not None else 0)
         result = EncodedInput(content_tokens=content, tokens=content + special)
-        result.offsets = [tuple(o) for o in first.offsets]  # type: ignore[misc]
         if policy.overflow == "window":
             return self._windows(first, second, special, policy, result)
         limit = self.limit if policy.max_tokens is None else min(self.limit, policy.max_tokens)
@@ -201,10 +204,11 @@ class TextEncoder:
                 return result
             self._truncate(first, second, limit - special)
             result.truncated = True
+        result.offsets = [tuple(o) for o in first.offsets]  # type: ignore[misc]
         encoding = self.backend.post_process(first, second, add_special_tokens=True)
-        kept = len(first.ids) + (len(second.ids) if second is not None else 0)
+        kept = len(first) + (len(second) if second is not None else 0)
         result.rows = [self._item(encoding, second is not None)]
-        result.windows = [(0, len(first.ids))]
+        result.windows = [(0, len(first))]
         result.row_content = [[i for i, s in enumerate(encoding.special_tokens_mask) if not s]]
         result.processed_tokens = kept + special
         return result
@@ -215,7 +219,7 @@ class TextEncoder:
         if second is None:
             first.truncate(budget)
             return
-        a, b = len(first.ids), len(second.ids)
+        a, b = len(first), len(second)
         while a + b > budget:
             if a >= b:
                 a -= 1
@@ -263,6 +267,7 @@ class TextEncoder:
                 "Raise options.max_tokens or shorten the input",
             )
             return result
+        result.offsets = [tuple(o) for o in first.offsets]  # type: ignore[misc]
         ids = list(first.ids)
         head = len(self.prefix)
         for start, end in plan_windows(len(ids), room, overlap):

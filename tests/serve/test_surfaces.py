@@ -90,7 +90,22 @@ BAD_FIELDS = [
     (
         "/v1/embeddings",
         {"model": "pooled", "input": "good", "dimensions": 8.5},
-        "dimensions: Input should be a valid integer, got a number with a fractional part",
+        "dimensions: Input should be a valid integer",
+    ),
+    (
+        "/v1/embeddings",
+        {"model": "pooled", "input": "good", "dimensions": True},
+        "dimensions: Input should be a valid integer",
+    ),
+    (
+        "/v1/embeddings",
+        {"model": "pooled", "input": "good", "dimensions": "8"},
+        "dimensions: Input should be a valid integer",
+    ),
+    (
+        "/v1/rerank",
+        {"model": "relevance", "query": "q", "documents": ["d"], "return_documents": "no"},
+        "return_documents: Input should be a valid boolean",
     ),
     (
         "/v1/embeddings",
