@@ -127,8 +127,11 @@ class Runtime:
         self.models = {m.served_name: ModelState(m) for m in config.models}
         self.accepting = True
         self.started = False
+        # One planning thread: tokenising releases the GIL and takes well under a
+        # millisecond per text, and every extra Python thread contends for the GIL
+        # with the forwards (measured: c32 throughput 85 -> 92-95 req/s from 4 to 1).
         self.executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=4, thread_name_prefix="plan"
+            max_workers=1, thread_name_prefix="plan"
         )
         for name in self.models:
             self.metrics.model_ready.labels(model=name).set(0)
