@@ -101,5 +101,3 @@ LAYERS: tuple[Layer, ...] = (
     Layer("models", "register_models", ModelEntry, lambda o: o.key, model_violations),
 )
 """Every layer, in the order ``vllm-srun plugins`` shows them."""
-
-LAYER_BY_HOOK = {layer.hook: layer for layer in LAYERS}

@@ -23,11 +23,6 @@ SURFACE_REQUESTS = {
     "classify": schemas.ClassifyRequest,
     "rerank": schemas.RerankRequest,
 }
-SURFACE_RESPONSES = {
-    "embeddings": schemas.EmbeddingsResponse,
-    "classify": schemas.ClassifyResponse,
-    "rerank": schemas.RerankResponse,
-}
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": schemas.ErrorResponse} for status in (400, 404, 413, 422, 429, 500, 503)
 }
