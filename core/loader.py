@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,8 @@ class ServedModel:
         batch_invariance: the load-time probe: largest deviation measured,
             the tolerance, and whether rows of different requests may share
             a forward.
+        forward_cost: the load-time measurement of a forward's fixed cost
+            (:func:`measure_forward_cost`), which the scheduler's length split uses.
     """
 
     name: str
@@ -59,6 +62,7 @@ class ServedModel:
     loaded: LoadedModel
     attention: str
     batch_invariance: dict[str, Any] = field(default_factory=dict)
+    forward_cost: dict[str, Any] = field(default_factory=dict)
     max_num_seqs: int = 8192
     max_num_batched_tokens: int = 65536
 
@@ -74,6 +78,7 @@ class ServedModel:
             "dtype": self.spec.dtype,
             "attention": self.attention,
             "batch_invariance": dict(self.batch_invariance),
+            "forward_cost": dict(self.forward_cost),
             **family_card,
         }
 
@@ -208,6 +213,52 @@ def measure_batch_invariance(loaded: Any) -> dict[str, Any]:
     }
 
 
+FORWARD_COST_REPEATS = 3
+"""Timed runs per probe shape; the fastest counts (the others met a busy core)."""
+
+
+def measure_forward_cost(loaded: Any) -> dict[str, Any]:
+    """The fixed cost of one forward, in milliseconds and in padded tokens.
+
+    A forward of ``n`` rows padded to ``L`` tokens costs about ``a + b * n * L``
+    on a device whose throughput the rows saturate (a CPU). ``a`` is read off
+    the shortest probe row run alone, ``b`` off the probe rows run together;
+    each is the fastest of :data:`FORWARD_COST_REPEATS` runs. The scheduler
+    splits a batch by length when padding would cost more than ``a / b``
+    padded tokens (:func:`vllm_srun.scheduler.split_by_length`).
+
+    Returns:
+        ``{"fixed_ms", "per_padded_token_ms", "overhead_tokens"}``; every
+        value ``None`` when the family has no probe rows (batches are then
+        never split).
+    """
+    probe = getattr(loaded, "probe_items", None)
+    if probe is None:
+        return {"fixed_ms": None, "per_padded_token_ms": None, "overhead_tokens": None}
+    items = probe()
+    shortest = min(items, key=lambda item: item.tokens)
+    padded = len(items) * max(item.tokens for item in items)
+
+    def fastest(rows: list[WorkItem]) -> float:
+        loaded.run(rows)  # warm: first calls build kernels and allocate
+        timings = []
+        for _ in range(FORWARD_COST_REPEATS):
+            started = time.perf_counter()
+            loaded.run(rows)
+            timings.append(time.perf_counter() - started)
+        return min(timings) * 1000
+
+    alone = fastest([shortest])
+    together = fastest(items)
+    per_token = max((together - alone) / max(padded - shortest.tokens, 1), 1e-9)
+    fixed = max(alone - per_token * shortest.tokens, 0.0)
+    return {
+        "fixed_ms": round(fixed, 3),
+        "per_padded_token_ms": round(per_token, 6),
+        "overhead_tokens": round(fixed / per_token, 1),
+    }
+
+
 def load_model(
     model: str | os.PathLike[str],
     *,
@@ -269,6 +320,7 @@ def load_model(
         max_num_batched_tokens=max_num_batched_tokens,
     )
     served.batch_invariance = measure_batch_invariance(loaded)
+    served.forward_cost = measure_forward_cost(loaded)
     return served
 
 

@@ -14,6 +14,11 @@ request, so the event loop never runs a forward:
   up to ``--batch-window-ms`` after the oldest queued request for company.
   Rows are taken round-robin over queued requests, so a short request is not
   stuck behind a long one.
+- **length split**: when the model's cost per forward is known
+  (:attr:`SchedulerLimits.forward_overhead_tokens`), the rows taken are sorted
+  by length and run as the consecutive groups that cost the fewest padded
+  tokens plus that overhead per forward (:func:`split_by_length`); a request
+  whose rows are all done is answered before the next group runs.
 - **deadlines**: queued rows of a request past its deadline answer
   ``deadline_exceeded``; **cancellation** drops a request's queued rows.
 - **result cache**: outputs are kept by row content key (LRU,
@@ -92,6 +97,58 @@ class SchedulerLimits:
     batch_window_ms: float = 2.0
     result_cache_entries: int = 16384
     cross_request_batching: bool = True
+    forward_overhead_tokens: float | None = None
+    """The fixed cost of one forward in padded tokens (``None``: never split a batch)."""
+
+
+def split_by_length(rows: list[WorkItem], overhead_tokens: float | None) -> list[list[WorkItem]]:
+    """Group rows into forwards that waste the least on padding.
+
+    A forward of ``n`` rows padded to its longest row ``L`` costs ``n * L``
+    padded tokens plus ``overhead_tokens`` (the fixed cost of a forward,
+    measured at load by :func:`vllm_srun.loader.measure_forward_cost`). The
+    rows are sorted by length and cut into the consecutive groups of least
+    total cost (dynamic programming over the distinct lengths; an optimal
+    grouping of sorted lengths is always consecutive). Row outputs do not
+    depend on the grouping beyond the batch-invariance tolerance.
+
+    Args:
+        rows: the rows of one forward, any order.
+        overhead_tokens: fixed cost per forward in padded tokens; ``None``
+            keeps the rows in one forward.
+
+    Returns:
+        The groups, shortest rows first; together they hold every row once.
+    """
+    if overhead_tokens is None or len(rows) < 2:
+        return [rows] if rows else []
+    ordered = sorted(rows, key=lambda r: r.tokens)
+    lengths = sorted({r.tokens for r in ordered})
+    counts = collections.Counter(r.tokens for r in ordered)
+    # rows_upto[k]: rows whose length is at most lengths[k - 1].
+    rows_upto = [0]
+    for length in lengths:
+        rows_upto.append(rows_upto[-1] + counts[length])
+    # best[j]: least cost of the rows of the first j distinct lengths; cut[j]: its last group start.
+    best = [0.0] + [float("inf")] * len(lengths)
+    cut = [0] * (len(lengths) + 1)
+    for j in range(1, len(lengths) + 1):
+        width = lengths[j - 1]
+        for i in range(j - 1, -1, -1):
+            padded = (rows_upto[j] - rows_upto[i]) * width
+            if padded >= best[j]:
+                break  # longer groups ending here only cost more padding
+            cost = best[i] + padded + overhead_tokens
+            if cost <= best[j]:  # on a tie, the larger group: fewer forwards
+                best[j], cut[j] = cost, i
+    groups: list[list[WorkItem]] = []
+    j = len(lengths)
+    while j > 0:
+        i = cut[j]
+        groups.append(ordered[rows_upto[i] : rows_upto[j]])
+        j = i
+    groups.reverse()
+    return groups
 
 
 class SchedulerMetrics:
@@ -286,44 +343,62 @@ class ModelScheduler:
         return picked
 
     def _forward(self, batch: list[tuple[Job, int]]) -> None:
-        """Serve rows from the cache, run the rest (each distinct row once), settle jobs."""
-        results: dict[str, RowOutput] = {}
-        to_run: dict[str, WorkItem] = {}
+        """Serve rows from the cache, run the rest (each distinct row once), settle jobs.
+
+        The distinct rows run as the groups :func:`split_by_length` chooses;
+        after each group, every job whose rows are all settled is answered.
+        """
+        positions: dict[str, list[tuple[Job, int]]] = {}
         for job, index in batch:
-            item = job.items[index]
-            if item.key in results or item.key in to_run:
-                continue
-            cached = self._cache_get(item.key)
+            positions.setdefault(job.items[index].key, []).append((job, index))
+        hits: dict[str, RowOutput] = {}
+        to_run: list[WorkItem] = []
+        for key, places in positions.items():
+            cached = self._cache_get(key)
             if cached is not None:
-                results[item.key] = cached
+                hits[key] = cached
             else:
-                to_run[item.key] = item
-        elapsed = 0.0
-        if to_run:
-            rows = list(to_run.values())
+                job, index = places[0]
+                to_run.append(job.items[index])
+        if hits:
+            self._settle_rows(positions, hits, 0.0)
+        for group in split_by_length(to_run, self.limits.forward_overhead_tokens):
             started = time.perf_counter()
             try:
-                outputs = self.run(rows)
-                if len(outputs) != len(rows):
-                    raise RuntimeError(f"{len(outputs)} outputs for {len(rows)} rows")
+                outputs = self.run(group)
+                if len(outputs) != len(group):
+                    raise RuntimeError(f"{len(outputs)} outputs for {len(group)} rows")
             except Exception as err:
-                log.exception("model %s: a forward of %d rows failed", self.name, len(rows))
+                log.exception("model %s: a forward of %d rows failed", self.name, len(group))
                 failure = RowError("internal_error", f"the forward failed: {type(err).__name__}")
-                outputs = [failure] * len(rows)
+                outputs = [failure] * len(group)
             elapsed = time.perf_counter() - started
-            self.metrics.forward(len(rows), elapsed)
-            for item, output in zip(rows, outputs, strict=True):
+            self.metrics.forward(len(group), elapsed)
+            results: dict[str, RowOutput] = {}
+            for item, output in zip(group, outputs, strict=True):
                 results[item.key] = output
                 if not isinstance(output, RowError):
                     self._cache_put(item.key, output)
+            self._settle_rows(positions, results, elapsed)
+            self._answer_ready()
+
+    def _settle_rows(
+        self,
+        positions: dict[str, list[tuple[Job, int]]],
+        results: dict[str, RowOutput],
+        elapsed: float,
+    ) -> None:
+        """Give every position of the keys in ``results`` its output; settle finished jobs."""
         with self._cond:
-            for job in {job for job, _ in batch}:
+            touched = {job for key in results for job, _ in positions[key]}
+            for job in touched:
                 job.forward_seconds += elapsed
-            for job, index in batch:
-                job.outputs[index] = results[job.items[index].key]
-                job.pending -= 1
-                if job.pending == 0:
-                    self._settle(job)
+            for key, output in results.items():
+                for job, index in positions[key]:
+                    job.outputs[index] = output
+                    job.pending -= 1
+                    if job.pending == 0:
+                        self._settle(job)
 
     # -- bookkeeping (under the lock) --------------------------------------------------------
     def _fail_rest(self, job: Job, error: RowError) -> None:

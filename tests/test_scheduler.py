@@ -9,7 +9,14 @@ import pytest
 import torch
 
 from vllm_srun.plugins.spec import RowError, WorkItem
-from vllm_srun.scheduler import Job, ModelScheduler, Overloaded, SchedulerLimits, Stopped
+from vllm_srun.scheduler import (
+    Job,
+    ModelScheduler,
+    Overloaded,
+    SchedulerLimits,
+    Stopped,
+    split_by_length,
+)
 
 
 def row(key: str, tokens: int = 3) -> WorkItem:
@@ -230,3 +237,85 @@ def test_no_cross_request_batching_runs_requests_apart():
     a_answer.wait()
     b_answer.wait()
     assert forward.calls[1:] == [["a1", "a2"], ["b1"]]
+
+
+# -- the length split -------------------------------------------------------------------------
+def lengths_of(groups):
+    return [[r.tokens for r in g] for g in groups]
+
+
+def test_split_by_length_keeps_one_forward_without_a_measured_cost():
+    rows = [row("a", 5), row("b", 90), row("c", 7)]
+    assert split_by_length(rows, None) == [rows]
+    assert split_by_length([], 10.0) == []
+
+
+def test_split_by_length_separates_short_rows_from_long_ones_when_padding_costs_more():
+    rows = [row(f"l{i}", 100) for i in range(4)] + [row(f"s{i}", 10) for i in range(4)]
+    # one forward: 8 rows x 100 + 50 = 850 padded tokens; two: 4x10 + 50 + 4x100 + 50 = 540
+    assert lengths_of(split_by_length(rows, 50.0)) == [[10] * 4, [100] * 4]
+    # a forward that costs more than the padding it saves keeps them together: 850 + 360
+    assert lengths_of(split_by_length(rows, 400.0)) == [[10] * 4 + [100] * 4]
+
+
+def _cost(groups, overhead):
+    return sum(len(g) * max(r.tokens for r in g) + overhead for g in groups)
+
+
+def _best_by_brute_force(lengths, overhead):
+    ordered = sorted(lengths)
+    best = float("inf")
+    for mask in range(1 << (len(ordered) - 1)):  # every set of cut points
+        groups, current = [], [ordered[0]]
+        for k, length in enumerate(ordered[1:]):
+            if mask >> k & 1:
+                groups.append(current)
+                current = []
+            current.append(length)
+        groups.append(current)
+        best = min(best, sum(len(g) * max(g) + overhead for g in groups))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_split_by_length_is_optimal_and_keeps_every_row_once(seed):
+    import random
+
+    rng = random.Random(seed)
+    lengths = [rng.randint(3, 80) for _ in range(11)]
+    rows = [row(f"r{i}", n) for i, n in enumerate(lengths)]
+    overhead = rng.choice([0.0, 8.0, 60.0, 500.0])
+    groups = split_by_length(rows, overhead)
+    assert sorted(r.key for g in groups for r in g) == sorted(r.key for r in rows)
+    flat = [r.tokens for g in groups for r in g]
+    assert flat == sorted(flat)
+    assert _cost(groups, overhead) == _best_by_brute_force(lengths, overhead)
+
+
+def test_a_split_batch_answers_short_requests_before_the_long_forward_runs():
+    forward = FakeForward()
+    forward.gate.clear()
+    sched = scheduler(forward, result_cache_entries=0, forward_overhead_tokens=4.0)
+    blocker, _ = job(row("x"))
+    sched.submit([blocker])
+    time.sleep(0.05)  # the worker holds "x" at the gate; the next three queue together
+    short, short_answer = job(row("s1", 4), row("s2", 5))
+    long, long_answer = job(row("l1", 60))
+    mixed, mixed_answer = job(row("m1", 4), row("m2", 60))
+    sched.submit([short, long, mixed])
+    answered_early = []
+
+    def watch():
+        # the short request is answered while the worker has not yet run the long rows
+        answered_early.append(short_answer.event.wait(5) and not long_answer.event.is_set())
+
+    forward.delay = 0.2
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    forward.gate.set()
+    assert [float(o[0]) for o in long_answer.wait()] == [60.0]
+    assert [float(o[0]) for o in mixed_answer.wait()] == [4.0, 60.0]
+    assert [float(o[0]) for o in short_answer.wait()] == [4.0, 5.0]
+    watcher.join()
+    assert forward.calls[1:] == [["s1", "m1", "s2"], ["l1", "m2"]]
+    assert answered_early == [True]

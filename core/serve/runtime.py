@@ -186,6 +186,7 @@ class Runtime:
             batch_window_ms=cfg.batch_window_ms,
             result_cache_entries=self.config.result_cache_entries,
             cross_request_batching=bool(served.batch_invariance.get("cross_request_batching")),
+            forward_overhead_tokens=served.forward_cost.get("overhead_tokens"),
         )
         state.served = served
         state.scheduler = ModelScheduler(
