@@ -38,8 +38,11 @@ class ModelEntry:
         files: relative path to lower-case hex SHA-256 of every file the family
             loads.
         licence: SPDX identifier or licence name.
-        parameters: parameter count, when known.
+        parameters: parameter count (trainable weights, not buffers), when known.
         mirrors: installed distributions that carry the same files.
+        description: one line for ``vllm-srun models``.
+        licence_restricted: the licence restricts use: the runtime loads the
+            model only when the operator accepts ``licence`` (``--accept-licence``).
     """
 
     name: str
@@ -49,6 +52,8 @@ class ModelEntry:
     licence: str
     parameters: int | None = None
     mirrors: tuple[Mirror, ...] = ()
+    description: str = ""
+    licence_restricted: bool = False
 
     @property
     def key(self) -> str:
@@ -76,6 +81,28 @@ def model_violations(entry: ModelEntry) -> list[str]:
     if not entry.files:
         problems.append("a built-in model must list the digests of the files it loads")
     for path, digest in entry.files.items():
+        if not _relative_file(path):
+            problems.append(f"file {path!r} must be a relative path inside the package")
         if not SHA256_PATTERN.match(digest):
             problems.append(f"file {path!r} digest must be 64 lower-case hex characters")
+    if type(entry.licence) is not str or not entry.licence.strip():
+        problems.append("licence must name the model's licence (SPDX identifier or name)")
+    if entry.parameters is not None and (type(entry.parameters) is not int or entry.parameters < 1):
+        problems.append(f"parameters must be a positive integer or None, not {entry.parameters!r}")
+    if not isinstance(entry.mirrors, tuple) or not all(
+        isinstance(m, Mirror) and m.distribution and m.version and _relative_file(m.path)
+        for m in entry.mirrors
+    ):
+        problems.append(
+            "mirrors must be a tuple of Mirror(distribution, version, relative package path)"
+        )
+    if type(entry.licence_restricted) is not bool:
+        problems.append("licence_restricted must be True or False")
     return problems
+
+
+def _relative_file(path: object) -> bool:
+    """``path`` is a non-empty relative POSIX path that stays inside its root."""
+    if type(path) is not str or not path or path.startswith("/") or "\\" in path:
+        return False
+    return all(part not in ("", ".", "..") for part in path.split("/"))

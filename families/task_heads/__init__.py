@@ -15,6 +15,7 @@ from vllm_srun.plugins import Family, hookimpl
 from vllm_srun.plugins.spec import ModelSpec
 
 from . import package as packages
+from .builtin import register_models
 from .fixture import FIXTURE_REQUEST, write_fixture
 from .inputs import TextEncoder
 from .model import TaskModel
@@ -64,3 +65,6 @@ class TaskHeadsFamily(Family):
 def register_families(register: Any) -> None:
     """Register the ``task_heads`` family."""
     register(TaskHeadsFamily())
+
+
+__all__ = ["TaskHeadsFamily", "register_families", "register_models"]
