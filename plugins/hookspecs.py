@@ -65,3 +65,12 @@ def register_golden_references(register: Register) -> None:
 @hookspec
 def register_models(register: Register) -> None:
     """Register built-in pinned models (:class:`vllm_srun.plugins.ModelEntry`)."""
+
+
+@hookspec
+def register_surface_extensions(register: Register) -> None:
+    """Register surface extensions (:class:`vllm_srun.plugins.SurfaceExtension`).
+
+    An extension adds a surface to a model another family loaded, when that
+    model's card qualifies (``similarity_readout``: decisions from embeddings).
+    """

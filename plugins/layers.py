@@ -1,4 +1,4 @@
-"""The six plugin layers: which hook fills each, how objects are named and checked."""
+"""The plugin layers: which hook fills each, how objects are named and checked."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 from vllm_srun.plugins.accelerator import NAME_PATTERN, Accelerator
 from vllm_srun.plugins.engine import Engine
+from vllm_srun.plugins.extension import SurfaceExtension, extension_violations
 from vllm_srun.plugins.family import Family
 from vllm_srun.plugins.golden import GoldenReference, golden_violations
 from vllm_srun.plugins.kernel import Kernel, kernel_violations
@@ -99,5 +100,12 @@ LAYERS: tuple[Layer, ...] = (
         golden_violations,
     ),
     Layer("models", "register_models", ModelEntry, lambda o: o.key, model_violations),
+    Layer(
+        "surface_extensions",
+        "register_surface_extensions",
+        SurfaceExtension,
+        lambda o: o.name,
+        extension_violations,
+    ),
 )
 """Every layer, in the order ``vllm-srun plugins`` shows them."""

@@ -1,4 +1,4 @@
-"""Composition: register discovered plugins with pluggy and fill the six layers.
+"""Composition: register discovered plugins with pluggy and fill the layers.
 
 Each plugin's hook implementations are called one plugin at a time, so every
 object is attributed to the plugin that registered it, and a plugin whose hook

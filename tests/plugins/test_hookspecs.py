@@ -3,7 +3,7 @@ import inspect
 from vllm_srun.plugins import LAYERS, hookspecs
 
 
-def test_six_hooks_each_take_only_a_register_callback():
+def test_seven_hooks_each_take_only_a_register_callback():
     specs = {
         name: fn
         for name, fn in vars(hookspecs).items()
@@ -16,6 +16,7 @@ def test_six_hooks_each_take_only_a_register_callback():
         "register_golden_references",
         "register_kernels",
         "register_models",
+        "register_surface_extensions",
     ]
     for fn in specs.values():
         assert list(inspect.signature(fn).parameters) == ["register"]
@@ -32,6 +33,7 @@ def test_every_hook_fills_exactly_one_layer():
         "kernels",
         "golden_references",
         "models",
+        "surface_extensions",
     ]
 
 

@@ -1,0 +1,137 @@
+"""Surface extensions attached to a loaded model.
+
+After a family loads a model, every installed
+:class:`~vllm_srun.plugins.SurfaceExtension` whose ``qualifies`` accepts the
+model's card, and that adds a surface the model does not serve yet, is
+attached in name order. :class:`ExtendedModel` then routes each surface to
+whoever serves it; every row still runs through the host model's ``run``,
+so the scheduler batches an extension's rows with the host's own.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_srun.plugins import Catalog
+from vllm_srun.plugins.extension import SurfaceExtension
+from vllm_srun.plugins.spec import RowOutput, WorkItem
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RoutedPlan:
+    """A plan made by an attached extension, remembered with the extension that finishes it."""
+
+    owner: Any
+    inner: Any
+
+    @property
+    def items(self) -> list[WorkItem]:
+        """The rows the host runs for this plan."""
+        return list(self.inner.items)
+
+
+class ExtendedModel:
+    """A loaded model plus the surfaces extensions added to it (the loaded-model protocol).
+
+    Args:
+        host: the family's loaded model.
+        attached: ``(extension, its loaded model, the surfaces it adds)``, in
+            attachment order; a surface the host (or an earlier extension)
+            serves is never listed as added.
+    """
+
+    def __init__(
+        self, host: Any, attached: list[tuple[SurfaceExtension, Any, tuple[str, ...]]]
+    ) -> None:
+        self.host = host
+        self.attached = attached
+        self.by_surface = {s: model for _, model, added in attached for s in added}
+        self.surfaces = tuple(host.surfaces) + tuple(self.by_surface)
+
+    def plan(self, surface: str, request: dict[str, Any]) -> Any:
+        """Plan on the extension that added ``surface``, else on the host.
+
+        Raises:
+            RequestError: as the planner raises (``unsupported_surface`` from the host
+                for a surface nobody serves).
+        """
+        owner = self.by_surface.get(surface)
+        if owner is None:
+            return self.host.plan(surface, request)
+        return RoutedPlan(owner, owner.plan(surface, request))
+
+    def run(self, items: list[WorkItem]) -> list[Any]:
+        """The host's forward: every row is the host's."""
+        return list(self.host.run(items))
+
+    def finish(self, plan: Any, outputs: list[RowOutput]) -> dict[str, Any]:
+        """The answer, from whoever planned it."""
+        if isinstance(plan, RoutedPlan):
+            return dict(plan.owner.finish(plan.inner, outputs))
+        return dict(self.host.finish(plan, outputs))
+
+    def probe_items(self) -> list[WorkItem]:
+        """The host's batch-invariance probe rows."""
+        return list(self.host.probe_items())
+
+    def card(self) -> dict[str, Any]:
+        """The host's card with the added surfaces, question types and ``extensions``."""
+        card = dict(getattr(self.host, "card", dict)())
+        card["surfaces"] = list(self.surfaces)
+        extensions = []
+        for ext, model, added in self.attached:
+            extra = getattr(model, "card", dict)()
+            for key in ("question_types",):
+                if key in extra:
+                    card[key] = extra[key]
+            extensions.append(
+                {
+                    "name": ext.name,
+                    "surfaces": list(added),
+                    "numerics": ext.numerics,
+                    "method": ext.method,
+                    **{k: v for k, v in extra.items() if k != "question_types"},
+                }
+            )
+        card["extensions"] = extensions
+        return card
+
+    def __getattr__(self, name: str) -> Any:
+        # Everything else (encoder, heads, limits) is the host's.
+        return getattr(self.host, name)
+
+
+def attach_extensions(catalog: Catalog, loaded: Any) -> Any:
+    """``loaded`` with every qualifying extension attached (``loaded`` itself when none).
+
+    An extension that raises while qualifying or attaching is skipped and
+    logged: it never fails the model its family loaded.
+    """
+    extensions = catalog.layer("surface_extensions")
+    if not extensions:
+        return loaded
+    card = dict(getattr(loaded, "card", dict)())
+    served = set(loaded.surfaces)
+    attached: list[tuple[SurfaceExtension, Any, tuple[str, ...]]] = []
+    for name in sorted(extensions):
+        ext = extensions[name]
+        new = tuple(s for s in ext.surfaces if s not in served)
+        if not new:
+            continue
+        try:
+            reason = ext.qualifies(card)
+            if reason is not None:
+                log.debug("extension %s does not apply: %s", name, reason)
+                continue
+            attached.append((ext, ext.attach(loaded, card), new))
+        except Exception:
+            log.exception("extension %s failed to attach; the model serves without it", name)
+            continue
+        served.update(new)
+    if not attached:
+        return loaded
+    return ExtendedModel(loaded, attached)

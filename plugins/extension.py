@@ -1,0 +1,84 @@
+"""The surface-extension contract: add a surface to a model another family loaded.
+
+A family loads a package and serves the surfaces it knows. A surface
+extension adds one more to a loaded model whose card qualifies, without
+loading anything of its own: ``similarity_readout`` lets a model with a pooled
+head answer ``decisions`` through its own embeddings. ``--family`` still picks
+only the loading family; an extension attaches after it.
+
+The runtime asks every installed extension, in name order, for each loaded
+model: an extension that :meth:`~SurfaceExtension.qualifies` and adds a
+surface the model does not serve yet is attached through
+:meth:`~SurfaceExtension.attach`. The answers it gives are reported on the
+model's card under ``extensions`` with their ``numerics`` and ``method``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+NUMERICS = ("exact", "approximate")
+"""How an extension's answers relate to a reference: bit-exact, or a documented approximation."""
+
+
+class SurfaceExtension(abc.ABC):
+    """Base class of surface-extension plugins.
+
+    Class attributes:
+        name: the extension's name (``similarity_readout``).
+        surfaces: the surfaces it adds (``("decisions",)``).
+        numerics: ``exact`` or ``approximate`` (answers from a method that is
+            not the model's trained readout, e.g. zero-shot cosine similarity).
+        method: one line naming the method, shown on the card.
+    """
+
+    name: ClassVar[str]
+    surfaces: ClassVar[tuple[str, ...]] = ()
+    numerics: ClassVar[str] = "approximate"
+    method: ClassVar[str] = ""
+
+    @abc.abstractmethod
+    def qualifies(self, card: Mapping[str, Any]) -> str | None:
+        """``None`` when the extension can serve the model with this card, else why not.
+
+        Args:
+            card: the loaded model's card as the family reports it (``surfaces``,
+                ``heads``, ``embedding``, ``limits``, ...).
+        """
+
+    @abc.abstractmethod
+    def attach(self, host: Any, card: Mapping[str, Any]) -> Any:
+        """A loaded model answering :attr:`surfaces` through ``host``.
+
+        The returned object follows the loaded-model protocol
+        (:class:`vllm_srun.plugins.spec.LoadedModel`) for the added surfaces:
+        ``plan(surface, request)`` returns work items the *host* runs (the
+        runtime batches them with the host's other rows), and
+        ``finish(plan, outputs)`` turns the host's row outputs into the
+        answer. It must not run forwards itself.
+        """
+
+
+def extension_violations(extension: SurfaceExtension) -> list[str]:
+    """Reasons ``extension`` breaks the contract (empty when it conforms)."""
+    from vllm_srun.plugins.accelerator import NAME_PATTERN
+
+    problems = []
+    name = getattr(extension, "name", None)
+    if type(name) is not str or not NAME_PATTERN.match(name):
+        problems.append(f"extension name {name!r} must match {NAME_PATTERN.pattern}")
+    surfaces = getattr(extension, "surfaces", None)
+    if (
+        not isinstance(surfaces, tuple)
+        or not surfaces
+        or not all(type(s) is str and s for s in surfaces)
+    ):
+        problems.append("extension surfaces must be a non-empty tuple of surface names")
+    if getattr(extension, "numerics", None) not in NUMERICS:
+        problems.append(f"extension numerics must be one of {', '.join(NUMERICS)}")
+    method = getattr(extension, "method", None)
+    if type(method) is not str or not method.strip():
+        problems.append("extension method must name how the answers are computed")
+    return problems
