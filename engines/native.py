@@ -1,4 +1,9 @@
-"""The ``native`` engine: encoder models in PyTorch through transformers.
+"""The ``native`` engine: encoder and decoder models in PyTorch through transformers.
+
+Encoders (:class:`NativeEncoder`) return hidden states or task logits;
+decoders (:class:`NativeDecoder`, ``AutoModelForCausalLM``) return next-token
+logits at the last position of left-padded rows, optionally continuing a
+shared prefix whose keys and values are computed once.
 
 Weights load from safetensors only, with ``trust_remote_code`` off, in eval
 and inference mode. Attention comes from the kernel registry: ``eager`` is the
@@ -15,7 +20,7 @@ from typing import Any
 import torch
 
 from vllm_srun.plugins import DeviceInfo, Engine, Kernel, hookimpl
-from vllm_srun.plugins.spec import EncoderBatch, ModelSpec
+from vllm_srun.plugins.spec import DecoderBatch, EncoderBatch, ModelSpec, decoder_positions
 
 # transformers is imported where it is used: importing it costs seconds, and
 # `vllm-srun plugins` should not pay that to list this engine.
@@ -23,6 +28,7 @@ TASK_CLASSES = {
     "encoder": "AutoModel",
     "sequence_classification": "AutoModelForSequenceClassification",
     "token_classification": "AutoModelForTokenClassification",
+    "causal_lm": "AutoModelForCausalLM",
 }
 
 
@@ -57,6 +63,86 @@ class NativeEncoder:
         return result.float().cpu()
 
 
+class NativeDecoder:
+    """A loaded transformers causal LM; :meth:`forward` reads next-token logits.
+
+    Rows are left-padded (:class:`~vllm_srun.plugins.spec.DecoderBatch`), so
+    every row's next-token logits sit at the last column; position ids are
+    explicit (:func:`~vllm_srun.plugins.spec.decoder_positions` unless the
+    batch brings its own), so padding never shifts a row's positions. Only the
+    last position goes through the LM head (``logits_to_keep=1``) when the
+    model accepts it.
+    """
+
+    def __init__(self, model: Any, spec: ModelSpec, device: torch.device) -> None:
+        self.model = model
+        self.spec = spec
+        self.device = device
+        parameters = inspect.signature(model.forward).parameters
+        self.keep = {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}
+
+    def _last(self, **inputs: Any) -> Any:
+        out = self.model(**inputs, **self.keep, return_dict=True)
+        return out.logits[:, -1, :], out
+
+    def forward(self, batch: DecoderBatch) -> torch.Tensor:
+        """Next-token logits of each row, float32 on the CPU.
+
+        Without ``prefix_ids`` the rows run as they are. With it, the prefix
+        runs once (one row, positions ``0..P-1``), its cache is repeated for
+        every row, and the rows continue from position ``P`` with a mask of
+        ``[ones(P), attention_mask]``: padding between the prefix and a row's
+        first real token is hidden.
+
+        Returns:
+            ``[rows, k]`` logits at ``read_ids``, or ``[rows, vocab]`` without them.
+        """
+        ids = batch.input_ids.to(self.device)
+        mask = batch.attention_mask.to(self.device)
+        with torch.inference_mode():
+            if batch.prefix_ids is None or batch.prefix_ids.numel() == 0:
+                positions = batch.position_ids
+                if positions is None:
+                    positions = decoder_positions(mask)
+                logits, _ = self._last(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    position_ids=positions.to(self.device),
+                    use_cache=False,
+                )
+            else:
+                prefix = batch.prefix_ids.to(self.device).reshape(1, -1)
+                length = prefix.shape[1]
+                _, out = self._last(
+                    input_ids=prefix,
+                    attention_mask=torch.ones_like(prefix),
+                    position_ids=torch.arange(length, device=self.device).unsqueeze(0),
+                    use_cache=True,
+                )
+                cache = out.past_key_values
+                cache.batch_repeat_interleave(ids.shape[0])
+                full_mask = torch.cat(
+                    [
+                        torch.ones((ids.shape[0], length), dtype=mask.dtype, device=self.device),
+                        mask,
+                    ],
+                    dim=1,
+                )
+                positions = batch.position_ids
+                if positions is None:
+                    positions = decoder_positions(mask, offset=length)
+                logits, _ = self._last(
+                    input_ids=ids,
+                    attention_mask=full_mask,
+                    position_ids=positions.to(self.device),
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+            if batch.read_ids is not None:
+                logits = logits.gather(1, batch.read_ids.to(self.device))
+        return logits.float().cpu()
+
+
 class NativeEngine(Engine):
     """PyTorch through transformers; tried first by ``--engine auto``."""
 
@@ -66,7 +152,7 @@ class NativeEngine(Engine):
     def supports(self, spec: Any, device: DeviceInfo) -> str | None:
         """``None`` when transformers has the model type built in and weights are safetensors."""
         if not isinstance(spec, ModelSpec):
-            return "native runs encoder model specs only"
+            return "native runs ModelSpec model specs only"
         if spec.task not in TASK_CLASSES:
             return f"native does not run task {spec.task!r}"
         import transformers
@@ -77,14 +163,25 @@ class NativeEngine(Engine):
                 f"transformers {transformers.__version__} has no built-in model type "
                 f"{spec.model_type!r} (remote code is never run)"
             )
+        if spec.task == "causal_lm":
+            from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+            if spec.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+                return (
+                    f"transformers {transformers.__version__} has no causal LM for model type "
+                    f"{spec.model_type!r}"
+                )
         if not spec.weights:
             return "the package has no safetensors weights"
         if spec.dtype == "float16" and device.accelerator == "cpu":
             return "float16 runs on GPUs only; use --dtype float32 or bfloat16 on a CPU"
         return None
 
-    def load(self, spec: Any, device: DeviceInfo, options: Mapping[str, Any]) -> NativeEncoder:
-        """Load ``spec`` in eval mode.
+    def load(
+        self, spec: Any, device: DeviceInfo, options: Mapping[str, Any]
+    ) -> NativeEncoder | NativeDecoder:
+        """Load ``spec`` in eval mode: a :class:`NativeDecoder` for ``causal_lm``,
+        a :class:`NativeEncoder` otherwise.
 
         Options:
             torch_device: the ``torch.device`` to run on (default CPU).
@@ -114,6 +211,8 @@ class NativeEngine(Engine):
             dtype=dtype,
         )
         model.to(target).eval()
+        if spec.task == "causal_lm":
+            return NativeDecoder(model, spec, target)
         return NativeEncoder(model, spec, target)
 
 

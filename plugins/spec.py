@@ -2,7 +2,9 @@
 
 A family reads the package and fills a :class:`ModelSpec`; the engine never
 parses a package format itself. An encoder engine model takes an
-:class:`EncoderBatch` and returns one float32 tensor.
+:class:`EncoderBatch` and returns one float32 tensor; a decoder engine model
+(:class:`DecoderModel`) takes a left-padded :class:`DecoderBatch` and returns
+next-token logits at each row's last position.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ import torch
 ENCODER_TASKS = ("encoder", "sequence_classification", "token_classification")
 """Encoder tasks: ``encoder`` yields hidden states, the others task logits."""
 
+DECODER_TASKS = ("causal_lm",)
+"""Decoder tasks: ``causal_lm`` yields next-token logits (:class:`DecoderModel`)."""
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -25,7 +30,7 @@ class ModelSpec:
         package: the package directory.
         architecture: the transformers architecture (``BertForTokenClassification``).
         model_type: ``config.json``'s ``model_type`` (``bert``, ``modernbert``).
-        task: one of :data:`ENCODER_TASKS`.
+        task: one of :data:`ENCODER_TASKS` or :data:`DECODER_TASKS`.
         hidden_layer: for ``encoder``, the hidden-states index to return
             (``None`` is the last layer; 0 the embeddings output).
         weights: safetensors files, relative to ``package``.
@@ -33,6 +38,13 @@ class ModelSpec:
         dtype: the requested ``--dtype`` (``auto`` = ``released_dtype``).
         released_dtype: the precision the model was released in.
         weights_digest: a hex digest identifying the weights (the export cache key).
+        token_limit: the most tokens one row may hold as the package states it
+            (a decoder's positions), or ``None`` when the family states none;
+            the loader refuses a ``max_model_len`` above it.
+        max_model_len: the ``--max-model-len`` load option (decision models),
+            or ``None``.
+        shared_context: the ``--enable-shared-context`` load option, or
+            ``None`` for the family's default.
     """
 
     package: Path
@@ -45,6 +57,9 @@ class ModelSpec:
     dtype: str = "auto"
     released_dtype: str = "float32"
     weights_digest: str | None = None
+    token_limit: int | None = None
+    max_model_len: int | None = None
+    shared_context: bool | None = None
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -77,6 +92,60 @@ class EncoderModel(Protocol):
     def encode(self, batch: EncoderBatch) -> torch.Tensor:
         """float32 ``[rows, tokens, hidden]`` hidden states, ``[rows, labels]``
         sequence logits or ``[rows, tokens, labels]`` token logits, on the CPU."""
+        ...
+
+
+@dataclass
+class DecoderBatch:
+    """Rows of token ids for a decoder, padded on the left to one length.
+
+    Each row's last column is its last real token, so the next-token logits of
+    every row sit at position ``-1``. Padding may use any token id (a model
+    without a pad token still batches): the mask hides it.
+
+    Attributes:
+        input_ids: int64 ``[rows, tokens]``, left-padded.
+        attention_mask: int64 ``[rows, tokens]``, 0 for padding then 1 for real tokens.
+        position_ids: int64 ``[rows, tokens]``, or ``None`` for the default
+            :func:`decoder_positions` (real tokens numbered from 0, after the prefix).
+        prefix_ids: int64 ``[prefix_tokens]`` shared by every row and preceding
+            it (the rows continue from it), or ``None``. The engine computes the
+            prefix's keys and values once and reuses them for every row.
+        read_ids: int64 ``[rows, k]`` vocabulary ids whose logits to return per
+            row, or ``None`` for the whole vocabulary.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor | None = None
+    prefix_ids: torch.Tensor | None = None
+    read_ids: torch.Tensor | None = None
+
+
+def decoder_positions(attention_mask: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    """Position ids of a left-padded batch: ``offset + clamp(cumsum(mask) - 1, min=0)``.
+
+    Real tokens are numbered ``offset, offset + 1, ...`` whatever padding
+    precedes them (as transformers' ``generate`` numbers them); padding gets
+    ``offset``, which the mask hides anyway.
+
+    Args:
+        attention_mask: int ``[rows, tokens]``.
+        offset: tokens before the rows (a shared prefix's length).
+
+    Returns:
+        int64 ``[rows, tokens]``.
+    """
+    positions = attention_mask.long().cumsum(-1) - 1
+    return positions.clamp(min=0) + offset
+
+
+class DecoderModel(Protocol):
+    """What an engine's ``load`` returns for a decoder task."""
+
+    def forward(self, batch: DecoderBatch) -> torch.Tensor:
+        """Next-token logits at each row's last position, float32 on the CPU:
+        ``[rows, k]`` at ``batch.read_ids``, or ``[rows, vocab]`` without them."""
         ...
 
 
