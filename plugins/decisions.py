@@ -354,7 +354,8 @@ def _criteria_object(value: Any, where: str) -> list[Option]:
 
 def _count(options: Sequence[Any], where: str, low: int, high: int, noun: str) -> None:
     if not low <= len(options) <= high:
-        raise _Invalid(f"{where} has {len(options)} {noun}; a question takes {low} to {high}")
+        shown = noun if len(options) != 1 else noun.removesuffix("s")
+        raise _Invalid(f"{where} has {len(options)} {shown}; a question takes {low} to {high}")
 
 
 def _question(name: str, raw: Any, where: str, duplicates: Sequence[Path]) -> Question:
