@@ -271,6 +271,8 @@ def load_model(
     threads: int | None = None,
     max_num_seqs: int = 8192,
     max_num_batched_tokens: int = 65536,
+    max_model_len: int | None = None,
+    enable_shared_context: bool | None = None,
 ) -> ServedModel:
     """Load a local package directory through the installed plugins.
 
@@ -286,11 +288,25 @@ def load_model(
     chosen_family = choose_family(catalog, package, family)
     try:
         chosen_family.verify(package)
-        spec = dataclasses.replace(chosen_family.describe(package), dtype=dtype)
+        spec = dataclasses.replace(
+            chosen_family.describe(package),
+            dtype=dtype,
+            max_model_len=max_model_len,
+            shared_context=enable_shared_context,
+        )
     except LoadError:
         raise
     except Exception as err:
         raise LoadError(f"{chosen_family.name} cannot read the package: {err}") from err
+    if (
+        max_model_len is not None
+        and spec.token_limit is not None
+        and max_model_len > spec.token_limit
+    ):
+        raise LoadError(
+            f"max_model_len {max_model_len} is above the model's limit ({spec.token_limit} "
+            f"tokens); lower it to at most {spec.token_limit} or leave it out"
+        )
     try:
         placement = place(catalog, device)
     except DeviceNotAvailable as err:

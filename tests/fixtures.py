@@ -290,3 +290,138 @@ def spec_for(package: Path, task: str, **overrides: Any) -> Any:
         task=task,
         **fields,
     )
+
+
+# -- decoders ---------------------------------------------------------------------------------
+DECODER_CORPUS = [
+    "State: My card was charged twice for the same order.",
+    "State: The parcel never arrived. The app crashes when I log in.",
+    "Question: Which team should handle this? Is the customer angry? How urgent is it?",
+    "Options: billing shipping technical refund invoice delivery crash login",
+    "Reply with one of: A, B, C, D. Answer: A Answer: B Answer: C",
+    "yes no yes no Yes No true false yes no yes no",
+    " yes no yes no 1 2 3 4 5 6 7 8 9 10 level score low high",
+    '{"order": 42, "status": "late", "items": ["book", "lamp"]}',
+]
+"""Text the fixture tokenizers' byte-level BPE is trained on (every byte stays a token)."""
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""A ChatML chat template, the shape Qwen's tokenizers carry."""
+
+DECODER_TOKENIZERS: dict[str, dict[str, Any]] = {
+    # Qwen3: ChatML template, a pad token, no BOS.
+    "qwen3": {
+        "specials": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        "eos": "<|im_end|>",
+        "pad": "<|endoftext|>",
+        "chat_template": CHATML_TEMPLATE,
+    },
+    # Llama: BOS added to every text, no pad token, no chat template (the plain template).
+    "llama": {"specials": ["<s>", "</s>"], "bos": "<s>", "eos": "</s>", "add_bos": True},
+    # GPT-2: one special token, no pad token, no chat template.
+    "gpt2": {"specials": ["<|endoftext|>"], "bos": "<|endoftext|>", "eos": "<|endoftext|>"},
+}
+
+DECODER_SMALL = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "max_position_embeddings": 512,
+}
+
+
+def write_decoder_tokenizer(
+    target: Path,
+    specials: list[str],
+    eos: str,
+    bos: str | None = None,
+    pad: str | None = None,
+    chat_template: str | None = None,
+    add_bos: bool = False,
+    vocab_size: int = 400,
+) -> Any:
+    """Train a byte-level BPE on :data:`DECODER_CORPUS` and save it under ``target``.
+
+    Returns the ``PreTrainedTokenizerFast``. Every byte is a token, so any text
+    encodes; single letters and digits are one token each.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(DECODER_CORPUS * 4, trainer)
+    if add_bos and bos is not None:
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", special_tokens=[(bos, tokenizer.token_to_id(bos))]
+        )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token=bos, eos_token=eos, pad_token=pad
+    )
+    if chat_template is not None:
+        fast.chat_template = chat_template
+    target.mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(target)
+    return fast
+
+
+def write_decoder(
+    root: Path,
+    model_type: str,
+    *,
+    seed: int = 0,
+    chat_template: str | None | bool = True,
+    calibration: dict[str, Any] | None = None,
+    name: str | None = None,
+) -> Path:
+    """A tiny random-weight decoder package (``qwen3``, ``llama`` or ``gpt2``) with its tokenizer.
+
+    ``chat_template`` True keeps the model type's default (ChatML for Qwen3,
+    none for the others), False/None drops it, a string sets it.
+    ``calibration`` is written as ``calibration.json``.
+    """
+    import json
+
+    import transformers
+
+    tok_kwargs = dict(DECODER_TOKENIZERS[model_type])
+    if chat_template is not True:
+        tok_kwargs["chat_template"] = chat_template or None
+    target = root / (name or f"{model_type}-decoder")
+    tokenizer = write_decoder_tokenizer(target, **tok_kwargs)
+    ids = {
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    vocab = len(tokenizer)
+    if model_type == "qwen3":
+        config: Any = transformers.Qwen3Config(
+            vocab_size=vocab, num_key_value_heads=1, head_dim=16, **DECODER_SMALL, **ids
+        )
+    elif model_type == "llama":
+        config = transformers.LlamaConfig(
+            vocab_size=vocab, num_key_value_heads=1, **DECODER_SMALL, **ids
+        )
+    else:
+        config = transformers.GPT2Config(
+            vocab_size=vocab, n_embd=32, n_layer=2, n_head=2, n_positions=512, **ids
+        )
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    model.save_pretrained(target, safe_serialization=True)
+    if calibration is not None:
+        (target / "calibration.json").write_text(json.dumps(calibration))
+    return target
