@@ -626,7 +626,7 @@ def softmax(logits: torch.Tensor | Sequence[float], temperature: float = 1.0) ->
     """
     if not (math.isfinite(temperature) and temperature > 0):
         raise ValueError(f"temperature must be a finite number above 0, not {temperature!r}")
-    values = torch.as_tensor(logits).detach().to("cpu", torch.float64).reshape(-1)
+    values = torch.as_tensor(logits, dtype=torch.float64, device="cpu").reshape(-1)
     if values.numel() < 1:
         raise ValueError("softmax needs at least one logit")
     scaled = (values - values.max()) / temperature
@@ -643,7 +643,7 @@ def confidence(probabilities: torch.Tensor | Sequence[float]) -> float:
     Raises:
         ValueError: fewer than two probabilities.
     """
-    p = torch.as_tensor(probabilities).detach().to("cpu", torch.float64).reshape(-1)
+    p = torch.as_tensor(probabilities, dtype=torch.float64, device="cpu").reshape(-1)
     if p.numel() < 2:
         raise ValueError("confidence needs at least two probabilities")
     terms = torch.where(p > 0, p * torch.log(p.clamp_min(1e-300)), torch.zeros_like(p))
@@ -657,7 +657,7 @@ def failed_answer(kind: str | None, code: str, message: str) -> dict[str, Any]:
 
 
 def _checked(logits: torch.Tensor | Sequence[float], count: int) -> torch.Tensor | None:
-    values = torch.as_tensor(logits).detach().to("cpu", torch.float64).reshape(-1)
+    values = torch.as_tensor(logits, dtype=torch.float64, device="cpu").reshape(-1)
     if values.numel() != count or not bool(torch.isfinite(values).all()):
         return None
     return values

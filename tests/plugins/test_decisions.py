@@ -1,0 +1,578 @@
+"""The decisions schema (every rule), duplicate keys in raw JSON, and the readout maths."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from vllm_srun.plugins.decisions import (
+    InvalidQuestion,
+    Question,
+    answer,
+    choice_answer,
+    confidence,
+    describe_path,
+    loads_checked,
+    noul_answer,
+    parse_body,
+    parse_request,
+    score_answer,
+    softmax,
+    state_text,
+)
+from vllm_srun.plugins.spec import RequestError
+
+CHOICE = {
+    "type": "choice",
+    "instructions": "Which team should handle this?",
+    "criteria": {"billing": "Payments", "shipping": None},
+}
+NOUL = {"type": "noul", "instructions": "Is the customer angry?"}
+SCORE = {"type": "score", "instructions": "How urgent?", "criteria": ["low", "high"]}
+
+
+def request(**questions):
+    return {"state": "My card was charged twice", "questions": questions}
+
+
+def only(question):
+    """Parse a request holding ``question`` beside a valid one; return the first's result."""
+    parsed = parse_request(request(q=question, ok=NOUL))
+    return parsed.entries[0].questions[0]
+
+
+def message_of(question):
+    result = only(question)
+    assert isinstance(result, InvalidQuestion), result
+    return result.message
+
+
+# -- duplicate keys in raw JSON ---------------------------------------------------------------
+def test_loads_checked_reports_each_duplicate_by_path():
+    raw = (
+        b'{"state": "s", "questions": {"q": {"type": "choice", "instructions": "i",'
+        b' "criteria": {"a": "1", "b": "2", "a": "3"}}, "list": [{"x": 1, "x": 2}]}}'
+    )
+    value, duplicates = loads_checked(raw)
+    assert duplicates == [("questions", "q", "criteria", "a"), ("questions", "list", 0, "x")]
+    assert value["questions"]["q"]["criteria"] == {"a": "3", "b": "2"}
+    assert type(value["questions"]["q"]) is dict
+
+
+def test_loads_checked_without_duplicates_and_bad_json():
+    assert loads_checked('{"a": [1, {"b": null}]}') == ({"a": [1, {"b": None}]}, [])
+    with pytest.raises(RequestError, match="not valid JSON") as err:
+        loads_checked(b'{"a": ')
+    assert err.value.code == "invalid_request"
+    with pytest.raises(RequestError, match="NaN is not a JSON number"):
+        loads_checked(b'{"a": NaN}')
+
+
+def test_describe_path():
+    assert describe_path(("questions", "q1", "choices", 0, "key")) == "questions.q1.choices[0].key"
+    assert describe_path(("states", 2)) == "states[2]"
+
+
+def test_a_duplicate_key_inside_a_question_fails_that_question_only():
+    raw = json.dumps(request(ok=NOUL))[:-2] + (
+        ', "dup": {"type": "noul", "type": "choice", "instructions": "i"}}}'
+    )
+    parsed = parse_body(raw.encode())
+    ok, dup = parsed.entries[0].questions
+    assert isinstance(ok, Question)
+    assert isinstance(dup, InvalidQuestion)
+    assert dup.message == "questions.dup has the key 'type' more than once"
+
+
+def test_a_duplicate_option_key_names_the_criteria():
+    raw = (
+        b'{"state": "s", "questions": {"ok": {"type": "noul", "instructions": "i"},'
+        b' "q": {"type": "choice", "instructions": "i",'
+        b' "criteria": {"a": "1", "a": "2", "b": "3"}}}}'
+    )
+    q = parse_body(raw).entries[0].questions[1]
+    assert isinstance(q, InvalidQuestion)
+    assert q.message == "questions.q.criteria has the key 'a' more than once"
+    assert q.answer() == {"type": "choice", "error": "invalid_question", "message": q.message}
+
+
+def test_a_duplicate_question_name_fails_that_question():
+    raw = (
+        b'{"state": "s", "questions": {"q": {"type": "noul", "instructions": "i"},'
+        b' "q": {"type": "noul", "instructions": "j"},'
+        b' "ok": {"type": "noul", "instructions": "k"}}}'
+    )
+    first, ok = parse_body(raw).entries[0].questions
+    assert isinstance(first, InvalidQuestion) and isinstance(ok, Question)
+    assert first.message == "questions has the question 'q' more than once"
+
+
+def test_a_duplicate_key_outside_questions_fails_the_request():
+    raw = b'{"state": "a", "state": "b", "questions": {"q": {"type": "noul", "instructions": "i"}}}'
+    with pytest.raises(RequestError, match="the request has the key 'state' more than once"):
+        parse_body(raw)
+    raw = (
+        b'{"state": "a", "questions": {"q": {"type": "noul", "instructions": "i"}},'
+        b' "options": {"profile": "exact", "profile": "exact"}}'
+    )
+    with pytest.raises(RequestError, match="options has the key 'profile' more than once"):
+        parse_body(raw)
+
+
+def test_duplicates_inside_a_states_entry_question():
+    raw = (
+        b'{"state": "a", "questions": {"q": {"type": "noul", "instructions": "i"}},'
+        b' "states": [{"state": "b", "questions": {"r": {"type": "noul", "instructions": "i",'
+        b' "instructions": "j"}}}]}'
+    )
+    parsed = parse_body(raw)
+    [r] = parsed.entries[1].questions
+    assert isinstance(r, InvalidQuestion)
+    assert r.message == "states[0].questions.r has the key 'instructions' more than once"
+
+
+# -- valid forms ------------------------------------------------------------------------------
+def test_valid_questions_in_every_form():
+    parsed = parse_request(
+        request(
+            choice=CHOICE,
+            choices={
+                "type": "choice",
+                "instructions": "Pick",
+                "choices": [{"key": "x", "description": "ex"}, {"key": "y"}],
+            },
+            noul=NOUL,
+            noul_criteria={
+                "type": "noul",
+                "instructions": "Late?",
+                "criteria": {"true": "late", "false": "on time"},
+            },
+            noul_choices={
+                "type": "noul",
+                "instructions": "Late?",
+                "choices": [{"key": "true", "description": "late"}, {"key": "false"}],
+            },
+            score=SCORE,
+            levels={"type": "score", "instructions": "Rate", "levels": ["a", "b", "c"]},
+        )
+    )
+    q = {question.name: question for question in parsed.entries[0].questions}
+    assert all(isinstance(v, Question) for v in q.values())
+    assert q["choice"].keys == ("billing", "shipping")
+    assert q["choice"].options[1].description is None
+    assert q["choices"].keys == ("x", "y")
+    assert [o.description for o in q["choices"].options] == ["ex", None]
+    assert q["noul"].keys == ("false", "true")
+    assert [o.description for o in q["noul_criteria"].options] == ["on time", "late"]
+    assert [o.description for o in q["noul_choices"].options] == [None, "late"]
+    assert q["score"].keys == ("1", "2")
+    assert [o.description for o in q["levels"].options] == ["a", "b", "c"]
+    assert parsed.profile == "exact" and parsed.deadline_ms is None
+    assert parsed.return_meta is False and parsed.has_states is False
+
+
+def test_counts_at_the_bounds_are_valid():
+    keys = {f"k{i}": None for i in range(255)}
+    assert isinstance(only({**CHOICE, "criteria": keys}), Question)
+    assert isinstance(only({**SCORE, "criteria": [str(i) for i in range(10)]}), Question)
+
+
+def test_options_and_states():
+    parsed = parse_request(
+        {
+            "model": "m",
+            "state": {"order": 1},
+            "questions": {"q": NOUL},
+            "states": [{"state": ["a", 1], "questions": {"q": NOUL, "r": SCORE}}],
+            "options": {"deadline_ms": 250, "profile": "exact", "return_meta": True},
+        }
+    )
+    assert parsed.model == "m" and parsed.deadline_ms == 250 and parsed.return_meta
+    assert parsed.has_states and len(parsed.entries) == 2
+    assert parsed.entries[1].where == ("states", 0)
+    assert [q.name for q in parsed.entries[1].questions] == ["q", "r"]
+    assert parsed.questions == 3
+
+
+def test_state_text():
+    assert state_text("plain text") == "plain text"
+    assert state_text({"b": 1, "a": "é"}) == '{"b": 1, "a": "é"}'
+    assert state_text([1, {"x": None}]) == '[1, {"x": null}]'
+
+
+# -- every invalid_question rule --------------------------------------------------------------
+INVALID = {
+    "not an object": ("text", "questions.q must be an object, not a string"),
+    "unknown field": (
+        {**NOUL, "weight": 2},
+        "questions.q.weight is not a field of a question (type, instructions, criteria, "
+        "choices, levels)",
+    ),
+    "missing type": (
+        {"instructions": "i"},
+        "questions.q.type must be one of choice, noul, score, not missing",
+    ),
+    "unknown type": (
+        {**NOUL, "type": "rank"},
+        "questions.q.type must be one of choice, noul, score, not 'rank'",
+    ),
+    "missing instructions": ({"type": "noul"}, "questions.q.instructions is missing"),
+    "blank instructions": ({**NOUL, "instructions": "  \n"}, "questions.q.instructions is blank"),
+    "zero-width instructions": (
+        {**NOUL, "instructions": "\u200b\u200d"},
+        "questions.q.instructions is blank",
+    ),
+    "instructions not text": (
+        {**NOUL, "instructions": 3},
+        "questions.q.instructions must be a string, not a number",
+    ),
+    "lone surrogate": (
+        {**NOUL, "instructions": "bad \ud800"},
+        "questions.q.instructions holds a lone surrogate (not Unicode text)",
+    ),
+    "one option": (
+        {**CHOICE, "criteria": {"a": None}},
+        "questions.q.criteria has 1 option; a question takes 2 to 255",
+    ),
+    "256 options": (
+        {**CHOICE, "criteria": {f"k{i}": None for i in range(256)}},
+        "questions.q.criteria has 256 options; a question takes 2 to 255",
+    ),
+    "blank option key": (
+        {**CHOICE, "criteria": {" ": None, "b": None}},
+        "questions.q.criteria has a blank or malformed option key ' '",
+    ),
+    "blank description": (
+        {**CHOICE, "criteria": {"a": "", "b": None}},
+        "questions.q.criteria.a is blank (use null for no description)",
+    ),
+    "description not text": (
+        {**CHOICE, "criteria": {"a": 1, "b": None}},
+        "questions.q.criteria.a must be a string or null, not a number",
+    ),
+    "criteria not an object": (
+        {**CHOICE, "criteria": ["a", "b"]},
+        "questions.q.criteria must be an object of option keys to descriptions, not an array",
+    ),
+    "criteria and choices": (
+        {**CHOICE, "choices": [{"key": "a"}, {"key": "b"}]},
+        "questions.q takes criteria or choices, not both",
+    ),
+    "neither": (
+        {"type": "choice", "instructions": "i"},
+        "questions.q needs criteria (an object of options) or choices",
+    ),
+    "choices not a list": (
+        {"type": "choice", "instructions": "i", "choices": {"a": 1}},
+        "questions.q.choices must be an array of {key, description}, not an object",
+    ),
+    "choice item unknown field": (
+        {"type": "choice", "instructions": "i", "choices": [{"key": "a", "label": 1}]},
+        "questions.q.choices[0].label is not a field of a choice (key, description)",
+    ),
+    "choice item without key": (
+        {"type": "choice", "instructions": "i", "choices": [{"description": "d"}]},
+        "questions.q.choices[0].key is missing",
+    ),
+    "choice item blank key": (
+        {"type": "choice", "instructions": "i", "choices": [{"key": ""}, {"key": "b"}]},
+        "questions.q.choices[0].key is blank",
+    ),
+    "choice item not an object": (
+        {"type": "choice", "instructions": "i", "choices": ["a", "b"]},
+        "questions.q.choices[0] must be an object {key, description}, not a string",
+    ),
+    "choices repeat a key": (
+        {"type": "choice", "instructions": "i", "choices": [{"key": "a"}, {"key": "a"}]},
+        "questions.q.choices has the key 'a' twice",
+    ),
+    "one choice": (
+        {"type": "choice", "instructions": "i", "choices": [{"key": "a"}]},
+        "questions.q.choices has 1 option; a question takes 2 to 255",
+    ),
+    "levels on a choice": (
+        {**CHOICE, "levels": ["a", "b"]},
+        "questions.q.levels does not apply to a choice question; use choices",
+    ),
+    "choices on a score": (
+        {**SCORE, "choices": [{"key": "a"}, {"key": "b"}]},
+        "questions.q.choices does not apply to a score question; use levels",
+    ),
+    "criteria and levels": (
+        {**SCORE, "levels": ["a", "b"]},
+        "questions.q takes criteria or levels, not both",
+    ),
+    "score without levels": (
+        {"type": "score", "instructions": "i"},
+        "questions.q needs criteria or levels (a list of level descriptions)",
+    ),
+    "one level": (
+        {**SCORE, "criteria": ["only"]},
+        "questions.q.criteria has 1 level; a question takes 2 to 10",
+    ),
+    "eleven levels": (
+        {"type": "score", "instructions": "i", "levels": [str(i) for i in range(11)]},
+        "questions.q.levels has 11 levels; a question takes 2 to 10",
+    ),
+    "levels not a list": (
+        {**SCORE, "criteria": {"1": "a"}},
+        "questions.q.criteria must be an array of level descriptions, not an object",
+    ),
+    "blank level": ({**SCORE, "criteria": ["a", " "]}, "questions.q.criteria[1] is blank"),
+    "null level": (
+        {**SCORE, "criteria": ["a", None]},
+        "questions.q.criteria[1] must be a string, not null",
+    ),
+    "noul wrong keys": (
+        {**NOUL, "criteria": {"yes": "a", "no": "b"}},
+        "questions.q.criteria must have exactly the keys false and true, not no, yes",
+    ),
+    "noul one key": (
+        {**NOUL, "criteria": {"true": "a"}},
+        "questions.q.criteria must have exactly the keys false and true, not true",
+    ),
+    "noul levels": (
+        {**NOUL, "levels": ["a", "b"]},
+        "questions.q.levels does not apply to a noul question; use choices",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(INVALID))
+def test_each_schema_rule_fails_only_its_question(case):
+    question, expected = INVALID[case]
+    parsed = parse_request(request(q=question, ok=NOUL))
+    bad, ok = parsed.entries[0].questions
+    assert isinstance(ok, Question)
+    assert isinstance(bad, InvalidQuestion)
+    assert bad.message == expected
+    assert bad.answer()["error"] == "invalid_question"
+    assert parsed.problems == (expected,)
+
+
+def test_invalid_answer_keeps_the_type_when_known():
+    assert only({**NOUL, "extra": 1}).answer()["type"] == "noul"
+    assert only({"type": "rank", "instructions": "i"}).answer()["type"] is None
+
+
+def test_blank_question_name():
+    bad = parse_request(request(**{" ": NOUL, "ok": NOUL})).entries[0].questions[0]
+    assert isinstance(bad, InvalidQuestion)
+    assert bad.message == "questions has a blank or malformed question name"
+
+
+def test_a_request_with_only_bad_questions_lists_each_reason():
+    with pytest.raises(RequestError) as err:
+        parse_request(request(a={"type": "noul"}, b={**SCORE, "criteria": ["x"]}))
+    assert err.value.code == "invalid_request"
+    assert err.value.message == (
+        "no question is valid: questions.a.instructions is missing; "
+        "questions.b.criteria has 1 level; a question takes 2 to 10"
+    )
+
+
+def test_bad_questions_in_every_entry_fail_the_request_but_one_good_one_saves_it():
+    body = {
+        "state": "s",
+        "questions": {"a": {"type": "noul"}},
+        "states": [{"state": "t", "questions": {"b": NOUL}}],
+    }
+    parsed = parse_request(body)
+    assert isinstance(parsed.entries[0].questions[0], InvalidQuestion)
+    body["states"][0]["questions"] = {"b": {"type": "x"}}
+    with pytest.raises(RequestError, match=r"no question is valid: questions\.a\.instructions"):
+        parse_request(body)
+
+
+# -- request-level rules ----------------------------------------------------------------------
+REQUEST_ERRORS = {
+    "not an object": (["a"], "the request must be a JSON object"),
+    "unknown field": (
+        {"state": "s", "questions": {"q": NOUL}, "input": "x"},
+        "input is not a field of a decisions request",
+    ),
+    "no state": ({"questions": {"q": NOUL}}, "state is missing"),
+    "blank state": ({"state": " \u200b", "questions": {"q": NOUL}}, "state is blank"),
+    "numeric state": (
+        {"state": 3, "questions": {"q": NOUL}},
+        "state must be text, an object or an array, not a number",
+    ),
+    "surrogate state": (
+        {"state": {"a": "\udc00"}, "questions": {"q": NOUL}},
+        "state holds a lone surrogate",
+    ),
+    "no questions": ({"state": "s"}, "questions must be an object of named questions, not missing"),
+    "empty questions": (
+        {"state": "s", "questions": {}},
+        "questions must be an object of named questions, not empty",
+    ),
+    "questions list": (
+        {"state": "s", "questions": [NOUL]},
+        "questions must be an object of named questions, not an array",
+    ),
+    "options not object": (
+        {"state": "s", "questions": {"q": NOUL}, "options": 1},
+        "options must be an object, not a number",
+    ),
+    "unknown option": (
+        {"state": "s", "questions": {"q": NOUL}, "options": {"overflow": "window"}},
+        "options.overflow is not an option of decisions",
+    ),
+    "profile": (
+        {"state": "s", "questions": {"q": NOUL}, "options": {"profile": "fast"}},
+        "options.profile must be one of exact, not 'fast'",
+    ),
+    "deadline": (
+        {"state": "s", "questions": {"q": NOUL}, "options": {"deadline_ms": 0}},
+        "options.deadline_ms must be a number above 0, not 0",
+    ),
+    "deadline bool": (
+        {"state": "s", "questions": {"q": NOUL}, "options": {"deadline_ms": True}},
+        "options.deadline_ms must be a number above 0, not True",
+    ),
+    "return_meta": (
+        {"state": "s", "questions": {"q": NOUL}, "options": {"return_meta": "yes"}},
+        "options.return_meta must be true or false",
+    ),
+    "states not a list": (
+        {"state": "s", "questions": {"q": NOUL}, "states": {"state": "t"}},
+        "states must be an array of {state, questions}, not an object",
+    ),
+    "states entry not an object": (
+        {"state": "s", "questions": {"q": NOUL}, "states": ["t"]},
+        "states[0] must be an object {state, questions}, not a string",
+    ),
+    "states entry unknown field": (
+        {"state": "s", "questions": {"q": NOUL}, "states": [{"state": "t", "x": 1}]},
+        "states[0].x is not a field of a state entry (state, questions)",
+    ),
+    "states entry blank state": (
+        {
+            "state": "s",
+            "questions": {"q": NOUL},
+            "states": [{"state": "", "questions": {"q": NOUL}}],
+        },
+        "states[0].state is blank",
+    ),
+    "states entry without questions": (
+        {"state": "s", "questions": {"q": NOUL}, "states": [{"state": "t"}]},
+        "states[0].questions must be an object of named questions, not missing",
+    ),
+    "model not text": (
+        {"model": 1, "state": "s", "questions": {"q": NOUL}},
+        "model must be a string",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REQUEST_ERRORS))
+def test_request_level_problems_are_invalid_request(case):
+    body, expected = REQUEST_ERRORS[case]
+    with pytest.raises(RequestError) as err:
+        parse_request(body)
+    assert err.value.code == "invalid_request"
+    assert expected in err.value.message
+
+
+def test_parse_body_needs_an_object():
+    with pytest.raises(RequestError, match="must be a JSON object"):
+        parse_body(b"[1, 2]")
+
+
+def test_extra_fields_the_caller_handles():
+    body = {"surface": "decisions", "state": "s", "questions": {"q": NOUL}}
+    assert parse_request(body, extra_fields=("surface",)).entries[0].valid
+
+
+# -- readout maths ----------------------------------------------------------------------------
+def test_softmax_matches_the_formula_and_sums_to_one():
+    logits = torch.tensor([2.0, -1.0, 0.5], dtype=torch.float32)
+    p = softmax(logits)
+    z = [2.0, -1.0, 0.5]
+    expected = [math.exp(v - 2.0) / sum(math.exp(w - 2.0) for w in z) for v in z]
+    assert p.dtype == torch.float64
+    assert p.tolist() == pytest.approx(expected, abs=1e-15)
+    assert abs(float(p.sum()) - 1.0) < 1e-12
+
+
+def test_softmax_temperature_flattens_and_sharpens():
+    logits = [1.0, 0.0]
+    warm, plain, cold = softmax(logits, 2.0), softmax(logits, 1.0), softmax(logits, 0.5)
+    assert float(warm[0]) == pytest.approx(1 / (1 + math.exp(-0.5)))
+    assert float(cold[0]) == pytest.approx(1 / (1 + math.exp(-2.0)))
+    assert float(warm[0]) < float(plain[0]) < float(cold[0])
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="temperature"):
+            softmax(logits, bad)
+
+
+def test_softmax_is_stable_for_large_logits():
+    p = softmax([1000.0, 999.0])
+    assert float(p[0]) == pytest.approx(1 / (1 + math.exp(-1)))
+
+
+def test_confidence_is_one_minus_normalised_entropy():
+    assert confidence([0.25, 0.25, 0.25, 0.25]) == pytest.approx(0.0, abs=1e-12)
+    assert confidence([1.0, 0.0, 0.0]) == 1.0
+    p = [0.7, 0.2, 0.1]
+    entropy = -sum(v * math.log(v) for v in p)
+    assert confidence(p) == pytest.approx(1 - entropy / math.log(3), abs=1e-12)
+    assert confidence([0.5, 0.5, 0.0, 0.0]) == pytest.approx(0.5, abs=1e-12)
+
+
+def test_choice_answer_shape_and_values():
+    result = choice_answer(["billing", "shipping", "technical"], [1.0, 3.0, 0.0])
+    p = softmax([1.0, 3.0, 0.0]).tolist()
+    assert result == {
+        "type": "choice",
+        "choice": "shipping",
+        "probabilities": {"billing": p[0], "shipping": p[1], "technical": p[2]},
+        "confidence": confidence(p),
+    }
+    assert abs(sum(result["probabilities"].values()) - 1) < 1e-6
+
+
+def test_a_tie_takes_the_first_option():
+    assert choice_answer(["a", "b"], [0.0, 0.0])["choice"] == "a"
+
+
+def test_noul_answer_is_p_true():
+    result = noul_answer([0.0, math.log(3.0)])
+    assert result == {"type": "noul", "noul": pytest.approx(0.75, abs=1e-15)}
+    assert noul_answer([0.0, math.log(3.0)], temperature=2.0)["noul"] == pytest.approx(
+        math.sqrt(3) / (1 + math.sqrt(3))
+    )
+
+
+def test_score_answer_expected_level_and_legend():
+    result = score_answer(["low", "mid", "high"], [0.0, 0.0, math.log(2.0)])
+    assert result["type"] == "score"
+    assert result["probabilities"] == {
+        "1": pytest.approx(0.25),
+        "2": pytest.approx(0.25),
+        "3": pytest.approx(0.5),
+    }
+    assert result["score"] == pytest.approx(1 * 0.25 + 2 * 0.25 + 3 * 0.5)
+    assert result["legend"] == {"1": "low", "2": "mid", "3": "high"}
+    assert 0 < result["confidence"] < 1
+
+
+def test_non_finite_logits_are_invalid_model_output():
+    assert choice_answer(["a", "b"], [float("nan"), 0.0]) == {
+        "type": "choice",
+        "error": "invalid_model_output",
+        "message": "the model's logits are not finite",
+    }
+    assert noul_answer([float("inf"), 0.0])["error"] == "invalid_model_output"
+    assert score_answer(["a", "b"], [0.0, float("-inf")])["error"] == "invalid_model_output"
+
+
+def test_answer_dispatches_by_type():
+    parsed = parse_request(request(c=CHOICE, n=NOUL, s=SCORE))
+    c, n, s = parsed.entries[0].questions
+    assert answer(c, [0.0, 1.0])["choice"] == "shipping"
+    assert answer(n, [0.0, 0.0]) == {"type": "noul", "noul": 0.5}
+    assert answer(s, [0.0, 0.0])["score"] == 1.5
