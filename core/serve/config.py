@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_srun.plugins.models import REVISION_PATTERN
+
 ENGINE_ARGUMENTS = (
     "max_num_seqs",
     "max_num_batched_tokens",
@@ -55,8 +57,14 @@ class ModelConfig:
 
     @property
     def served_name(self) -> str:
-        """The ID the API reports: ``name``, else the MODEL argument as given."""
-        return self.name or self.model
+        """The ID the API reports: ``name``, else the MODEL argument as given
+        (without an ``@REVISION`` suffix of a model name: ``owner/name@abc...``
+        serves as ``owner/name``)."""
+        if self.name:
+            return self.name
+        if not self.model.startswith(("/", ".", "~")) and "@" in self.model:
+            return self.model.partition("@")[0]
+        return self.model
 
 
 @dataclass
@@ -75,6 +83,9 @@ class ServeConfig:
     result_cache_entries: int = 16384
     shutdown_grace_seconds: float = 30.0
     log_level: str = "info"
+    cache_dir: str | None = None
+    offline: bool = False
+    accept_licences: tuple[str, ...] = ()
 
 
 def _type_check(entry: dict[str, Any], key: str, where: str) -> Any:
@@ -101,6 +112,22 @@ def _type_check(entry: dict[str, Any], key: str, where: str) -> Any:
     if not isinstance(value, types):
         raise ConfigError(f"{where}: {key} must be {' or '.join(t.__name__ for t in types)}")
     return value
+
+
+def check_revision(revision: str, where: str) -> str:
+    """``revision`` as a lower-case 40-hex commit.
+
+    Raises:
+        ConfigError: ``revision must be a 40-hex commit`` (a branch, tag or
+            short hash), prefixed with ``where``.
+    """
+    commit = revision.strip().lower()
+    if not REVISION_PATTERN.match(commit):
+        raise ConfigError(
+            f"{where}: revision must be a 40-hex commit, not {revision!r}; use the full "
+            "commit hash, not a branch or tag"
+        )
+    return commit
 
 
 def read_models_file(path: str | os.PathLike[str], defaults: ModelConfig) -> list[ModelConfig]:
@@ -134,5 +161,7 @@ def read_models_file(path: str | os.PathLike[str], defaults: ModelConfig) -> lis
         if "model" not in entry:
             raise ConfigError(f"{where}: `model` is required")
         values = {key: _type_check(entry, key, where) for key in entry}
+        if "revision" in values:
+            values["revision"] = check_revision(values["revision"], where)
         configs.append(dataclasses.replace(defaults, **values))
     return configs

@@ -40,3 +40,49 @@ def test_branches_bad_digests_and_bad_names_are_violations():
     assert model_violations(ModelEntry("x", "f", REVISION, {}, "mit")) == [
         "a built-in model must list the digests of the files it loads"
     ]
+
+
+def test_paths_licences_parameters_and_mirrors_are_checked():
+    mirror = Mirror("dist", "1.0", "../outside")
+    entry = ModelEntry(
+        "acme/model",
+        "task_heads",
+        REVISION,
+        {"/etc/passwd": DIGEST, "a/../b.json": DIGEST},
+        " ",
+        0,
+        mirrors=(mirror,),
+        licence_restricted="yes",  # type: ignore[arg-type]
+    )
+    assert model_violations(entry) == [
+        "file '/etc/passwd' must be a relative path inside the package",
+        "file 'a/../b.json' must be a relative path inside the package",
+        "licence must name the model's licence (SPDX identifier or name)",
+        "parameters must be a positive integer or None, not 0",
+        "mirrors must be a tuple of Mirror(distribution, version, relative package path)",
+        "licence_restricted must be True or False",
+    ]
+
+
+def test_a_restricted_licence_and_a_description_conform():
+    entry = ModelEntry(
+        "acme/model",
+        "task_heads",
+        REVISION,
+        {"onnx/model.onnx": DIGEST},
+        "llama3",
+        description="a model",
+        licence_restricted=True,
+    )
+    assert model_violations(entry) == []
+
+
+def test_the_built_in_table_conforms():
+    from vllm_srun.families.task_heads.builtin import BUILTIN_MODELS
+
+    assert [e.name for e in BUILTIN_MODELS] == [
+        "sentence-transformers/all-MiniLM-L6-v2",
+        "arcjet/rampart-pii",
+    ]
+    for entry in BUILTIN_MODELS:
+        assert model_violations(entry) == []

@@ -189,5 +189,73 @@ def test_vllm_srun_serve_without_a_model_is_an_error(capsys):
         main(["serve"])
     assert exited.value.code == 2
     assert (
-        "name at least one MODEL (a package directory) or --models FILE" in capsys.readouterr().err
+        "name at least one MODEL (a built-in model name, owner/name@COMMIT or a package "
+        "directory) or --models FILE" in capsys.readouterr().err
     )
+
+
+COMMIT = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"
+
+
+def test_a_models_file_revision_is_applied_and_checked(tmp_path):
+    path = models_file(
+        tmp_path,
+        f"""
+        models:
+          - model: sentence-transformers/all-MiniLM-L6-v2
+          - model: someone/encoder
+            revision: {COMMIT.upper()}
+        """,
+    )
+    builtin, pinned = read_models_file(path, DEFAULTS)
+    assert (builtin.revision, builtin.served_name) == (
+        None,
+        "sentence-transformers/all-MiniLM-L6-v2",
+    )
+    assert (pinned.revision, pinned.served_name) == (COMMIT, "someone/encoder")
+    branch = models_file(tmp_path, "models:\n  - model: someone/encoder\n    revision: main\n")
+    with pytest.raises(ConfigError) as raised:
+        read_models_file(branch, DEFAULTS)
+    assert str(raised.value) == (
+        f"models file {branch}, entry 1 (someone/encoder): revision must be a 40-hex commit, "
+        "not 'main'; use the full commit hash, not a branch or tag"
+    )
+
+
+def test_registry_options_reach_the_serve_config():
+    args = build_parser().parse_args(
+        [
+            "serve",
+            f"someone/encoder@{COMMIT}",
+            "--cache-dir",
+            "/srv/hf",
+            "--offline",
+            "--accept-licence",
+            "llama3",
+            "--accept-licence",
+            "gemma",
+        ]
+    )
+    config = serve_config(args)
+    [model] = config.models
+    assert model.model == f"someone/encoder@{COMMIT}"
+    assert model.served_name == "someone/encoder"  # the @REV suffix is not part of the ID
+    assert (config.cache_dir, config.offline, config.accept_licences) == (
+        "/srv/hf",
+        True,
+        ("llama3", "gemma"),
+    )
+    plain = serve_config(build_parser().parse_args(["serve", "/models/a"]))
+    assert (plain.cache_dir, plain.offline, plain.accept_licences) == (None, False, ())
+
+
+def test_revision_is_for_a_single_model_and_a_commit():
+    one = serve_config(
+        build_parser().parse_args(["serve", "someone/encoder", "--revision", COMMIT])
+    )
+    assert one.models[0].revision == COMMIT
+    with pytest.raises(ConfigError, match="--revision applies to a single MODEL"):
+        serve_config(build_parser().parse_args(["serve", "a/b", "c/d", "--revision", COMMIT]))
+    with pytest.raises(ConfigError) as raised:
+        serve_config(build_parser().parse_args(["serve", "a/b", "--revision", "v1.0"]))
+    assert str(raised.value).startswith("--revision: revision must be a 40-hex commit, not 'v1.0'")
