@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,11 +47,16 @@ class ServedModel:
         package: the package directory.
         family, engine, placement, spec: the composition.
         loaded: the family's model (plan, run, finish).
+        identity: the built-in model name the package was resolved as (its
+            golden reference's key), or ``None`` for a package that is not built in.
         batch_invariance: the load-time probe: largest deviation measured,
             the tolerance, and whether rows of different requests may share
             a forward.
         forward_cost: the load-time measurement of a forward's fixed cost
             (:func:`measure_forward_cost`), which the scheduler's length split uses.
+        prepared: how the registry resolved and verified the package
+            (:class:`vllm_srun.registry.PreparedModel`): repo, revision,
+            ``model_sha256``, verification, licence, parameters, files.
     """
 
     name: str
@@ -61,17 +67,22 @@ class ServedModel:
     spec: ModelSpec
     loaded: LoadedModel
     attention: str
+    identity: str | None = None
     batch_invariance: dict[str, Any] = field(default_factory=dict)
     forward_cost: dict[str, Any] = field(default_factory=dict)
+    prepared: Any = None
     max_num_seqs: int = 8192
     max_num_batched_tokens: int = 65536
 
     def card(self) -> dict[str, Any]:
-        """The model's ``/v1/models`` card (the registry issue adds identity and golden)."""
+        """The model's ``/v1/models`` card: composition, identity (repo, revision,
+        ``model_sha256``, verification, licence, parameters, files) and the family's part."""
         family_card = getattr(self.loaded, "card", lambda: {})()
+        identity = self.prepared.card() if self.prepared is not None else {}
         return {
             "id": self.name,
             "family": self.family.name,
+            **identity,
             "engine": self.engine.name,
             "accelerator": self.placement.accelerator.name,
             "device": self.placement.device.device,
@@ -273,18 +284,43 @@ def load_model(
     max_num_batched_tokens: int = 65536,
     max_model_len: int | None = None,
     enable_shared_context: bool | None = None,
+    revision: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    offline: bool = False,
+    accept_licences: Iterable[str] = (),
 ) -> ServedModel:
-    """Load a local package directory through the installed plugins.
+    """Load a model through the installed plugins.
+
+    ``model`` is a local package directory, a built-in model name or a Hub
+    repository ``owner/name`` at a 40-hex commit (``MODEL@REV`` or
+    ``revision``). :func:`vllm_srun.registry.prepare` resolves it (a built-in
+    model's installed mirror first, then the Hugging Face cache in
+    ``cache_dir``, then a download unless ``offline``) and verifies its files
+    before any weight loads; a built-in model is loaded by the family its
+    table entry names unless ``family`` forces another.
 
     Raises:
-        LoadError: with the operator phrase (``no family recognizes the
-            package``, ``device not available``, ``no engine can run the
-            model``) and what to do.
+        LoadError: with the operator phrase (``a revision is required``,
+            ``revision must be a 40-hex commit``, ``a file hash does not
+            match``, ``access denied, gated or private``, ``a licence must be
+            accepted``, ``download interrupted`` (retryable), ``no family
+            recognizes the package``, ``device not available``, ``no engine
+            can run the model``) and what to do.
     """
+    from vllm_srun.registry import prepare
+
     catalog = catalog or load_catalog()
-    package = Path(model).resolve()
-    if not package.is_dir():
-        raise LoadError(f"{model} is not a package directory")
+    prepared = prepare(
+        model,
+        builtins=catalog.layer("models"),
+        revision=revision,
+        cache_dir=cache_dir,
+        offline=offline,
+        accept_licences=accept_licences,
+    )
+    package = prepared.source.path
+    if family is None and prepared.entry is not None:
+        family = prepared.entry.family
     chosen_family = choose_family(catalog, package, family)
     try:
         chosen_family.verify(package)
@@ -324,7 +360,7 @@ def load_model(
     engine_model = chosen_engine.load(spec, placement.device, options)
     loaded = chosen_family.load(package, spec, engine_model)
     served = ServedModel(
-        name=name or package.name,
+        name=name or prepared.source.repo or package.name,
         package=package,
         family=chosen_family,
         engine=chosen_engine,
@@ -332,6 +368,8 @@ def load_model(
         spec=spec,
         loaded=loaded,
         attention=str(kernel.implementation),
+        identity=prepared.entry.name if prepared.entry is not None else None,
+        prepared=prepared,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
     )

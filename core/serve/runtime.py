@@ -163,6 +163,10 @@ class Runtime:
                 threads=self.config.threads,
                 max_num_seqs=cfg.max_num_seqs,
                 max_num_batched_tokens=cfg.max_num_batched_tokens,
+                revision=cfg.revision,
+                cache_dir=self.config.cache_dir,
+                offline=self.config.offline,
+                accept_licences=self.config.accept_licences,
             )
         except LoadError as err:
             state.status, state.reason = "failed", str(err)
