@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from vllm_srun.extended import attach_extensions
 from vllm_srun.placement import DeviceNotAvailable, Placement, place
 from vllm_srun.plugins import Catalog, Engine, Family, load_catalog, select_kernel
 from vllm_srun.plugins.spec import LoadedModel, ModelSpec, RequestError, WorkItem
@@ -358,7 +359,7 @@ def load_model(
         "attention": kernel.implementation,
     }
     engine_model = chosen_engine.load(spec, placement.device, options)
-    loaded = chosen_family.load(package, spec, engine_model)
+    loaded = attach_extensions(catalog, chosen_family.load(package, spec, engine_model))
     served = ServedModel(
         name=name or prepared.source.repo or package.name,
         package=package,

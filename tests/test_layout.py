@@ -12,6 +12,7 @@ PLUGIN_FOLDERS = {
     "families": "vllm_srun.families",
     "engines": "vllm_srun.engines",
     "accelerators": "vllm_srun.accelerators",
+    "extensions": "vllm_srun.extensions",
 }
 
 
@@ -41,6 +42,7 @@ def test_layout_folders_exist():
         "families",
         "engines",
         "accelerators",
+        "extensions",
         "tests",
         "examples",
         "docs",

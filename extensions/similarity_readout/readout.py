@@ -1,0 +1,309 @@
+"""Decisions from embeddings: cosine similarity between the state and each option.
+
+For a question with options ``o_1..o_N`` about a state ``s``, the host model
+embeds
+
+- the state as itself (``state_text``: a string unchanged, an object or array
+  as JSON), windowed when it is longer than the model's input limit (the
+  host's pooled-window mean);
+- each Choice or Score option as ``"{instructions} {key}: {description}"``
+  (``"{instructions} {key}"`` when the description is null; Score keys are
+  the levels ``1..N``);
+- a Noul question's true option as ``"{instructions} {description}"`` (the
+  instructions alone without a description), its false option the same way
+  only when the client describes it,
+
+then ``z_i = cos(e(s), e(o_i))`` and ``p = softmax(z / T)`` with the
+temperature ``T`` of the question type from ``calibration/temperature.json``.
+A Noul question whose false option is not described reads ``z_false = b``,
+the calibrated ``noul_baseline``: "not this" has no text of its own, so the
+state must be more similar to the question than ``b`` for P(true) > 0.5.
+That is a zero-shot approximation of a trained readout: the card reports
+``numerics: approximate`` and this method. ``T`` was fitted on the labelled
+set ``calibration/labelled.jsonl`` with :mod:`.calibrate` (least negative
+log-likelihood of the labelled option, MiniLM-L6-v2); the file records the
+accuracy measured there.
+
+Every row is the host's: the extension only plans embeddings requests and
+reads their answers, so the host's scheduler batches, deduplicates and
+caches option rows shared by many questions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vllm_srun.plugins import SurfaceExtension
+from vllm_srun.plugins.decisions import (
+    DecisionsRequest,
+    InvalidQuestion,
+    Question,
+    answer,
+    failed_answer,
+    parse_request,
+    usage,
+)
+from vllm_srun.plugins.spec import RequestError, RowOutput, WorkItem
+
+CALIBRATION = Path(__file__).with_name("calibration") / "temperature.json"
+"""Per-type temperatures and the accuracy measured when they were fitted."""
+
+NAME = "similarity_readout"
+METHOD = "softmax over cosine(state, instructions + option) / T, T per question type"
+
+
+def read_calibration(path: Path = CALIBRATION) -> dict[str, Any]:
+    """The calibration file: ``{"temperature": {type: T}, "model", "accuracy", ...}``.
+
+    Raises:
+        ValueError: a temperature is missing, not a number or not above 0.
+    """
+    data = json.loads(path.read_text(encoding="utf-8"))
+    temps = data.get("temperature")
+    if not isinstance(temps, dict):
+        raise ValueError(f"{path}: 'temperature' must be an object of question type to T")
+    for kind in ("choice", "noul", "score"):
+        value = temps.get(kind)
+        if type(value) not in (int, float) or not value > 0:
+            raise ValueError(f"{path}: temperature.{kind} must be a number above 0")
+    return dict(data)
+
+
+def option_texts(question: Question) -> list[str | None]:
+    """The text embedded for each option of ``question`` (see the module docstring).
+
+    ``None`` stands for a Noul false option without a description: it reads
+    the calibrated baseline instead of a similarity.
+    """
+    if question.type == "noul":
+        texts: list[str | None] = []
+        for option in question.options:
+            if option.description is None:
+                texts.append(None if option.key == "false" else question.instructions)
+            else:
+                texts.append(f"{question.instructions} {option.description}")
+        return texts
+    return [
+        f"{question.instructions} {o.key}"
+        if o.description is None
+        else f"{question.instructions} {o.key}: {o.description}"
+        for o in question.options
+    ]
+
+
+class SimilarityReadout(SurfaceExtension):
+    """The ``similarity_readout`` surface extension: ``decisions`` for pooled-head models."""
+
+    name = NAME
+    surfaces = ("decisions",)
+    numerics = "approximate"
+    method = METHOD
+
+    def qualifies(self, card: Mapping[str, Any]) -> str | None:
+        """``None`` for a model that serves ``embeddings`` with a pooled head, else why not."""
+        if "embeddings" not in (card.get("surfaces") or ()):
+            return "the model serves no embeddings"
+        if not card.get("embedding"):
+            return "the model has no pooled head"
+        return None
+
+    def attach(self, host: Any, card: Mapping[str, Any]) -> SimilarityDecisions:
+        """A decisions model that embeds through ``host``."""
+        return SimilarityDecisions(host, read_calibration())
+
+
+@dataclass
+class EntryPlan:
+    """Where one state entry's rows sit among the plan's embeddings inputs."""
+
+    questions: list[Question | InvalidQuestion]
+    state_input: int
+    option_inputs: dict[str, list[int | None]] = field(default_factory=dict)
+
+
+@dataclass
+class SimilarityPlan:
+    """A planned decisions request: two host embeddings plans and what each input is."""
+
+    request: DecisionsRequest
+    states: Any
+    options: Any
+    entries: list[EntryPlan]
+
+    @property
+    def items(self) -> list[WorkItem]:
+        """The host rows: every state first, then every option text."""
+        return [*self.states.items, *self.options.items]
+
+
+class SimilarityDecisions:
+    """Answers ``decisions`` for one host model (the loaded-model protocol, planning only).
+
+    Args:
+        host: the family's loaded model (plans and finishes ``embeddings``).
+        calibration: :func:`read_calibration`'s result.
+    """
+
+    surfaces = ("decisions",)
+
+    def __init__(self, host: Any, calibration: Mapping[str, Any]) -> None:
+        self.host = host
+        self.calibration = dict(calibration)
+        self.temperature: dict[str, float] = dict(calibration["temperature"])
+        self.noul_baseline = float(calibration.get("noul_baseline", 0.0))
+
+    def card(self) -> dict[str, Any]:
+        """What the model card says about these answers."""
+        return {
+            "question_types": ["choice", "noul", "score"],
+            "temperature": dict(self.temperature),
+            "noul_baseline": self.noul_baseline,
+            "calibration": {
+                k: self.calibration[k]
+                for k in ("model", "examples", "accuracy")
+                if k in self.calibration
+            },
+        }
+
+    def plan(self, surface: str, request: Any) -> SimilarityPlan:
+        """Embeddings rows for every state and every option of every valid question.
+
+        Args:
+            surface: ``decisions``.
+            request: a :class:`DecisionsRequest`, or the parsed JSON body
+                (validated here, without duplicate-key detection).
+
+        Raises:
+            RequestError: ``unsupported_surface``; ``invalid_request`` from validation.
+        """
+        if surface != "decisions":
+            raise RequestError("unsupported_surface", f"{NAME} answers decisions, not {surface}")
+        parsed = request if isinstance(request, DecisionsRequest) else parse_request(request)
+        states: list[str] = []
+        options: list[str] = []
+        option_index: dict[str, int] = {}
+        entries = []
+        for entry in parsed.entries:
+            plan = EntryPlan(list(entry.questions), len(states))
+            states.append(entry.state_text())
+            for question in entry.valid:
+                rows: list[int | None] = []
+                for text in option_texts(question):
+                    if text is None:
+                        rows.append(None)
+                        continue
+                    if text not in option_index:
+                        option_index[text] = len(options)
+                        options.append(text)
+                    rows.append(option_index[text])
+                plan.option_inputs[question.name] = rows
+            entries.append(plan)
+        states_plan = self.host.plan(
+            "embeddings", {"input": states, "options": {"overflow": "window"}}
+        )
+        options_plan = self.host.plan(
+            "embeddings", {"input": options, "options": {"overflow": "reject"}}
+        )
+        return SimilarityPlan(parsed, states_plan, options_plan, entries)
+
+    def finish(self, plan: SimilarityPlan, outputs: list[RowOutput]) -> dict[str, Any]:
+        """The decisions response body (without ``model``)."""
+        similarities, tokens = self.similarities(plan, outputs)
+        answered = []
+        for entry in similarities:
+            answers: dict[str, Any] = {}
+            for name, (question, found) in entry.items():
+                if isinstance(question, InvalidQuestion):
+                    answers[name] = question.answer()
+                elif isinstance(found, tuple):
+                    answers[name] = failed_answer(question.type, *found)
+                else:
+                    answers[name] = answer(question, found, self.temperature[question.type])
+            answered.append(answers)
+        body: dict[str, Any] = {"answers": answered[0], "usage": usage(tokens, 0)}
+        if plan.request.has_states:
+            body["states"] = [{"answers": answers} for answers in answered[1:]]
+        if plan.request.return_meta:
+            body["meta"] = {
+                "readout": NAME,
+                "numerics": "approximate",
+                "method": METHOD,
+                "temperature": dict(self.temperature),
+            }
+        return body
+
+    def similarities(
+        self, plan: SimilarityPlan, outputs: list[RowOutput]
+    ) -> tuple[list[dict[str, tuple[Any, Any]]], int]:
+        """Cosine similarities of the state to each option, per question, and the tokens used.
+
+        Returns:
+            One mapping per state entry, question name to ``(question, found)``,
+            where ``found`` is a float64 ``[options]`` tensor of cosines in
+            ``[-1, 1]``, a ``(code, message)`` failure, or ``None`` for an
+            invalid question; and the input tokens of every embedded text.
+        """
+        split = len(plan.states.items)
+        states = self.host.finish(plan.states, list(outputs[:split]))["data"]
+        options = self.host.finish(plan.options, list(outputs[split:]))["data"]
+        tokens = sum(_tokens(item) for item in states) + sum(_tokens(item) for item in options)
+        found: list[dict[str, tuple[Any, Any]]] = []
+        for entry in plan.entries:
+            state = states[entry.state_input]
+            per_question: dict[str, tuple[Any, Any]] = {}
+            for question in entry.questions:
+                if isinstance(question, InvalidQuestion):
+                    per_question[question.name] = (question, None)
+                    continue
+                rows = [
+                    None if i is None else options[i] for i in entry.option_inputs[question.name]
+                ]
+                failed = _failure(state) or next(
+                    (f for r in rows if r is not None and (f := _failure(r))), None
+                )
+                if failed is not None:
+                    per_question[question.name] = (question, failed)
+                    continue
+                anchor = _unit(state["embedding"])
+                cosines = torch.tensor(
+                    [
+                        self.noul_baseline if r is None else float(anchor @ _unit(r["embedding"]))
+                        for r in rows
+                    ],
+                    dtype=torch.float64,
+                )
+                per_question[question.name] = (question, cosines.clamp(-1.0, 1.0))
+            found.append(per_question)
+        return found, tokens
+
+    def probe_items(self) -> list[WorkItem]:
+        """The host's probe rows."""
+        return list(self.host.probe_items())
+
+
+def _unit(vector: Sequence[float]) -> torch.Tensor:
+    values = torch.tensor(vector, dtype=torch.float64)
+    return values / values.norm().clamp_min(1e-12)
+
+
+def _tokens(item: Mapping[str, Any]) -> int:
+    used = item.get("input") or {}
+    return int(used.get("processed_tokens", 0)) if isinstance(used, Mapping) else 0
+
+
+def _failure(item: Mapping[str, Any]) -> tuple[str, str] | None:
+    """An embeddings item's error as a question error, or ``None``."""
+    if "error" not in item:
+        return None
+    code = str(item["error"])
+    if code == "invalid_input":  # the state or an option text cannot be tokenised
+        code = "invalid_question"
+    elif code not in ("max_length_exceeded", "deadline_exceeded", "invalid_model_output"):
+        code = "unavailable"  # internal_error: the forward failed
+    return code, str(item.get("message", ""))
