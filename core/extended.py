@@ -1,4 +1,4 @@
-"""Surface extensions attached to a loaded model.
+"""Surface extensions attached to a loaded model: the composite that routes their surfaces.
 
 After a family loads a model, every installed
 :class:`~vllm_srun.plugins.SurfaceExtension` whose ``qualifies`` accepts the

@@ -3,8 +3,8 @@
 - :mod:`~vllm_srun.plugins.hookspecs`: the hooks, and :data:`hookimpl` to mark
   implementations;
 - contracts: :class:`Accelerator` and :class:`DeviceInfo`, :class:`Engine`,
-  :class:`Family`, :class:`Kernel`, :class:`GoldenReference`,
-  :class:`ModelEntry`;
+  :class:`Family`, :class:`SurfaceExtension`, :class:`Kernel`,
+  :class:`GoldenReference`, :class:`ModelEntry`;
 - discovery and composition: :func:`discover`, :func:`build_catalog`,
   :func:`load_catalog`;
 - the conformance kit: :mod:`vllm_srun.plugins.testing`.
@@ -20,6 +20,7 @@ from vllm_srun.plugins.accelerator import (
 )
 from vllm_srun.plugins.discovery import ENV_DISABLE, ENV_ONLY, GROUP, DiscoveredPlugin, discover
 from vllm_srun.plugins.engine import Engine
+from vllm_srun.plugins.extension import SurfaceExtension
 from vllm_srun.plugins.family import Family
 from vllm_srun.plugins.golden import GoldenReference
 from vllm_srun.plugins.hookspecs import hookimpl, hookspec
@@ -56,6 +57,7 @@ __all__ = [
     "ModelEntry",
     "PluginRecord",
     "Refusal",
+    "SurfaceExtension",
     "build_catalog",
     "discover",
     "hookimpl",
