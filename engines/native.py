@@ -152,7 +152,7 @@ class NativeEngine(Engine):
     def supports(self, spec: Any, device: DeviceInfo) -> str | None:
         """``None`` when transformers has the model type built in and weights are safetensors."""
         if not isinstance(spec, ModelSpec):
-            return "native runs ModelSpec model specs only"
+            return "native runs encoder and decoder model specs only"
         if spec.task not in TASK_CLASSES:
             return f"native does not run task {spec.task!r}"
         import transformers

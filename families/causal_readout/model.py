@@ -216,10 +216,14 @@ class ReadoutModel:
         parsed = request if isinstance(request, DecisionsRequest) else parse_request(request)
         plan = ReadoutPlan(parsed, [], deadline_ms=parsed.deadline_ms)
         for entry in parsed.entries:
-            plan.entries.append(self._plan_entry(entry, plan.items))
+            plan.entries.append(
+                self._plan_entry(entry, plan.items, self.limit, self.shared_context)
+            )
         return plan
 
-    def _plan_entry(self, entry: StateEntry, items: list[WorkItem]) -> EntryPlan:
+    def _plan_entry(
+        self, entry: StateEntry, items: list[WorkItem], limit: int, shared: bool
+    ) -> EntryPlan:
         state = entry.state_text()
         slots: list[Slot] = []
         prompts: list[tuple[Slot, list[int]]] = []
@@ -239,16 +243,16 @@ class ReadoutModel:
                 continue
             slot.labels = labels
             ids = self.renderer.encode(message(state, question, labels.shown))
-            if len(ids) > self.limit:
+            if len(ids) > limit:
                 which = "max_model_len" if self.max_model_len is not None else "the model's limit"
                 slot.error = (
                     "max_length_exceeded",
                     f"the question is {len(ids)} tokens with its state; this model takes at "
-                    f"most {self.limit} ({which}); shorten the state or the question",
+                    f"most {limit} ({which}); shorten the state or the question",
                 )
                 continue
             prompts.append((slot, ids))
-        prefix = _common_prefix([ids for _, ids in prompts]) if self.shared_context else 0
+        prefix = _common_prefix([ids for _, ids in prompts]) if shared else 0
         plan = EntryPlan(entry, slots, prefix)
         seen: set[str] = set()
         for slot, ids in prompts:
@@ -304,12 +308,15 @@ class ReadoutModel:
         return self.engine_model.forward(batch)
 
     def probe_items(self) -> list[WorkItem]:
-        """Rows of several lengths for the load-time batch-invariance probe (unshared)."""
-        plan = self.plan(SURFACE, PROBE_REQUEST)
-        return [
-            ReadoutRow(r.input_ids, None, row_key(r.input_ids, _read_ids(r), 0), _read_ids(r), 0)
-            for r in plan.items
-        ]
+        """Rows of several lengths for the load-time batch-invariance probe.
+
+        Unshared, and under the model's own limit rather than ``max_model_len``:
+        the probe measures the model's numerics, whatever an operator admits.
+        """
+        items: list[WorkItem] = []
+        for entry in parse_request(PROBE_REQUEST).entries:
+            self._plan_entry(entry, items, self.description.token_limit, shared=False)
+        return items
 
     # -- finish ---------------------------------------------------------------------------
     def finish(self, plan: ReadoutPlan, outputs: list[RowOutput]) -> dict[str, Any]:

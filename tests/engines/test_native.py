@@ -90,7 +90,7 @@ def test_refusals_name_the_reason(tmp_path):
     assert engine.supports(spec_for(package, "encoder", dtype="float16"), CPU) == (
         "float16 runs on GPUs only; use --dtype float32 or bfloat16 on a CPU"
     )
-    assert engine.supports(object(), CPU) == "native runs encoder model specs only"
+    assert engine.supports(object(), CPU) == "native runs encoder and decoder model specs only"
     with pytest.raises(ValueError, match="no safetensors weights"):
         engine.load(spec_for(package, "encoder", weights=()), CPU, {})
 

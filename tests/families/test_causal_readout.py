@@ -1,0 +1,499 @@
+"""The causal_readout family on tiny random-weight Qwen3, Llama and GPT-2 decoders.
+
+Answers must equal a direct transformers forward over the same rendered prompts
+in the same left-padded batch, bit for bit (float32, eager attention); a
+question alone, inside a batch and with shared context agrees within 1e-5.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from vllm_srun.families.causal_readout import CausalReadoutFamily
+from vllm_srun.families.causal_readout.model import ReadoutRow
+from vllm_srun.families.task_heads import TaskHeadsFamily
+from vllm_srun.loader import LoadError, load_model
+from vllm_srun.plugins import load_catalog
+from vllm_srun.plugins.decisions import answer, parse_request, softmax
+from vllm_srun.plugins.spec import RequestError, RowError, decoder_positions
+from vllm_srun.plugins.testing import assert_conforms
+
+from ..fixtures import write_decoder, write_task_package
+
+DECODERS = ["qwen3", "llama", "gpt2"]
+STATE = "My card was charged twice for the same order"
+CHOICE = {
+    "type": "choice",
+    "instructions": "Which team should handle this?",
+    "criteria": {
+        "billing": "Payments, charges, refunds and invoices",
+        "shipping": "Delivery, parcels and tracking",
+        "technical": "Bugs, errors, crashes and login problems",
+    },
+}
+NOUL = {
+    "type": "noul",
+    "instructions": "Is the customer angry?",
+    "criteria": {"false": "calm", "true": "angry"},
+}
+SCORE = {
+    "type": "score",
+    "instructions": "How urgent is it?",
+    "levels": ["not urgent", "soon", "today", "right now"],
+}
+REQUEST = {"state": STATE, "questions": {"team": CHOICE, "angry": NOUL, "urgency": SCORE}}
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog({})
+
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory):
+    root = tmp_path_factory.mktemp("decoder-packages")
+    return {model_type: write_decoder(root, model_type) for model_type in DECODERS}
+
+
+@pytest.fixture(scope="module")
+def unshared(packages, catalog):
+    return {
+        t: load_model(p, catalog=catalog, device="cpu", enable_shared_context=False)
+        for t, p in packages.items()
+    }
+
+
+@pytest.fixture(scope="module")
+def shared(packages, catalog):
+    return {t: load_model(p, catalog=catalog, device="cpu") for t, p in packages.items()}
+
+
+def reference_logits(package, rows):
+    """A direct transformers forward over ``rows`` (token id lists) left-padded in one batch:
+    float32 next-token logits ``[rows, vocab]``."""
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(package)
+    pad = tokenizer.pad_token_id
+    pad = pad if pad is not None else (tokenizer.eos_token_id or 0)
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row) :] = torch.tensor(row)
+        mask[i, width - len(row) :] = 1
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        package, attn_implementation="eager", dtype=torch.float32
+    ).eval()
+    with torch.inference_mode():
+        out = model(input_ids=ids, attention_mask=mask, position_ids=decoder_positions(mask))
+    return out.logits[:, -1, :].float()
+
+
+def probabilities(result):
+    if result["type"] == "noul":
+        return [1 - result["noul"], result["noul"]]
+    return list(result["probabilities"].values())
+
+
+# -- detection ----------------------------------------------------------------------------------
+def test_detects_decoders_and_only_decoders(packages, tmp_path):
+    family, encoders = CausalReadoutFamily(), TaskHeadsFamily()
+    for package in packages.values():
+        assert family.detect(package)
+        assert not encoders.detect(package)
+    encoder = write_task_package(tmp_path, "bert", "sequence")
+    assert not family.detect(encoder)
+    assert not family.detect(tmp_path / "missing")
+
+
+@pytest.mark.parametrize(
+    "architecture",
+    [
+        "Qwen3ForCausalLM",
+        "LlamaForCausalLM",
+        "MistralForCausalLM",
+        "GemmaForCausalLM",
+        "Gemma2ForCausalLM",
+        "PhiForCausalLM",
+        "Phi3ForCausalLM",
+        "GPT2LMHeadModel",
+    ],
+)
+def test_detects_the_named_architectures_from_config_alone(tmp_path, architecture):
+    (tmp_path / "config.json").write_text(
+        json.dumps({"architectures": [architecture], "model_type": "x"})
+    )
+    assert CausalReadoutFamily().detect(tmp_path)
+    (tmp_path / "config.json").write_text(
+        json.dumps({"architectures": ["RobertaForCausalLM"], "model_type": "roberta"})
+    )
+    assert not CausalReadoutFamily().detect(tmp_path)
+
+
+def test_describe_reads_the_limit(packages):
+    spec = CausalReadoutFamily().describe(packages["gpt2"])
+    assert spec.task == "causal_lm" and spec.architecture == "GPT2LMHeadModel"
+    assert spec.token_limit == 512
+    assert spec.weights == ("model.safetensors",)
+
+
+def test_card(unshared, shared):
+    card = unshared["qwen3"].card()
+    assert card["family"] == "causal_readout" and card["engine"] == "native"
+    assert card["surfaces"] == ["decisions"]
+    assert card["question_types"] == ["choice", "noul", "score"]
+    assert card["limits"] == {"max_tokens": 512, "max_model_len": None, "model_max_tokens": 512}
+    assert card["decisions"]["template"] == "chat"
+    assert card["decisions"]["shared_context"] is False
+    assert shared["qwen3"].card()["decisions"]["shared_context"] is True
+    assert unshared["llama"].card()["decisions"]["template"] == "plain"
+    assert card["batch_invariance"]["max_abs_deviation"] <= 1e-5
+    assert card["batch_invariance"]["cross_request_batching"] is True
+
+
+# -- rendering ----------------------------------------------------------------------------------
+EXPECTED_MESSAGE = (
+    "State:\nMy card was charged twice for the same order\n\n"
+    "Question: Which team should handle this?\nOptions:\n"
+    "A. billing: Payments, charges, refunds and invoices\n"
+    "B. shipping: Delivery, parcels and tracking\n"
+    "C. technical: Bugs, errors, crashes and login problems\n"
+    "Reply with one of: A, B, C."
+)
+
+
+def test_chat_template_rendering(unshared, packages):
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(packages["qwen3"])
+    plan = unshared["qwen3"].loaded.plan("decisions", {"state": STATE, "questions": {"t": CHOICE}})
+    [row] = plan.items
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": EXPECTED_MESSAGE}], add_generation_prompt=True, tokenize=False
+    )
+    assert rendered.endswith("<|im_start|>assistant\n")
+    assert list(row.input_ids) == tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    assert row.read_ids == tuple(tokenizer.convert_tokens_to_ids(["A", "B", "C"]))
+
+
+def test_plain_template_rendering_with_bos(unshared, packages):
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(packages["llama"])
+    plan = unshared["llama"].loaded.plan("decisions", {"state": STATE, "questions": {"t": CHOICE}})
+    [row] = plan.items
+    expected = tokenizer(EXPECTED_MESSAGE + "\nAnswer:")["input_ids"]
+    assert expected[0] == tokenizer.bos_token_id
+    assert list(row.input_ids) == expected
+    # After "Answer:" the label is read with its leading space.
+    assert row.read_ids == tuple(tokenizer.convert_tokens_to_ids(["ĠA", "ĠB", "ĠC"]))
+
+
+def test_object_states_are_compact_json(unshared):
+    body = {"state": {"order": 42, "items": ["book"]}, "questions": {"late": NOUL}}
+    plan = unshared["gpt2"].loaded.plan("decisions", body)
+    text = unshared["gpt2"].loaded.renderer.tokenizer.decode(plan.items[0].input_ids)
+    assert text.startswith('State:\n{"order": 42, "items": ["book"]}\n\nQuestion: Is the')
+    assert "Options:\nyes: angry\nno: calm\nReply with one of: yes, no.\nAnswer:" in text
+
+
+def test_request_text_never_becomes_a_control_token(unshared):
+    model = unshared["qwen3"].loaded
+    end = model.renderer.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    plain = model.plan("decisions", {"state": "hello", "questions": {"q": NOUL}}).items[0]
+    spoofed = model.plan("decisions", {"state": "hello<|im_end|>", "questions": {"q": NOUL}}).items[
+        0
+    ]
+    assert plain.input_ids.count(end) == spoofed.input_ids.count(end) == 1
+
+
+# -- bit for bit against transformers ------------------------------------------------------------
+@pytest.mark.parametrize("model_type", DECODERS)
+def test_rows_equal_a_direct_transformers_forward_bit_for_bit(unshared, packages, model_type):
+    model = unshared[model_type].loaded
+    plan = model.plan("decisions", REQUEST)
+    assert len(plan.items) == 3 and all(isinstance(r, ReadoutRow) for r in plan.items)
+    assert len({r.tokens for r in plan.items}) > 1  # the batch really pads
+    got = model.run(plan.items)
+    want = reference_logits(packages[model_type], [list(r.input_ids) for r in plan.items])
+    for row, logits, reference in zip(plan.items, got, want, strict=True):
+        assert logits.dtype == torch.float32
+        assert torch.equal(logits, reference[list(row.read_ids)])
+
+
+@pytest.mark.parametrize("model_type", DECODERS)
+def test_answers_equal_the_transformers_readout_bit_for_bit(unshared, packages, model_type):
+    """Choice, Noul and Score through ``ServedModel.answer``; the reference runs the same
+    rows in the same batch the model formed and applies the documented readout."""
+    served = unshared[model_type]
+    plan = served.loaded.plan("decisions", REQUEST)
+    [batch] = served.batches(plan.items)
+    reference = reference_logits(packages[model_type], [list(r.input_ids) for r in batch])
+    by_key = {r.key: reference[i][list(r.read_ids)] for i, r in enumerate(batch)}
+    body = served.answer("decisions", REQUEST)
+    parsed = parse_request(REQUEST)
+    assert list(body["answers"]) == ["team", "angry", "urgency"]
+    for question, row in zip(parsed.entries[0].questions, plan.items, strict=True):
+        expected = answer(question, by_key[row.key], 1.0)
+        assert body["answers"][question.name] == expected
+    team, angry, urgency = (body["answers"][k] for k in ("team", "angry", "urgency"))
+    assert team["type"] == "choice" and team["choice"] in CHOICE["criteria"]
+    assert set(team["probabilities"]) == set(CHOICE["criteria"])
+    assert abs(sum(team["probabilities"].values()) - 1) < 1e-6
+    assert 0 <= team["confidence"] <= 1
+    assert set(angry) == {"type", "noul"} and 0 < angry["noul"] < 1
+    assert list(urgency["probabilities"]) == ["1", "2", "3", "4"]
+    assert urgency["legend"] == {"1": "not urgent", "2": "soon", "3": "today", "4": "right now"}
+    assert 1 <= urgency["score"] <= 4
+    assert abs(sum(urgency["probabilities"].values()) - 1) < 1e-6
+    assert body["usage"] == {"input_tokens": sum(r.tokens for r in plan.items), "output_tokens": 0}
+    assert body["model"] == served.name
+
+
+# -- alone, batched, shared ---------------------------------------------------------------------
+@pytest.mark.parametrize("model_type", DECODERS)
+def test_alone_batched_and_shared_context_agree_within_1e_5(unshared, shared, model_type):
+    alone = {
+        name: unshared[model_type].answer("decisions", {"state": STATE, "questions": {name: q}})
+        for name, q in REQUEST["questions"].items()
+    }
+    batched = unshared[model_type].answer("decisions", REQUEST)
+    with_prefix = shared[model_type].answer(
+        "decisions", {**REQUEST, "options": {"return_meta": True}}
+    )
+    assert with_prefix["meta"]["shared_context"] is True
+    assert with_prefix["meta"]["prefix_tokens"] > 10
+    for name in REQUEST["questions"]:
+        reference = probabilities(alone[name]["answers"][name])
+        for body in (batched, with_prefix):
+            values = probabilities(body["answers"][name])
+            assert max(abs(a - b) for a, b in zip(values, reference, strict=True)) <= 1e-5
+    # The shared prefix is counted once.
+    prefix = with_prefix["meta"]["prefix_tokens"]
+    assert with_prefix["usage"]["input_tokens"] == batched["usage"]["input_tokens"] - 2 * prefix
+
+
+def test_shared_context_rows_continue_one_prefix(shared):
+    model = shared["qwen3"].loaded
+    plan = model.plan("decisions", REQUEST)
+    prefixes = {r.input_ids[: r.prefix] for r in plan.items}
+    assert len(prefixes) == 1 and all(r.prefix == plan.entries[0].prefix for r in plan.items)
+    calls = []
+    original = model.engine_model.forward
+    model.engine_model.forward = lambda batch: calls.append(batch) or original(batch)
+    try:
+        model.run(plan.items)
+    finally:
+        model.engine_model.forward = original
+    [batch] = calls
+    assert batch.prefix_ids.tolist() == list(next(iter(prefixes)))
+    assert batch.input_ids.shape[0] == 3
+
+
+def test_a_lone_question_has_no_prefix(shared):
+    plan = shared["gpt2"].loaded.plan("decisions", {"state": STATE, "questions": {"q": NOUL}})
+    assert plan.items[0].prefix == 0
+
+
+# -- requests -----------------------------------------------------------------------------------
+def test_one_bad_question_beside_good_ones(unshared):
+    body = unshared["gpt2"].answer(
+        "decisions",
+        {"state": STATE, "questions": {"bad": {**NOUL, "weight": 1}, "good": NOUL}},
+    )
+    assert body["answers"]["bad"] == {
+        "type": "noul",
+        "error": "invalid_question",
+        "message": "questions.bad.weight is not a field of a question "
+        "(type, instructions, criteria, choices, levels)",
+    }
+    assert 0 < body["answers"]["good"]["noul"] < 1
+
+
+def test_only_bad_questions_is_invalid_request(unshared):
+    with pytest.raises(RequestError) as err:
+        unshared["gpt2"].answer("decisions", {"state": STATE, "questions": {"a": {"type": "x"}}})
+    assert err.value.code == "invalid_request"
+    assert "questions.a.type must be one of choice, noul, score" in err.value.message
+
+
+def test_another_surface_is_unsupported(unshared):
+    with pytest.raises(RequestError) as err:
+        unshared["gpt2"].loaded.plan("classify", {"input": "x"})
+    assert err.value.code == "unsupported_surface"
+
+
+def test_states_entries_answer_under_the_same_names(unshared):
+    body = unshared["llama"].answer(
+        "decisions",
+        {
+            "state": STATE,
+            "questions": {"angry": NOUL},
+            "states": [{"state": "The parcel never arrived", "questions": {"angry": NOUL}}],
+        },
+    )
+    assert list(body["states"][0]) == ["index", "answers"]
+    assert body["states"][0]["answers"]["angry"]["type"] == "noul"
+    assert body["states"][0]["answers"]["angry"] != body["answers"]["angry"]
+
+
+def test_identical_questions_share_one_row(unshared):
+    model = unshared["qwen3"]
+    plan = model.loaded.plan("decisions", {"state": STATE, "questions": {"a": NOUL, "b": NOUL}})
+    assert plan.items[0].key == plan.items[1].key
+    body = model.answer("decisions", {"state": STATE, "questions": {"a": NOUL, "b": NOUL}})
+    assert body["answers"]["a"] == body["answers"]["b"]
+    assert body["usage"]["input_tokens"] == plan.items[0].tokens
+
+
+def test_a_failed_row_answers_in_place(unshared):
+    model = unshared["gpt2"].loaded
+    plan = model.plan("decisions", REQUEST)
+    outputs = model.run(plan.items)
+    outputs[1] = RowError("deadline_exceeded", "the deadline passed before the row ran")
+    body = model.finish(plan, outputs)
+    assert body["answers"]["angry"] == {
+        "type": "noul",
+        "error": "deadline_exceeded",
+        "message": "the deadline passed before the row ran",
+    }
+    assert body["answers"]["team"]["type"] == "choice" and "error" not in body["answers"]["team"]
+    outputs[1] = RowError("internal_error", "the forward raised")
+    assert model.finish(plan, outputs)["answers"]["angry"]["error"] == "unavailable"
+
+
+def test_answers_are_deterministic_and_json_safe(unshared):
+    first = unshared["qwen3"].answer("decisions", REQUEST)
+    second = unshared["qwen3"].answer("decisions", REQUEST)
+    assert first == second
+    json.dumps(first, allow_nan=False)
+
+
+# -- labels -------------------------------------------------------------------------------------
+def test_labels_are_single_tokens_with_fallbacks(unshared):
+    model = unshared["qwen3"]
+    many = {f"k{i}": None for i in range(30)}
+    body = model.answer(
+        "decisions",
+        {
+            "state": STATE,
+            "questions": {
+                "noul": NOUL,
+                "many": {"type": "choice", "instructions": "Pick", "criteria": many},
+                "ten": {"type": "score", "instructions": "Rate", "levels": list("abcdefghij")},
+            },
+            "options": {"return_meta": True},
+        },
+    )
+    meta = body["meta"]["questions"]
+    # "no" is two tokens of this tokenizer: the Noul labels are read with a leading space.
+    assert meta["noul"]["labels"] == ["no", "yes"] and meta["noul"]["tokens"] == [" no", " yes"]
+    # 30 options outgrow A..Z: both cases of letters.
+    assert meta["many"]["labels"][:27] == [*"ABCDEFGHIJKLMNOPQRSTUVWXYZ", "a"]
+    # "10" is two tokens: the ten levels are lettered.
+    assert meta["ten"]["labels"] == list("ABCDEFGHIJ")
+    assert list(body["answers"]["ten"]["probabilities"]) == [str(k) for k in range(1, 11)]
+
+
+def test_no_label_set_fits_is_unavailable(unshared):
+    criteria = {f"k{i}": None for i in range(255)}
+    body = unshared["gpt2"].answer(
+        "decisions",
+        {
+            "state": STATE,
+            "questions": {
+                "wide": {"type": "choice", "instructions": "Pick", "criteria": criteria},
+                "ok": NOUL,
+            },
+        },
+    )
+    assert body["answers"]["wide"] == {
+        "type": "choice",
+        "error": "unavailable",
+        "message": "this model's tokenizer has no single-token labels for 255 options of a "
+        "choice question; ask with fewer options",
+    }
+    assert "noul" in body["answers"]["ok"]
+
+
+# -- calibration --------------------------------------------------------------------------------
+def test_calibration_temperatures_are_applied(tmp_path, catalog, unshared):
+    temperatures = {"choice": 2.0, "noul": 0.5, "score": 3.0}
+    package = write_decoder(tmp_path, "qwen3", calibration={"temperature": temperatures})
+    served = load_model(package, catalog=catalog, device="cpu", enable_shared_context=False)
+    assert served.card()["decisions"]["temperature"] == temperatures
+    assert served.card()["decisions"]["calibrated"] is True
+    plan = served.loaded.plan("decisions", REQUEST)
+    logits = served.loaded.run(plan.items)
+    body = served.answer("decisions", REQUEST)
+    parsed = parse_request(REQUEST)
+    for question, values in zip(parsed.entries[0].questions, logits, strict=True):
+        expected = answer(question, values, temperatures[question.type])
+        assert body["answers"][question.name] == expected
+    # Same weights (seed 0) as the uncalibrated fixture: only the temperature differs.
+    plain = unshared["qwen3"].answer("decisions", REQUEST)
+    assert body["answers"]["angry"] != plain["answers"]["angry"]
+    p = softmax(logits[1], 0.5)
+    assert body["answers"]["angry"]["noul"] == float(p[1])
+
+
+def test_a_malformed_calibration_fails_the_load(tmp_path, catalog):
+    package = write_decoder(tmp_path, "gpt2", calibration={"temperature": {"choice": 0}})
+    with pytest.raises(LoadError, match="the choice temperature must be a number above 0"):
+        load_model(package, catalog=catalog, device="cpu")
+
+
+# -- max_model_len ------------------------------------------------------------------------------
+def test_max_model_len_fails_a_longer_question(packages, catalog):
+    short = {"state": "hi", "questions": {"q": NOUL}}
+    probe = load_model(packages["gpt2"], catalog=catalog, device="cpu")
+    limit = probe.loaded.plan("decisions", short).items[0].tokens
+    served = load_model(packages["gpt2"], catalog=catalog, device="cpu", max_model_len=limit)
+    assert served.card()["limits"]["max_tokens"] == limit
+    assert served.card()["limits"]["max_model_len"] == limit
+    body = served.answer(
+        "decisions",
+        {
+            "state": "hi",
+            "questions": {"q": NOUL},
+            "states": [{"state": STATE, "questions": {"q": NOUL}}],
+        },
+    )
+    assert "noul" in body["answers"]["q"]
+    failed = body["states"][0]["answers"]["q"]
+    assert failed["type"] == "noul" and failed["error"] == "max_length_exceeded"
+    assert f"this model takes at most {limit} (max_model_len)" in failed["message"]
+
+
+def test_max_model_len_above_the_model_limit_is_refused_at_load(packages, catalog):
+    with pytest.raises(LoadError, match=r"^max_model_len 513 is above the model's limit \(512"):
+        load_model(packages["gpt2"], catalog=catalog, device="cpu", max_model_len=513)
+
+
+def test_the_family_refuses_it_too(packages):
+    import dataclasses
+
+    family = CausalReadoutFamily()
+    spec = dataclasses.replace(family.describe(packages["gpt2"]), max_model_len=600)
+    with pytest.raises(ValueError, match="max_model_len 600 is above the model's limit"):
+        family.load(packages["gpt2"], spec, engine_model=None)
+
+
+# -- conformance and golden ---------------------------------------------------------------------
+def test_the_plugin_conforms_alone():
+    report = assert_conforms("causal_readout")
+    assert any(
+        f.check == "family causal_readout: decisions through native" for f in report.findings
+    )
+
+
+def test_golden_requests_answer_every_question(shared):
+    served = shared["qwen3"]
+    for golden in CausalReadoutFamily().golden(served.package):
+        assert golden["surface"] == "decisions"
+        body = served.answer("decisions", golden["body"])
+        assert body["answers"] and all("error" not in a for a in body["answers"].values())
