@@ -44,7 +44,46 @@ def build_parser() -> argparse.ArgumentParser:
     )
     models.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_serve_parser(commands)
+    add_golden_parser(commands)
     return parser
+
+
+def add_golden_parser(commands: Any) -> None:
+    """``vllm-srun golden record``: record a model's golden answers for this machine."""
+    golden = commands.add_parser("golden", help="golden self-check references")
+    actions = golden.add_subparsers(dest="golden_command", metavar="SUBCOMMAND")
+    record = actions.add_parser(
+        "record",
+        help="run a model's golden requests here and store the answers under this "
+        "device's first reference key",
+        description="Load MODEL, run its golden requests twice (they must be well formed "
+        "and equal) and write the answers into its golden reference file under the "
+        "device's first reference key (see `vllm-srun devices`).",
+    )
+    record.add_argument(
+        "model", metavar="MODEL", help="built-in model name or local package directory"
+    )
+    record.add_argument("--device", default="auto", help="auto, or cpu, cuda[:N], rocm[:N], ...")
+    record.add_argument(
+        "--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16")
+    )
+    record.add_argument("--engine", default="auto", help="auto, native or onnxruntime")
+    record.add_argument("--family", help="force a model-family plugin")
+    record.add_argument(
+        "--name",
+        metavar="MODEL_ID",
+        help="the built-in model whose golden reference to update (default: the model "
+        "MODEL resolves to)",
+    )
+    record.add_argument(
+        "--file",
+        metavar="PATH",
+        help="the reference file to write (default: the file the registered reference "
+        "was read from)",
+    )
+    record.add_argument(
+        "--offline", action="store_true", help="use only installed mirrors and the cache"
+    )
 
 
 def add_serve_parser(commands: Any) -> None:
@@ -90,6 +129,12 @@ def add_serve_parser(commands: Any) -> None:
         help="accept a restricted licence (repeatable)",
     )
     serve.add_argument("--threads", type=_positive_int, help="CPU threads (default: all cores)")
+    serve.add_argument(
+        "--memory-budget",
+        type=_positive_float,
+        metavar="GIB",
+        help="refuse to load a model whose estimated size is above this many GiB",
+    )
     serve.add_argument("--max-queue", type=_positive_int, default=256)
     serve.add_argument("--max-queued-tokens", type=_positive_int, default=4_194_304)
     serve.add_argument("--max-num-seqs", type=_positive_int, default=8192)
@@ -103,6 +148,18 @@ def add_serve_parser(commands: Any) -> None:
     serve.add_argument("--result-cache-entries", type=_non_negative_int, default=16384)
     serve.add_argument("--shutdown-grace-seconds", type=_non_negative_float, default=30.0)
     serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    serve.add_argument(
+        "--load-attempts",
+        type=_positive_int,
+        default=5,
+        help="loads of a model before it counts as failed; final causes are not retried",
+    )
+    serve.add_argument(
+        "--load-retry-seconds",
+        type=_non_negative_float,
+        default=5.0,
+        help="wait before the first reload of a model, then doubling, at most 300 s",
+    )
 
 
 def _positive_int(text: str) -> int:
@@ -116,6 +173,13 @@ def _non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number above 0, not {text}")
     return value
 
 
@@ -150,6 +214,7 @@ def serve_config(args: argparse.Namespace) -> Any:
         max_num_batched_tokens=args.max_num_batched_tokens,
         batch_window_ms=args.batch_window_ms,
         dtype=args.dtype,
+        memory_budget_gib=args.memory_budget,
     )
     if args.models and args.model:
         raise ConfigError("give MODEL arguments or --models FILE, not both")
@@ -193,6 +258,8 @@ def serve_config(args: argparse.Namespace) -> Any:
         cache_dir=args.cache_dir,
         offline=args.offline,
         accept_licences=tuple(args.accept_licence),
+        load_attempts=args.load_attempts,
+        load_retry_seconds=args.load_retry_seconds,
     )
 
 
@@ -231,10 +298,14 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         except ConfigError as err:
             parser.error(str(err))
         return serve(config)
-    if args.command not in ("plugins", "devices", "models"):
+    if args.command == "golden" and args.golden_command is None:
+        parser.parse_args(["golden", "--help"])
+    if args.command not in ("plugins", "devices", "models", "golden"):
         parser.print_help()
         return 2
     with _plugin_output_to_stderr() as out:
+        if args.command == "golden":
+            return run_golden_record(args, load_catalog(), out)
         if args.command == "devices":
             return run_devices(load_catalog(), out)
         if args.command == "models":
@@ -242,6 +313,44 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         if args.plugins_command == "check":
             return run_check(args.name, out, as_json=args.json)
         return run_plugins(load_catalog(), as_json=args.json, out=out)
+
+
+def run_golden_record(args: argparse.Namespace, catalog: Catalog, out: TextIO) -> int:
+    """``vllm-srun golden record``: load, run the golden requests, write the answers.
+
+    Returns 0 and prints what was written; 1 with the reason on stderr when
+    the model does not load, names no golden reference, or answers badly.
+    """
+    from vllm_srun.golden import GoldenError, record
+    from vllm_srun.loader import LoadError, load_model
+    from vllm_srun.plugins import ReferenceFileError
+
+    try:
+        served = load_model(
+            args.model,
+            catalog=catalog,
+            device=args.device,
+            dtype=args.dtype,
+            engine=args.engine,
+            family=args.family,
+            offline=args.offline,
+        )
+        identity = args.name or served.identity
+        if identity is None:
+            raise GoldenError(
+                f"{args.model} is not a built-in model; pass --name MODEL_ID to say whose "
+                "golden reference to update"
+            )
+        done = record(served, catalog, identity, args.file)
+    except (LoadError, GoldenError, ReferenceFileError) as err:
+        sys.stderr.write(f"vllm-srun golden record: {err}\n")
+        return 1
+    tolerance = "no tolerance" if done.tolerance is None else f"tolerance {done.tolerance:g}"
+    out.write(
+        f"recorded {done.answers} golden answers of {done.model} under {done.key} "
+        f"({tolerance}) in {done.path}\n"
+    )
+    return 0
 
 
 def run_plugins(catalog: Catalog, *, as_json: bool, out: TextIO) -> int:

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from vllm_srun.extended import attach_extensions
-from vllm_srun.placement import DeviceNotAvailable, Placement, place
+from vllm_srun.placement import GIB, DeviceNotAvailable, NotEnoughMemory, Placement, gib, place
 from vllm_srun.plugins import Catalog, Engine, Family, load_catalog, select_kernel
 from vllm_srun.plugins.spec import LoadedModel, ModelSpec, RequestError, WorkItem
 
@@ -35,8 +35,49 @@ BATCH_INVARIANCE_TOLERANCE = 1e-5
 """Largest absolute difference allowed between a row alone and inside a batch (DESIGN §6)."""
 
 
+WEIGHT_OVERHEAD = 0.10
+"""Memory a model takes beyond its weights, as a fraction of them ("plus 10%", the
+troubleshooting guide's estimate of what a loaded model holds)."""
+
+GPU_WORKSPACE_BYTES = 2 * GIB
+"""Free memory a GPU needs beside the weights ("and 2 GiB", the troubleshooting guide):
+the caching allocator's activations and kernel workspaces."""
+
+BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
+"""Bytes per weight element at each ``--dtype``."""
+
+RETRYABLE_RUNTIME_MESSAGES = ("out of memory", "busy")
+"""A ``RuntimeError`` whose message holds one of these is a passing cause: CUDA and HIP
+report an exhausted or busy device (``CUDA error: out of memory``, ``all CUDA-capable
+devices are busy or unavailable``) as plain ``RuntimeError``."""
+
+
 class LoadError(Exception):
-    """A model cannot be loaded; the message starts with the operator phrase."""
+    """A model cannot be loaded; the message starts with the operator phrase.
+
+    Args:
+        message: the reason (``needs about 3.20 GiB, 1.10 GiB free on cuda:0; ...``).
+        retryable: whether the cause can pass (no device with enough free memory,
+            a busy device, an interrupted download): the runtime loads the model
+            again (``--load-attempts``); other causes fail the model at once.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+def is_retryable(err: BaseException) -> bool:
+    """Whether a load failure can pass: a retryable :class:`LoadError`, a torch
+    out-of-memory error, or a ``RuntimeError`` saying the device is out of memory or busy."""
+    if isinstance(err, LoadError):
+        return err.retryable
+    if isinstance(err, torch.OutOfMemoryError):
+        return True
+    if isinstance(err, RuntimeError):
+        message = str(err).lower()
+        return any(phrase in message for phrase in RETRYABLE_RUNTIME_MESSAGES)
+    return False
 
 
 @dataclass
@@ -199,6 +240,53 @@ def choose_engine(catalog: Catalog, spec: ModelSpec, placement: Placement, force
     raise LoadError("no engine can run the model: " + "; ".join(reasons or ["no engine installed"]))
 
 
+def on_cpu(placement: Placement) -> bool:
+    """Whether the placement runs on host memory (its torch device type is ``cpu``)."""
+    return placement.accelerator.torch_device(placement.device.index).type == "cpu"
+
+
+def weight_bytes(spec: ModelSpec, cpu: bool) -> int:
+    """Estimated bytes of a model's weights at the dtype it will run at.
+
+    An ONNX graph counts its file size (graphs run at their exported
+    precision); safetensors files count their size scaled from the released
+    dtype to the one served (``--dtype``; under ``auto``, a float16 release
+    runs as float32 on a CPU, as the native engine does).
+    """
+    if spec.onnx is not None:
+        graph = spec.package / spec.onnx
+        return sum(p.stat().st_size for p in [graph, *graph.parent.glob(graph.name + "_data")])
+    stored = sum((spec.package / name).stat().st_size for name in spec.weights)
+    released = spec.released_dtype
+    served = released if spec.dtype == "auto" else spec.dtype
+    if cpu and served == "float16":
+        served = "float32"
+    return stored * BYTES_PER_ELEMENT.get(served, 4) // BYTES_PER_ELEMENT.get(released, 4)
+
+
+def model_bytes(spec: ModelSpec, cpu: bool) -> int:
+    """What a loaded model holds: :func:`weight_bytes` plus :data:`WEIGHT_OVERHEAD`."""
+    return int(weight_bytes(spec, cpu) * (1 + WEIGHT_OVERHEAD))
+
+
+def required_bytes(spec: ModelSpec, placement: Placement) -> int:
+    """Free memory a placement needs: :func:`model_bytes`, plus
+    :data:`GPU_WORKSPACE_BYTES` on a device that is not the CPU."""
+    cpu = on_cpu(placement)
+    return model_bytes(spec, cpu) + (0 if cpu else GPU_WORKSPACE_BYTES)
+
+
+def _free_now(placement: Placement) -> int | None:
+    """The device's free memory enumerated again (after a failed allocation)."""
+    try:
+        for device in placement.accelerator.devices():
+            if device.device == placement.device.device:
+                return device.free_memory_bytes
+    except Exception:
+        pass
+    return placement.device.free_memory_bytes
+
+
 def measure_batch_invariance(loaded: Any) -> dict[str, Any]:
     """Run the family's probe rows alone and together; the largest absolute difference.
 
@@ -285,6 +373,7 @@ def load_model(
     max_num_batched_tokens: int = 65536,
     max_model_len: int | None = None,
     enable_shared_context: bool | None = None,
+    memory_budget_gib: float | None = None,
     revision: str | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     offline: bool = False,
@@ -300,13 +389,20 @@ def load_model(
     before any weight loads; a built-in model is loaded by the family its
     table entry names unless ``family`` forces another.
 
+    Placement weighs the model at the dtype it will run at (:func:`model_bytes`)
+    against ``memory_budget_gib`` (``--memory-budget``) and against the
+    device's free memory (:func:`required_bytes`).
+
     Raises:
         LoadError: with the operator phrase (``a revision is required``,
             ``revision must be a 40-hex commit``, ``a file hash does not
             match``, ``access denied, gated or private``, ``a licence must be
             accepted``, ``download interrupted`` (retryable), ``no family
-            recognizes the package``, ``device not available``, ``no engine
-            can run the model``) and what to do.
+            recognizes the package``, ``device not available``, ``needs about X GiB, Y GiB
+            free`` (retryable), ``needs about X GiB, above --memory-budget Y
+            GiB``, ``float16 runs on GPUs only``, ``no engine can run the
+            model``) and what to do; ``retryable`` when the device was out of
+            memory or busy.
     """
     from vllm_srun.registry import prepare
 
@@ -345,9 +441,23 @@ def load_model(
             f"tokens); lower it to at most {spec.token_limit} or leave it out"
         )
     try:
-        placement = place(catalog, device)
+        placement = place(catalog, device, lambda p: required_bytes(spec, p))
     except DeviceNotAvailable as err:
         raise LoadError(str(err)) from err
+    except NotEnoughMemory as err:
+        raise LoadError(str(err), retryable=True) from err
+    cpu = on_cpu(placement)
+    if dtype == "float16" and cpu:
+        raise LoadError(
+            f"float16 runs on GPUs only: --dtype float16 cannot be served on "
+            f"{placement.device.device}; use --dtype auto, float32 or bfloat16, or a GPU --device"
+        )
+    if memory_budget_gib is not None and model_bytes(spec, cpu) > memory_budget_gib * GIB:
+        raise LoadError(
+            f"needs about {gib(model_bytes(spec, cpu))} GiB, above --memory-budget "
+            f"{memory_budget_gib:g} GiB; raise --memory-budget, choose a smaller --dtype, "
+            "or serve a smaller model"
+        )
     chosen_engine = choose_engine(catalog, spec, placement, engine)
     kernel = select_kernel(
         catalog.layer("kernels").values(), "attention", placement.accelerator.name
@@ -358,8 +468,27 @@ def load_model(
         "threads": threads,
         "attention": kernel.implementation,
     }
-    engine_model = chosen_engine.load(spec, placement.device, options)
-    loaded = attach_extensions(catalog, chosen_family.load(package, spec, engine_model))
+    try:
+        engine_model = chosen_engine.load(spec, placement.device, options)
+        loaded = attach_extensions(catalog, chosen_family.load(package, spec, engine_model))
+        invariance = measure_batch_invariance(loaded)
+        forward_cost = measure_forward_cost(loaded)
+    except torch.OutOfMemoryError as err:
+        free = _free_now(placement)
+        raise LoadError(
+            f"needs about {gib(required_bytes(spec, placement))} GiB, "
+            f"{'an unknown amount' if free is None else gib(free)} GiB free on "
+            f"{placement.device.device}; out of memory ({str(err).splitlines()[0]})",
+            retryable=True,
+        ) from err
+    except RuntimeError as err:
+        if not is_retryable(err):
+            raise
+        raise LoadError(
+            f"device busy: {placement.device.device} could not take the model "
+            f"({str(err).splitlines()[0]}); it is retried",
+            retryable=True,
+        ) from err
     served = ServedModel(
         name=name or prepared.source.repo or package.name,
         package=package,
@@ -374,9 +503,9 @@ def load_model(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
     )
-    served.batch_invariance = measure_batch_invariance(loaded)
-    served.forward_cost = measure_forward_cost(loaded)
+    served.batch_invariance = invariance
+    served.forward_cost = forward_cost
     return served
 
 
-__all__ = ["LoadError", "RequestError", "ServedModel", "load_model"]
+__all__ = ["LoadError", "RequestError", "ServedModel", "is_retryable", "load_model"]

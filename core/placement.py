@@ -7,7 +7,7 @@ the catalog, so a third-party accelerator is placed exactly like ``cuda``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +16,38 @@ from vllm_srun.plugins import Accelerator, Catalog, DeviceInfo
 _DEVICE_SPEC = re.compile(r"^(?P<name>[a-z][a-z0-9_]*)(?::(?P<index>\d+))?$")
 
 
+GIB = 1 << 30
+"""Bytes in a GiB: memory is reported in GiB, as ``--memory-budget`` takes it."""
+
+
 class DeviceNotAvailable(Exception):
     """A ``--device`` names no usable device; the message says why and what to do."""
+
+
+class NotEnoughMemory(Exception):
+    """No device of the placement has the free memory a model needs (a passing cause).
+
+    Attributes:
+        need_bytes: what the model needs on the device, in bytes.
+        free_bytes: the most free memory a candidate device had, in bytes.
+        device: that device's string (``cuda:0``).
+    """
+
+    def __init__(self, need_bytes: int, free_bytes: int, device: str) -> None:
+        super().__init__(
+            f"needs about {gib(need_bytes)} GiB, {gib(free_bytes)} GiB free on {device}; "
+            "free memory on it, choose another device with --device, or serve a smaller model"
+        )
+        self.need_bytes = need_bytes
+        self.free_bytes = free_bytes
+        self.device = device
+
+
+def gib(size: int | float) -> str:
+    """``size`` bytes in GiB: two decimals (``0.09``, ``12.50``), two significant
+    digits below 0.01 GiB (``0.00031``) so a small model never reads as 0."""
+    value = size / GIB
+    return f"{value:.2f}" if value >= 0.01 or value == 0 else f"{value:.2g}"
 
 
 @dataclass(frozen=True)
@@ -61,24 +91,35 @@ def auto_order(catalog: Catalog) -> list[str]:
     ]
 
 
-def place(catalog: Catalog, spec: str = "auto") -> Placement:
+def place(
+    catalog: Catalog,
+    spec: str = "auto",
+    required: Callable[[Placement], int] | None = None,
+) -> Placement:
     """Resolve a ``--device`` value to a placement.
 
     Args:
         catalog: the composed plugins.
         spec: ``auto``, an accelerator name (its first device) or ``NAME:INDEX``.
+        required: bytes a model needs on a candidate placement; a device whose
+            free memory is known and below it is not used. Under ``auto`` the
+            first usable accelerator's devices are tried in index order (a
+            busy GPU makes way for the next GPU, never for another
+            accelerator, so a model does not silently move to the CPU).
 
     Raises:
         DeviceNotAvailable: with the operator phrase ``device not available``
             and the fix, when the accelerator is not installed, cannot be used
             here, or has no such index.
+        NotEnoughMemory: ``needs about X GiB, Y GiB free``: no candidate
+            device has the memory ``required`` asks for (it may free up).
     """
     accelerators = catalog.layer("accelerators")
     if spec.strip() == "auto":
         for acc in auto_accelerators(accelerators):
             devices = _devices(acc)
             if devices:
-                return Placement(acc, devices[0])
+                return _fitting([Placement(acc, d) for d in devices], required)
         raise DeviceNotAvailable(
             "device not available: no accelerator that --device auto tries is usable here; "
             "name one with --device or install the right PyTorch build"
@@ -100,15 +141,35 @@ def place(catalog: Catalog, spec: str = "auto") -> Placement:
     if index is None:
         if not devices:
             raise DeviceNotAvailable(f"device not available: {name} lists no device")
-        return Placement(acc, devices[0])
+        return _fitting([Placement(acc, devices[0])], required)
     for device in devices:
         # An unnumbered device (cpu, mps) also answers to index 0: users type cpu:0.
         if device.index == index or (device.index is None and index == 0):
-            return Placement(acc, device)
+            return _fitting([Placement(acc, device)], required)
     listed = ", ".join(d.device for d in devices) or "none"
     raise DeviceNotAvailable(
         f"device not available: {spec} does not exist (this machine has {listed})"
     )
+
+
+def _fitting(candidates: list[Placement], required: Callable[[Placement], int] | None) -> Placement:
+    """The first candidate with enough free memory (unknown free memory counts as enough).
+
+    Raises:
+        NotEnoughMemory: naming the candidate with the most free memory.
+    """
+    if required is None:
+        return candidates[0]
+    best: tuple[int, int, Placement] | None = None
+    for candidate in candidates:
+        need = required(candidate)
+        free = candidate.device.free_memory_bytes
+        if free is None or free >= need:
+            return candidate
+        if best is None or free > best[1]:
+            best = (need, free, candidate)
+    assert best is not None
+    raise NotEnoughMemory(best[0], best[1], best[2].device.device)
 
 
 def _available(acc: Accelerator) -> bool:

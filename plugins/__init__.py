@@ -22,7 +22,12 @@ from vllm_srun.plugins.discovery import ENV_DISABLE, ENV_ONLY, GROUP, Discovered
 from vllm_srun.plugins.engine import Engine
 from vllm_srun.plugins.extension import SurfaceExtension
 from vllm_srun.plugins.family import Family
-from vllm_srun.plugins.golden import GoldenReference
+from vllm_srun.plugins.golden import (
+    GoldenReference,
+    ReferenceFileError,
+    read_reference_file,
+    write_reference_answers,
+)
 from vllm_srun.plugins.hookspecs import hookimpl, hookspec
 from vllm_srun.plugins.kernel import Kernel, select_kernel
 from vllm_srun.plugins.layers import LAYERS, Layer
@@ -56,6 +61,7 @@ __all__ = [
     "Mirror",
     "ModelEntry",
     "PluginRecord",
+    "ReferenceFileError",
     "Refusal",
     "SurfaceExtension",
     "build_catalog",
@@ -63,7 +69,9 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "load_catalog",
+    "read_reference_file",
     "select_kernel",
     "slug",
     "torch_memory_info",
+    "write_reference_answers",
 ]

@@ -86,6 +86,8 @@ class ServeConfig:
     cache_dir: str | None = None
     offline: bool = False
     accept_licences: tuple[str, ...] = ()
+    load_attempts: int = 5
+    load_retry_seconds: float = 5.0
 
 
 def _type_check(entry: dict[str, Any], key: str, where: str) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import heapq
 import logging
 import threading
 import time
@@ -17,7 +18,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_srun.loader import LoadError, ServedModel, load_model
+from vllm_srun.golden import PENDING, GoldenResult
+from vllm_srun.golden import check as check_golden
+from vllm_srun.loader import LoadError, ServedModel, is_retryable, load_model
 from vllm_srun.plugins import Catalog, load_catalog
 from vllm_srun.plugins.spec import RequestError, RowOutput
 from vllm_srun.scheduler import Job, ModelScheduler, Overloaded, SchedulerLimits, Stopped
@@ -27,6 +30,10 @@ from .metrics import Metrics
 from .schemas import API_VERSION
 
 log = logging.getLogger(__name__)
+
+MAX_RETRY_SECONDS = 300.0
+"""Longest wait between two loads of a model (the command reference: "then doubling,
+at most 300 s")."""
 
 STATUS_OF_CODE = {
     "invalid_request": 400,
@@ -79,13 +86,32 @@ class Timing:
 
 @dataclass
 class ModelState:
-    """One served model: its configuration, lifecycle state and, once ready, its scheduler."""
+    """One served model: its configuration, lifecycle state and, once ready, its scheduler.
+
+    Attributes:
+        config: the model's options.
+        status: ``loading`` (resolve, verify, load; also while waiting to retry
+            a passing cause), ``warming`` (golden self-check), ``ready`` or
+            ``failed``.
+        reason: why it is failed, retrying (``retrying after ...``) or
+            unverified; ``None`` otherwise.
+        served: the loaded model while it warms or serves.
+        scheduler: its scheduler once ready.
+        attempts: loads started so far.
+        golden: the golden self-check's result (:data:`vllm_srun.vllm_srun.golden.PENDING`
+            until it ran).
+        details: the card fields of a model that loaded and then failed its
+            self-check (its weights are released, its card keeps them).
+    """
 
     config: ModelConfig
     status: str = "loading"
     reason: str | None = None
     served: ServedModel | None = None
     scheduler: ModelScheduler | None = None
+    attempts: int = 0
+    golden: GoldenResult = PENDING
+    details: dict[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -127,6 +153,7 @@ class Runtime:
         self.models = {m.served_name: ModelState(m) for m in config.models}
         self.accepting = True
         self.started = False
+        self.stopping = threading.Event()
         # One planning thread: tokenising releases the GIL and takes well under a
         # millisecond per text, and every extra Python thread contends for the GIL
         # with the forwards (measured: c32 throughput 85 -> 92-95 req/s from 4 to 1).
@@ -138,19 +165,51 @@ class Runtime:
 
     # -- lifecycle --------------------------------------------------------------------------
     def start_loading(self) -> threading.Thread:
-        """Load every model in a background thread; HTTP serves meanwhile."""
+        """Load every model in a background thread; HTTP serves meanwhile.
+
+        The thread loads the models in order and keeps a schedule of retries:
+        a model whose load failed for a passing cause waits (status
+        ``loading``, reason ``retrying after ...``) while the thread loads the
+        others, and loads again when its time comes. The thread ends once
+        every model is ready or failed, or promptly on :meth:`stop`.
+        """
         self.started = True
         thread = threading.Thread(target=self._load_all, name="model-loader", daemon=True)
         thread.start()
         return thread
 
-    def _load_all(self) -> None:
-        for state in self.models.values():
-            self.load(state)
+    def retry_delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt ``attempt`` (1-based): ``--load-retry-seconds``
+        doubling each time, at most :data:`MAX_RETRY_SECONDS`."""
+        return float(min(self.config.load_retry_seconds * 2 ** (attempt - 1), MAX_RETRY_SECONDS))
 
-    def load(self, state: ModelState) -> None:
-        """Load one model and start its scheduler; a failure is its ``failed`` state."""
+    def _load_all(self) -> None:
+        # (due time, model order, state): the next load is the earliest due.
+        pending = [(0.0, order, state) for order, state in enumerate(self.models.values())]
+        while pending and not self.stopping.is_set():
+            due, order, state = pending[0]
+            if self.stopping.wait(max(0.0, due - time.monotonic())):
+                break
+            heapq.heappop(pending)
+            retry_in = self.load(state)
+            if retry_in is not None:
+                heapq.heappush(pending, (time.monotonic() + retry_in, order, state))
+        for _, _, state in pending:
+            if state.status == "loading":
+                state.status, state.reason = "failed", "the server shut down before it loaded"
+
+    def load(self, state: ModelState) -> float | None:
+        """One attempt to load a model, check it and start its scheduler.
+
+        Returns:
+            Seconds to wait before the next attempt when the load failed for
+            a passing cause and attempts remain (the state stays ``loading``
+            with reason ``retrying after <cause> (attempt N of M in S s)``);
+            ``None`` once the model is ``ready`` or ``failed``.
+        """
         cfg = state.config
+        state.attempts += 1
+        state.status = "loading"
         try:
             served = self.loader(
                 cfg.model,
@@ -163,25 +222,57 @@ class Runtime:
                 threads=self.config.threads,
                 max_num_seqs=cfg.max_num_seqs,
                 max_num_batched_tokens=cfg.max_num_batched_tokens,
+                memory_budget_gib=cfg.memory_budget_gib,
                 revision=cfg.revision,
                 cache_dir=self.config.cache_dir,
                 offline=self.config.offline,
                 accept_licences=self.config.accept_licences,
             )
-        except LoadError as err:
-            state.status, state.reason = "failed", str(err)
-            log.error("model %s failed to load: %s", state.name, err)
-            return
         except Exception as err:
-            state.status = "failed"
-            state.reason = f"loading raised {type(err).__name__}: {err}"
-            log.exception("model %s failed to load", state.name)
-            return
+            cause = (
+                str(err)
+                if isinstance(err, LoadError)
+                else f"loading raised {type(err).__name__}: {err}"
+            )
+            if not is_retryable(err):
+                state.status, state.reason = "failed", cause
+                log.error(
+                    "model %s failed to load: %s",
+                    state.name,
+                    cause,
+                    exc_info=not isinstance(err, LoadError),
+                )
+                return None
+            attempts = self.config.load_attempts
+            if state.attempts >= attempts:
+                suffix = f" (gave up after {attempts} attempts)" if attempts > 1 else ""
+                state.status, state.reason = "failed", cause + suffix
+                log.error("model %s failed to load: %s", state.name, state.reason)
+                return None
+            delay = self.retry_delay(state.attempts)
+            state.reason = (
+                f"retrying after {cause} (attempt {state.attempts + 1} of {attempts} "
+                f"in {delay:g} s)"
+            )
+            log.warning("model %s: %s", state.name, state.reason)
+            return delay
         if cfg.max_model_len is not None and "decisions" not in served.loaded.surfaces:
             state.status = "failed"
             state.reason = "max_model_len applies to Decision models only"
             log.error("model %s: %s", state.name, state.reason)
-            return
+            return None
+        state.status, state.reason, state.served = "warming", None, served
+        result = check_golden(served, self.catalog)
+        state.golden = result
+        if result.status == "failed":
+            state.status, state.reason = "failed", result.reason
+            state.details, state.served = served.card(), None
+            log.error("model %s failed its golden self-check: %s", state.name, result.reason)
+            return None
+        if self.stopping.is_set():
+            state.status, state.reason = "failed", "the server shut down before it was ready"
+            state.served = None
+            return None
         limits = SchedulerLimits(
             max_queue=self.config.max_queue,
             max_queued_tokens=self.config.max_queued_tokens,
@@ -199,15 +290,19 @@ class Runtime:
         state.status, state.reason = "ready", None
         self.metrics.model_ready.labels(model=state.name).set(1)
         log.info(
-            "model %s is ready on %s (%s)",
+            "model %s is ready on %s (%s), golden %s%s",
             state.name,
             served.placement.device.device,
             served.engine.name,
+            result.status,
+            f" against {result.reference}" if result.reference else "",
         )
+        return None
 
     def stop(self) -> bool:
         """Stop admitting, finish queued work within the grace period; whether all finished."""
         self.accepting = False
+        self.stopping.set()  # a loader waiting to retry a model gives up at once
         grace = self.config.shutdown_grace_seconds
         finished = True
         for state in self.models.values():
@@ -266,15 +361,11 @@ class Runtime:
                 "parameters": None,
                 "status": state.status,
                 "reason": state.reason,
-                "golden": {
-                    "status": "unverified",
-                    "checked": False,
-                    "matched": None,
-                    "reference": None,
-                },
+                "golden": state.golden.card(),
             }
-            if state.served is not None:
-                card.update(state.served.card())
+            details = state.served.card() if state.served is not None else state.details
+            if details is not None:
+                card.update(details)
                 card["id"] = state.name
             cards.append(card)
         return cards
@@ -306,13 +397,19 @@ class Runtime:
             raise ApiError("not_ready", f"model {state.name} is {state.status}{why}")
         return state
 
-    async def plan(self, surface: str, body: dict[str, Any], timing: Timing) -> Planned:
+    async def plan(self, surface: str, body: Any, timing: Timing) -> Planned:
         """Resolve the model and plan the request off the event loop.
+
+        Args:
+            surface: the surface (``embeddings``, ``decisions``, ...).
+            body: the request as a dict, or already validated (a decisions
+                request parsed from the raw body, with ``model`` and
+                ``deadline_ms`` attributes).
 
         Raises:
             ApiError: 400/404/422/503 as :meth:`resolve` and the family's plan say.
         """
-        state = self.resolve(body.get("model"))
+        state = self.resolve(requested_model(body))
         served = state.served
         assert served is not None
         started = time.perf_counter()
@@ -323,8 +420,7 @@ class Runtime:
             raise ApiError(err.code, err.message) from err
         finally:
             timing.add("tokenize", time.perf_counter() - started)
-        deadline_ms = (body.get("options") or {}).get("deadline_ms")
-        return Planned(state, surface, plan, deadline_ms)
+        return Planned(state, surface, plan, requested_deadline(body))
 
     def submit(self, planned: list[Planned], timing: Timing) -> None:
         """Admit planned requests of one model at once (each gets a job and a future).
@@ -341,6 +437,7 @@ class Runtime:
                 list(item.plan.items),
                 self._answerer(item, loop, timing),
                 deadline=deadline,
+                weight=max(1, int(getattr(item.plan, "queue_entries", 1))),
             )
         scheduler = planned[0].state.scheduler
         assert scheduler is not None
@@ -390,6 +487,21 @@ class Runtime:
                 assert item.state.scheduler is not None
                 item.state.scheduler.cancel(item.job)
                 raise ClientGone()
+
+
+def requested_model(body: Any) -> str | None:
+    """The ``model`` a request names: a dict's key or a parsed request's attribute."""
+    if isinstance(body, dict):
+        return body.get("model")
+    return getattr(body, "model", None)
+
+
+def requested_deadline(body: Any) -> float | None:
+    """``options.deadline_ms`` of a request (a dict or a parsed request), or ``None``."""
+    if isinstance(body, dict):
+        options = body.get("options") or {}
+        return options.get("deadline_ms") if isinstance(options, dict) else None
+    return getattr(body, "deadline_ms", None)
 
 
 def _resolve(future: asyncio.Future[Any] | None, body: Any) -> None:

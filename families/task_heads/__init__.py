@@ -19,6 +19,7 @@ from .builtin import register_models
 from .fixture import FIXTURE_REQUEST, write_fixture
 from .inputs import TextEncoder
 from .model import TaskModel
+from .references import generic_requests, register_golden_references
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "sentencepiece.bpe.model", "spm.model")
 
@@ -51,6 +52,11 @@ class TaskHeadsFamily(Family):
         """The engine-facing spec of the package (see :mod:`.package`)."""
         return packages.describe(package).spec
 
+    def golden(self, package: Path) -> tuple[dict[str, Any], ...]:
+        """Generic golden requests, one per head (see :mod:`.references`), which a
+        package that is not built in answers twice during warming: well formed and equal."""
+        return generic_requests(package)
+
     def fixture(self, root: Path) -> tuple[Path, str, dict[str, Any]]:
         """A tiny BERT token classifier written under ``root``, and a classify request."""
         return write_fixture(root), "classify", dict(FIXTURE_REQUEST)
@@ -67,4 +73,9 @@ def register_families(register: Any) -> None:
     register(TaskHeadsFamily())
 
 
-__all__ = ["TaskHeadsFamily", "register_families", "register_models"]
+__all__ = [
+    "TaskHeadsFamily",
+    "register_families",
+    "register_golden_references",
+    "register_models",
+]

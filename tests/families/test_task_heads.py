@@ -343,7 +343,7 @@ def test_engine_choice_lists_every_reason(packages, catalog, tmp_path):
     with pytest.raises(LoadError, match="neither safetensors weights nor an ONNX graph"):
         load_model(package, catalog=catalog)
     with pytest.raises(
-        LoadError, match="engine native cannot run the model: float16 runs on GPUs only"
+        LoadError, match="float16 runs on GPUs only: --dtype float16 cannot be served on cpu"
     ):
         load_model(
             packages[("bert", "sequence")], catalog=catalog, engine="native", dtype="float16"

@@ -180,6 +180,10 @@ def make_runtime(
         made.append(runtime)
         if load:
             runtime.start_loading().join(60)
+            for state in runtime.models.values():  # forget the golden self-check's forwards
+                if state.served is not None and isinstance(state.served.loaded, Controlled):
+                    state.served.loaded.forwards.clear()
+                    state.served.loaded.entered.clear()
         return runtime
 
     yield make

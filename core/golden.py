@@ -1,0 +1,380 @@
+"""Golden self-checks: a loaded model answers its golden requests as recorded, or it fails.
+
+During ``warming`` the runtime runs :func:`check` on each loaded model:
+
+- the golden requests go through the model's real surfaces
+  (:meth:`ServedModel.answer <vllm_srun.loader.ServedModel.answer>`);
+- the reference is the model identity's :class:`GoldenReference` (the
+  ``golden_references`` layer, keyed by built-in model name) and, of the
+  device's reference keys (most specific first; with a ``--dtype`` other
+  than ``auto`` every key ends ``@<dtype>``), the first that has recorded
+  answers; that key alone is compared, at the tolerance of its device class
+  (the part of the key before the first ``:`` or ``@``), with no fallback to
+  another key and no relaxed tolerance;
+- without a recorded key, or for a model that is not built in, the model is
+  ``unverified``: its golden requests (the reference's, else the family's
+  ``golden(package)``) run twice and must be well formed (finite numbers, no
+  item errors) and exactly equal.
+
+:func:`record` runs the golden requests on this machine and writes the answers
+under its first reference key (``vllm-srun golden record``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vllm_srun.loader import ServedModel
+from vllm_srun.plugins import Catalog, GoldenReference, read_reference_file
+from vllm_srun.plugins.golden import write_reference_answers
+from vllm_srun.plugins.spec import RequestError
+
+DEFAULT_TOLERANCES = {
+    "cpu": 1e-5,
+    "cuda": 1e-3,
+    "rocm": 1e-3,
+    "xpu": 1e-3,
+    "npu": 1e-3,
+    "mps": 1e-3,
+}
+"""Tolerance ``record`` writes for a device class a reference file has none for.
+
+CPU: 1e-5, the batch-invariance bound of DESIGN §6 (a row alone and in a batch
+differ by about 1e-6 on the same machine). GPUs: 1e-3, because their kernels
+reduce in an order that varies with the launch configuration and TF32/bf16
+accumulation; recorded GPU references may tighten it in their file.
+"""
+
+_KEY_CLASS = re.compile(r"[:@]")
+
+
+@dataclass(frozen=True)
+class GoldenResult:
+    """The outcome of a golden self-check.
+
+    Attributes:
+        status: ``matched``, ``unverified`` or ``failed``.
+        checked: whether golden requests ran.
+        matched: ``True`` when a recorded reference matched, ``False`` when
+            it did not, ``None`` when nothing recorded was compared.
+        reference: the reference key compared (``cpu:x86_64:avx512:bf16_native``);
+            ``""`` when no reference is recorded for this device or the model is
+            not built in; ``None`` before the check ran.
+        reason: why the check failed, else ``None``.
+    """
+
+    status: str
+    checked: bool
+    matched: bool | None
+    reference: str | None
+    reason: str | None = None
+
+    def card(self) -> dict[str, Any]:
+        """The ``golden`` object of a ``/v1/models`` card."""
+        return {
+            "status": self.status,
+            "checked": self.checked,
+            "matched": self.matched,
+            "reference": self.reference,
+        }
+
+
+PENDING = GoldenResult("unverified", checked=False, matched=None, reference=None)
+"""The card's golden object before the self-check ran."""
+
+
+class GoldenError(Exception):
+    """Golden requests cannot be checked or recorded; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What :func:`record` wrote.
+
+    Attributes:
+        model: the model identity.
+        key: the reference key the answers were stored under.
+        path: the reference file written.
+        answers: how many answers (one per golden request).
+        tolerance: the tolerance of the key's device class in the file.
+    """
+
+    model: str
+    key: str
+    path: Path
+    answers: int
+    tolerance: float | None
+
+
+def device_class(key: str) -> str:
+    """The device class of a reference key: ``cpu:x86_64:avx2@bfloat16`` -> ``cpu``."""
+    return _KEY_CLASS.split(key, maxsplit=1)[0]
+
+
+def reference_for(catalog: Catalog, identity: str | None) -> GoldenReference | None:
+    """The golden reference registered for a model identity, or ``None``."""
+    if identity is None:
+        return None
+    found = catalog.layer("golden_references").get(identity)
+    return found if isinstance(found, GoldenReference) else None
+
+
+def reference_keys(served: ServedModel) -> list[str]:
+    """The device's reference keys at the model's dtype, most specific first."""
+    placement = served.placement
+    return list(placement.accelerator.reference_keys(placement.device, served.spec.dtype))
+
+
+def select_key(reference: GoldenReference | None, keys: Sequence[str]) -> str | None:
+    """The first of ``keys`` (most specific first) the reference has answers for, or ``None``."""
+    if reference is None:
+        return None
+    return next((key for key in keys if key in reference.answers), None)
+
+
+def golden_requests(served: ServedModel, reference: GoldenReference | None) -> list[Any]:
+    """The requests to run: the reference's, else the family's ``golden(package)``."""
+    if reference is not None:
+        return list(reference.requests)
+    return list(served.family.golden(served.package))
+
+
+def _describe(index: int, request: Any) -> str:
+    surface = request.get("surface") if isinstance(request, Mapping) else None
+    return f"request {index + 1} ({surface})"
+
+
+def run_requests(served: ServedModel, requests: Sequence[Any]) -> list[dict[str, Any]]:
+    """Answer each ``{"surface", "body"}`` request; answers lack the top-level ``model``.
+
+    Raises:
+        GoldenError: a request is malformed or the model refuses it (``golden
+            answers are malformed: request 2 (classify) was refused: ...``).
+    """
+    answers = []
+    for index, request in enumerate(requests):
+        what = _describe(index, request)
+        if (
+            not isinstance(request, Mapping)
+            or not isinstance(request.get("surface"), str)
+            or not isinstance(request.get("body"), Mapping)
+        ):
+            raise GoldenError(
+                f"golden answers are malformed: {what} is not {{surface, body}}; "
+                "fix the golden reference"
+            )
+        try:
+            answer = served.answer(request["surface"], dict(request["body"]))
+        except RequestError as err:
+            raise GoldenError(
+                f"golden answers are malformed: {what} was refused ({err.code}: {err.message})"
+            ) from err
+        answers.append({k: v for k, v in answer.items() if k != "model"})
+    return answers
+
+
+def _join(path: str, part: str | int) -> str:
+    if isinstance(part, int):
+        return f"{path}[{part}]"
+    return f"{path}.{part}" if path else part
+
+
+def malformation(answer: Any, path: str = "") -> str | None:
+    """Where ``answer`` is malformed (a non-finite number or an item ``error``), or ``None``."""
+    if isinstance(answer, float) and not math.isfinite(answer):
+        return f"{path or 'the answer'} is {answer!r}"
+    if isinstance(answer, Mapping):
+        if "error" in answer and path:
+            return f"{path} failed with {answer['error']!r}"
+        for key, value in answer.items():
+            found = malformation(value, _join(path, str(key)))
+            if found:
+                return found
+    if isinstance(answer, list | tuple):
+        for index, value in enumerate(answer):
+            found = malformation(value, _join(path, index))
+            if found:
+                return found
+    return None
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) in (int, float)
+
+
+def difference(actual: Any, expected: Any, tolerance: float, path: str = "") -> str | None:
+    """The first place ``actual`` differs from ``expected``, or ``None`` when they agree.
+
+    Numbers agree within ``tolerance`` (absolute); strings, booleans, ``null``
+    and the shape (keys, list lengths) must be equal.
+    """
+    where = path or "the answer"
+    if _is_number(actual) and _is_number(expected):
+        if math.isfinite(actual) and abs(actual - expected) <= tolerance:
+            return None
+        return f"{where}: got {actual!r}, recorded {expected!r}"
+    if isinstance(actual, Mapping) and isinstance(expected, Mapping):
+        missing = sorted(set(expected) - set(actual))
+        extra = sorted(set(actual) - set(expected))
+        if missing or extra:
+            return f"{where}: keys differ (missing {missing}, extra {extra})"
+        for key in expected:
+            found = difference(actual[key], expected[key], tolerance, _join(path, str(key)))
+            if found:
+                return found
+        return None
+    if isinstance(actual, list | tuple) and isinstance(expected, list | tuple):
+        if len(actual) != len(expected):
+            return f"{where}: got {len(actual)} items, recorded {len(expected)}"
+        for index, (a, e) in enumerate(zip(actual, expected, strict=True)):
+            found = difference(a, e, tolerance, _join(path, index))
+            if found:
+                return found
+        return None
+    if type(actual) is type(expected) and actual == expected:
+        return None
+    return f"{where}: got {actual!r}, recorded {expected!r}"
+
+
+def _well_formed_and_deterministic(
+    served: ServedModel, requests: Sequence[Any]
+) -> list[dict[str, Any]]:
+    """Run ``requests`` twice; the first answers when well formed and equal both times.
+
+    Raises:
+        GoldenError: ``golden answers are malformed`` or ``golden answers are
+            not deterministic``, naming the request and the JSON path.
+    """
+    first = run_requests(served, requests)
+    for index, answer in enumerate(first):
+        found = malformation(answer)
+        if found:
+            raise GoldenError(
+                f"golden answers are malformed: {_describe(index, requests[index])}: {found}"
+            )
+    second = run_requests(served, requests)
+    for index, (a, b) in enumerate(zip(first, second, strict=True)):
+        found = difference(b, a, 0.0)
+        if found:
+            raise GoldenError(
+                f"golden answers are not deterministic: {_describe(index, requests[index])} "
+                f"answered differently on a second run at {found.replace('recorded', 'first')}"
+            )
+    return first
+
+
+def check(served: ServedModel, catalog: Catalog) -> GoldenResult:
+    """The golden self-check of a loaded model (see the module docstring).
+
+    ``served.identity`` names the built-in model whose reference applies
+    (``None`` for a package that is not built in). Never raises for a model
+    that answers badly: that is a ``failed`` result with its reason.
+    """
+    reference = reference_for(catalog, getattr(served, "identity", None))
+    keys = reference_keys(served)
+    key = select_key(reference, keys)
+    try:
+        requests = golden_requests(served, reference)
+        if key is None or reference is None:
+            if not requests:
+                return GoldenResult("unverified", checked=False, matched=None, reference="")
+            _well_formed_and_deterministic(served, requests)
+            return GoldenResult("unverified", checked=True, matched=None, reference="")
+        recorded = reference.answers[key]
+        klass = device_class(key)
+        tolerance = reference.tolerances.get(klass)
+        if tolerance is None:
+            return GoldenResult(
+                "failed",
+                checked=False,
+                matched=False,
+                reference=key,
+                reason=(
+                    f"golden reference of {reference.model} records answers for {key} but no "
+                    f"tolerance for device class {klass}; add one to the reference"
+                ),
+            )
+        answers = run_requests(served, requests)
+    except GoldenError as err:
+        return GoldenResult(
+            "failed", checked=True, matched=False, reference=key or "", reason=str(err)
+        )
+    for index, (answer, expected) in enumerate(zip(answers, recorded, strict=True)):
+        found = malformation(answer) or difference(answer, expected, float(tolerance))
+        if found:
+            return GoldenResult(
+                "failed",
+                checked=True,
+                matched=False,
+                reference=key,
+                reason=(
+                    f"golden self-check failed against {key}: {_describe(index, requests[index])} "
+                    f"differs at {found} (tolerance {tolerance:g} for {klass})"
+                ),
+            )
+    return GoldenResult("matched", checked=True, matched=True, reference=key)
+
+
+def record(
+    served: ServedModel,
+    catalog: Catalog,
+    identity: str,
+    path: str | Path | None = None,
+) -> Recorded:
+    """Run the golden requests of ``identity`` on ``served`` and store the answers.
+
+    The answers go under the first of this device's reference keys (at the
+    model's dtype) in the reference file: ``path``, else the file the
+    registered reference was read from. The requests run twice and must be
+    well formed and equal, so a flaky answer is never recorded. A device
+    class without a tolerance in the file gets :data:`DEFAULT_TOLERANCES`'.
+
+    Raises:
+        GoldenError: no reference file for ``identity``, a file for another
+            model, malformed or non-deterministic answers.
+    """
+    if path is not None:
+        reference = read_reference_file(path)
+        if reference.model != identity:
+            raise GoldenError(
+                f"{path} holds the golden reference of {reference.model}, not {identity}"
+            )
+    else:
+        registered = reference_for(catalog, identity)
+        if registered is None or registered.source is None:
+            raise GoldenError(
+                f"no golden reference file is registered for {identity}; write one with its "
+                "requests (model, tolerances, requests, answers) and pass it with --file"
+            )
+        reference = registered
+    assert reference.source is not None
+    key = reference_keys(served)[0]
+    answers = _well_formed_and_deterministic(served, list(reference.requests))
+    klass = device_class(key)
+    default = DEFAULT_TOLERANCES.get(klass)
+    write_reference_answers(
+        reference.source, key, answers, None if default is None else (klass, default)
+    )
+    tolerance = read_reference_file(reference.source).tolerances.get(klass)
+    return Recorded(identity, key, reference.source, len(answers), tolerance)
+
+
+__all__ = [
+    "DEFAULT_TOLERANCES",
+    "PENDING",
+    "GoldenError",
+    "GoldenResult",
+    "Recorded",
+    "check",
+    "device_class",
+    "difference",
+    "malformation",
+    "record",
+    "reference_for",
+    "select_key",
+]

@@ -1,0 +1,315 @@
+"""Golden self-checks: key selection, comparison, recording, and the real built-in models."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from vllm_srun import cli
+from vllm_srun.golden import (
+    GoldenResult,
+    check,
+    device_class,
+    difference,
+    malformation,
+    reference_keys,
+    select_key,
+)
+from vllm_srun.loader import load_model
+from vllm_srun.plugins import Catalog, GoldenReference, load_catalog, read_reference_file
+from vllm_srun.plugins.golden import write_reference_answers
+
+from .fixtures import write_task_package
+
+REQUESTS = (
+    {"surface": "embeddings", "body": {"input": ["hello golden", "a second text"]}},
+    {"surface": "rerank", "body": {"query": "hello", "documents": ["golden", "silver"]}},
+)
+BUILT_IN = ("sentence-transformers/all-MiniLM-L6-v2", "arcjet/rampart-pii")
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return load_catalog({})
+
+
+@pytest.fixture(scope="module")
+def pooled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_task_package(tmp_path_factory.mktemp("golden"), "bert", "pooled")
+
+
+@pytest.fixture(scope="module")
+def served(pooled: Path, catalog: Catalog):
+    return load_model(pooled, catalog=catalog, device="cpu")
+
+
+def answers_of(model, requests=REQUESTS) -> list[dict]:
+    return [
+        {k: v for k, v in model.answer(r["surface"], r["body"]).items() if k != "model"}
+        for r in requests
+    ]
+
+
+def with_reference(catalog: Catalog, reference: GoldenReference) -> Catalog:
+    layers = {**catalog.layers}
+    layers["golden_references"] = {**layers["golden_references"], reference.model: reference}
+    return dataclasses.replace(catalog, layers=layers)
+
+
+def nudge(answer: dict, delta: float) -> dict:
+    """A copy of an embeddings answer with component 3 of item 0 moved by ``delta``."""
+    changed = json.loads(json.dumps(answer))
+    changed["data"][0]["embedding"][3] += delta
+    return changed
+
+
+# -- comparison ------------------------------------------------------------------------------
+def test_device_class_is_the_key_before_the_first_colon_or_at():
+    assert device_class("cpu:x86_64:avx512:bf16_native") == "cpu"
+    assert device_class("cuda@bfloat16") == "cuda"
+    assert device_class("rocm:gfx942@float16") == "rocm"
+    assert device_class("cpu") == "cpu"
+
+
+def test_difference_names_the_path_the_values_and_respects_the_tolerance():
+    recorded = {"data": [{"embedding": [0.5, 0.25], "label": "EMAIL", "ok": True}]}
+    assert difference(recorded, recorded, 0.0) is None
+    close = {"data": [{"embedding": [0.5 + 9e-6, 0.25], "label": "EMAIL", "ok": True}]}
+    assert difference(close, recorded, 1e-5) is None
+    assert difference(close, recorded, 1e-6) == (
+        f"data[0].embedding[0]: got {0.5 + 9e-6!r}, recorded 0.5"
+    )
+    label = {"data": [{"embedding": [0.5, 0.25], "label": "PHONE", "ok": True}]}
+    assert difference(label, recorded, 1.0) == "data[0].label: got 'PHONE', recorded 'EMAIL'"
+    short = {"data": [{"embedding": [0.5], "label": "EMAIL", "ok": True}]}
+    assert difference(short, recorded, 1.0) == "data[0].embedding: got 1 items, recorded 2"
+    flipped = {"data": [{"embedding": [0.5, 0.25], "label": "EMAIL", "ok": 1}]}
+    assert difference(flipped, recorded, 1.0) == "data[0].ok: got 1, recorded True"
+    renamed = {"data": [{"embedding": [0.5, 0.25], "tag": "EMAIL", "ok": True}]}
+    assert difference(renamed, recorded, 1.0) == (
+        "data[0]: keys differ (missing ['label'], extra ['tag'])"
+    )
+    assert difference({"x": float("nan")}, {"x": 0.5}, 1.0) == "x: got nan, recorded 0.5"
+
+
+def test_malformation_finds_non_finite_numbers_and_item_errors():
+    assert malformation({"data": [{"embedding": [0.1, 0.2]}]}) is None
+    assert malformation({"data": [{"embedding": [0.1, float("inf")]}]}) == (
+        "data[0].embedding[1] is inf"
+    )
+    item_error = {"results": [{"index": 0, "error": {"code": "invalid_input"}}]}
+    assert malformation(item_error) == "results[0] failed with {'code': 'invalid_input'}"
+
+
+# -- reference keys --------------------------------------------------------------------------
+def test_the_most_specific_recorded_key_is_selected_and_dtype_keys_only_at_their_dtype(served):
+    acc, device = served.placement.accelerator, served.placement.device
+    specific = acc.reference_keys(device, "auto")[0]
+    reference = GoldenReference(
+        "fake/model",
+        REQUESTS,
+        {"cpu": ({}, {}), specific: ({}, {}), "cpu@bfloat16": ({}, {})},
+        {"cpu": 1e-5},
+    )
+    assert specific.startswith("cpu:") and specific != "cpu"
+    assert select_key(reference, acc.reference_keys(device, "auto")) == specific
+    assert select_key(reference, acc.reference_keys(device, "bfloat16")) == "cpu@bfloat16"
+    assert select_key(reference, acc.reference_keys(device, "float32")) is None
+    only_dtype = GoldenReference("fake/model", REQUESTS, {"cpu@bfloat16": ({}, {})}, {})
+    assert select_key(only_dtype, acc.reference_keys(device, "auto")) is None
+    assert select_key(None, ["cpu"]) is None
+
+
+# -- check -----------------------------------------------------------------------------------
+def test_a_recorded_reference_that_agrees_is_matched(served, catalog):
+    reference = GoldenReference(
+        "fake/pooled", REQUESTS, {"cpu": tuple(answers_of(served))}, {"cpu": 1e-5}
+    )
+    model = dataclasses.replace(served, identity="fake/pooled")
+    result = check(model, with_reference(catalog, reference))
+    assert result == GoldenResult("matched", checked=True, matched=True, reference="cpu")
+    assert result.card() == {
+        "status": "matched",
+        "checked": True,
+        "matched": True,
+        "reference": "cpu",
+    }
+
+
+def test_a_mismatch_fails_with_request_path_values_and_tolerance(served, catalog):
+    answers = answers_of(served)
+    recorded = nudge(answers[0], 2e-5)
+    reference = GoldenReference(
+        "fake/pooled", REQUESTS, {"cpu": (recorded, answers[1])}, {"cpu": 1e-5}
+    )
+    result = check(
+        dataclasses.replace(served, identity="fake/pooled"), with_reference(catalog, reference)
+    )
+    assert (result.status, result.checked, result.matched, result.reference) == (
+        "failed",
+        True,
+        False,
+        "cpu",
+    )
+    got = answers[0]["data"][0]["embedding"][3]
+    assert result.reason == (
+        "golden self-check failed against cpu: request 1 (embeddings) differs at "
+        f"data[0].embedding[3]: got {got!r}, recorded {recorded['data'][0]['embedding'][3]!r} "
+        "(tolerance 1e-05 for cpu)"
+    )
+    # within the tolerance the same nudge passes
+    small = nudge(answers[0], 5e-6)
+    passing = GoldenReference("fake/pooled", REQUESTS, {"cpu": (small, answers[1])}, {"cpu": 1e-5})
+    model = dataclasses.replace(served, identity="fake/pooled")
+    assert check(model, with_reference(catalog, passing)).status == "matched"
+
+
+def test_a_mismatching_specific_key_never_falls_back_to_the_device_class(served, catalog):
+    answers = answers_of(served)
+    specific = reference_keys(served)[0]
+    reference = GoldenReference(
+        "fake/pooled",
+        REQUESTS,
+        {specific: (nudge(answers[0], 0.5), answers[1]), "cpu": tuple(answers)},
+        {"cpu": 1e-5},
+    )
+    model = dataclasses.replace(served, identity="fake/pooled")
+    result = check(model, with_reference(catalog, reference))
+    assert result.status == "failed" and result.reference == specific
+
+
+def test_a_device_without_recorded_answers_is_unverified_without_a_reason(served, catalog):
+    answers = answers_of(served)
+    reference = GoldenReference(
+        "fake/pooled", REQUESTS, {"cuda:sm_90": tuple(answers)}, {"cuda": 1e-3}
+    )
+    model = dataclasses.replace(served, identity="fake/pooled")
+    result = check(model, with_reference(catalog, reference))
+    assert result == GoldenResult(
+        "unverified", checked=True, matched=None, reference="", reason=None
+    )
+    # a package that is not built in: the family's generic requests, well formed and repeatable
+    local = check(served, catalog)
+    assert local == GoldenResult(
+        "unverified", checked=True, matched=None, reference="", reason=None
+    )
+
+
+def test_an_unverified_model_that_answers_differently_twice_fails(served, catalog):
+    calls = {"n": 0}
+    real_answer = served.answer
+
+    def drifting(surface, body):
+        calls["n"] += 1
+        answer = real_answer(surface, body)
+        if surface == "embeddings" and calls["n"] > len(served.family.golden(served.package)):
+            answer = {**answer, "data": [nudge(answer, 1e-7)["data"][0], *answer["data"][1:]]}
+        return answer
+
+    model = dataclasses.replace(served)
+    model.answer = drifting  # type: ignore[method-assign]
+    result = check(model, catalog)
+    assert result.status == "failed" and result.reference == ""
+    assert result.reason is not None
+    assert result.reason.startswith(
+        "golden answers are not deterministic: request 1 (embeddings) answered differently "
+        "on a second run at data[0].embedding[3]"
+    )
+
+
+def test_a_model_with_non_finite_answers_fails_as_malformed(served, catalog):
+    real_answer = served.answer
+
+    def broken(surface, body):
+        answer = real_answer(surface, body)
+        if surface == "embeddings":
+            answer["data"][1]["embedding"][0] = float("nan")
+        return answer
+
+    model = dataclasses.replace(served)
+    model.answer = broken  # type: ignore[method-assign]
+    result = check(model, catalog)
+    assert result.status == "failed"
+    assert result.reason == (
+        "golden answers are malformed: request 1 (embeddings): data[1].embedding[0] is nan"
+    )
+
+
+# -- record ----------------------------------------------------------------------------------
+def test_golden_record_writes_this_machines_key_and_the_check_then_matches(
+    pooled, served, catalog, tmp_path
+):
+    path = tmp_path / "fake.json"
+    path.write_text(
+        json.dumps(
+            {"model": "fake/pooled", "tolerances": {}, "requests": list(REQUESTS), "answers": {}}
+        )
+    )
+    out = io.StringIO()
+    argv = ["golden", "record", str(pooled), "--device", "cpu", "--name", "fake/pooled"]
+    assert (
+        cli.run_golden_record(
+            cli.build_parser().parse_args([*argv, "--file", str(path)]), catalog, out
+        )
+        == 0
+    )
+    key = reference_keys(served)[0]
+    assert out.getvalue() == (
+        f"recorded 2 golden answers of fake/pooled under {key} (tolerance 1e-05) in {path}\n"
+    )
+    reference = read_reference_file(path)
+    assert reference.tolerances == {"cpu": 1e-5}
+    assert list(reference.answers) == [key]
+    assert list(reference.answers[key]) == answers_of(served)
+    model = dataclasses.replace(served, identity="fake/pooled")
+    assert check(model, with_reference(catalog, reference)).status == "matched"
+    # a second recording replaces the key's answers and keeps the file's tolerance
+    write_reference_answers(path, key, answers_of(served), ("cpu", 0.5))
+    assert read_reference_file(path).tolerances == {"cpu": 1e-5}
+
+
+def test_golden_record_needs_a_name_for_a_package_that_is_not_built_in(pooled, catalog, capsys):
+    args = cli.build_parser().parse_args(["golden", "record", str(pooled), "--device", "cpu"])
+    assert cli.run_golden_record(args, catalog, io.StringIO()) == 1
+    assert capsys.readouterr().err == (
+        f"vllm-srun golden record: {pooled} is not a built-in model; pass --name MODEL_ID "
+        "to say whose golden reference to update\n"
+    )
+
+
+# -- the built-in models ---------------------------------------------------------------------
+def test_the_built_in_references_are_registered_with_recorded_cpu_answers(catalog):
+    references = catalog.layer("golden_references")
+    for name in BUILT_IN:
+        reference = references[name]
+        assert reference.source is not None and reference.source.is_file()
+        assert reference.tolerances["cpu"] == 1e-5
+        assert "cpu:x86_64:avx512:bf16_native" in reference.answers
+    minilm = references[BUILT_IN[0]]
+    assert [r["surface"] for r in minilm.requests] == ["embeddings"] * 4
+    assert any("dimensions" in r["body"] for r in minilm.requests)
+    rampart = references[BUILT_IN[1]]
+    [first] = rampart.answers["cpu:x86_64:avx512:bf16_native"][0]["results"]
+    assert [(s["text"], s["label"]) for s in first["spans"]] == [
+        ("Dana", "GIVEN_NAME"),
+        ("Whitfield", "SURNAME"),
+        ("dana.whitfield@example.org", "EMAIL"),
+        ("212-555-0147", "PHONE"),
+    ]
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_the_built_in_models_match_their_golden_answers_here(name, catalog):
+    model = load_model(name, catalog=catalog, offline=True)
+    assert model.identity == name
+    keys = reference_keys(model)
+    recorded = select_key(catalog.layer("golden_references")[name], keys)
+    result = check(model, catalog)
+    if recorded is None:  # a machine no reference was recorded on
+        assert result == GoldenResult("unverified", True, None, "", None)
+    else:
+        assert result == GoldenResult("matched", True, True, recorded, None), result.reason
