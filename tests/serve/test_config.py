@@ -259,3 +259,29 @@ def test_revision_is_for_a_single_model_and_a_commit():
     with pytest.raises(ConfigError) as raised:
         serve_config(build_parser().parse_args(["serve", "a/b", "--revision", "v1.0"]))
     assert str(raised.value).startswith("--revision: revision must be a 40-hex commit, not 'v1.0'")
+
+
+def test_memory_budget_and_load_retries_reach_the_config(tmp_path):
+    path = models_file(
+        tmp_path,
+        """
+        models:
+          - model: /models/a
+            name: a
+          - model: /models/b
+            name: b
+            memory_budget_gib: 2
+        """,
+    )
+    argv = ["serve", "--models", str(path), "--memory-budget", "0.5"]
+    config = serve_config(
+        build_parser().parse_args([*argv, "--load-attempts", "3", "--load-retry-seconds", "0.25"])
+    )
+    assert [(m.name, m.memory_budget_gib) for m in config.models] == [("a", 0.5), ("b", 2)]
+    assert (config.load_attempts, config.load_retry_seconds) == (3, 0.25)
+    defaults = serve_config(build_parser().parse_args(["serve", "/models/a"]))
+    assert (defaults.load_attempts, defaults.load_retry_seconds) == (5, 5.0)
+    assert defaults.models[0].memory_budget_gib is None
+    for bad in (["--memory-budget", "0"], ["--load-attempts", "0"], ["--load-retry-seconds", "-1"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["serve", "/models/a", *bad])
