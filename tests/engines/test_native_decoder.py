@@ -136,3 +136,49 @@ def test_supports_causal_lm_and_refuses_what_it_cannot_run(packages):
     assert "no safetensors weights" in engine.supports(dataclasses.replace(spec, weights=()), CPU)
     reason = engine.supports(dataclasses.replace(spec, model_type="distilbert"), CPU)
     assert reason.endswith("has no causal LM for model type 'distilbert'")
+
+
+OTHER_DECODERS = {
+    "mistral": ("MistralConfig", {"num_key_value_heads": 1}),
+    "gemma": ("GemmaConfig", {"num_key_value_heads": 1, "head_dim": 16}),
+    "gemma2": ("Gemma2Config", {"num_key_value_heads": 1, "head_dim": 16, "sliding_window": 8}),
+    "phi": ("PhiConfig", {}),
+    "phi3": ("Phi3Config", {"num_key_value_heads": 1, "pad_token_id": 0}),
+}
+
+
+@pytest.mark.parametrize("model_type", list(OTHER_DECODERS))
+def test_other_architectures_bit_for_bit_and_with_a_prefix(tmp_path, model_type):
+    """Mistral, Gemma (Gemma 2 with a sliding window shorter than the rows), Phi, Phi-3."""
+    import transformers
+
+    config_class, extra = OTHER_DECODERS[model_type]
+    config = getattr(transformers, config_class)(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        max_position_embeddings=256,
+        **extra,
+    )
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
+    spec = decoder_spec(tmp_path)
+    loaded = NativeEngine().load(spec, CPU, {"attention": "eager"})
+    ids, mask = left_padded([12, 7, 3], pad_id=0)
+    model = reference_model(tmp_path)
+    with torch.inference_mode():
+        want = model(
+            input_ids=ids, attention_mask=mask, position_ids=decoder_positions(mask)
+        ).logits[:, -1, :]
+    assert torch.equal(loaded.forward(DecoderBatch(ids, mask)), want)
+    prefix = torch.arange(40, 50)
+    shared = loaded.forward(DecoderBatch(ids, mask, prefix_ids=prefix))
+    full_ids = torch.cat([prefix.expand(3, -1), ids], dim=1)
+    full_mask = torch.cat([torch.ones(3, 10, dtype=torch.long), mask], dim=1)
+    with torch.inference_mode():
+        unshared = model(
+            input_ids=full_ids, attention_mask=full_mask, position_ids=decoder_positions(full_mask)
+        ).logits[:, -1, :]
+    assert (shared - unshared).abs().max() <= 1e-5
