@@ -13,7 +13,8 @@ A question becomes one user message::
 
 A tokenizer with a chat template renders it with
 ``apply_chat_template([{"role": "user", "content": message}],
-add_generation_prompt=True, enable_thinking=False, tokenize=False)`` (the
+add_generation_prompt=True, enable_thinking=False, date_string=TEMPLATE_DATE,
+tokenize=False)`` (the
 template's own special tokens, BOS included, come from the template); without
 one, the **plain template** is the message followed by ``"\\nAnswer:"``, with
 the tokenizer's own special tokens (a BOS) added. Text from the request never
@@ -39,6 +40,10 @@ from vllm_srun.plugins.decisions import Question
 
 CONTENT_MARK = "\ue000\ue001question\ue001\ue000"
 """Placeholder rendered in place of the message, to split a chat template around it."""
+
+TEMPLATE_DATE = "26 Jul 2024"
+"""``date_string`` passed to chat templates that print today's date (Llama 3.1 and
+later): a fixed date keeps a question's prompt, and so its answer, the same every day."""
 
 PLAIN_SUFFIX = "\nAnswer:"
 """What the plain template appends to the message."""
@@ -167,6 +172,7 @@ class Renderer:
             [{"role": "user", "content": message}],
             add_generation_prompt=True,
             enable_thinking=False,
+            date_string=TEMPLATE_DATE,
             tokenize=False,
         )
         return str(rendered)
@@ -183,17 +189,20 @@ class Renderer:
         that does not place the message verbatim is tokenised whole). Plain:
         the prompt with the tokenizer's special tokens added, parsing off.
         """
+        # encode_batch releases the GIL while it works (a plain encode holds it), so a
+        # long state tokenising in the planning pool never stalls the event loop.
         if not self.chat:
-            return list(self.text.encode(message + PLAIN_SUFFIX, add_special_tokens=True).ids)
+            [whole] = self.text.encode_batch([message + PLAIN_SUFFIX], add_special_tokens=True)
+            return list(whole.ids)
         if self._envelope is None:
             return list(
                 self.control.encode(self.render_chat(message), add_special_tokens=False).ids
             )
         head, tail = self._envelope
-        pieces = self.text.encode_batch([message], add_special_tokens=False)
+        [content] = self.text.encode_batch([message], add_special_tokens=False)
         return [
             *self.control.encode(head, add_special_tokens=False).ids,
-            *pieces[0].ids,
+            *content.ids,
             *self.control.encode(tail, add_special_tokens=False).ids,
         ]
 

@@ -497,3 +497,32 @@ def test_golden_requests_answer_every_question(shared):
         assert golden["surface"] == "decisions"
         body = served.answer("decisions", golden["body"])
         assert body["answers"] and all("error" not in a for a in body["answers"].values())
+
+
+def test_templates_that_print_a_date_or_repeat_the_message(tmp_path, catalog):
+    """A template's date is fixed (answers stay the same every day); a template that does
+    not place the message once verbatim is rendered and tokenised whole."""
+    import transformers
+
+    dated = (
+        "{% if date_string is defined %}[{{ date_string }}]{% endif %}"
+        "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+        "{{ message['content'] }}<|im_end|>\n{% endfor %}<|im_start|>assistant\n"
+    )
+    twice = dated.replace(
+        "{{ message['content'] }}", "{{ message['content'] }}\n{{ message['content'] }}"
+    )
+    for name, template in (("dated", dated), ("twice", twice)):
+        package = write_decoder(tmp_path, "qwen3", chat_template=template, name=name)
+        served = load_model(package, catalog=catalog, device="cpu")
+        [row] = served.loaded.plan("decisions", {"state": STATE, "questions": {"q": NOUL}}).items
+        tokenizer = transformers.AutoTokenizer.from_pretrained(package)
+        text = tokenizer.decode(row.input_ids)
+        assert text.startswith("[26 Jul 2024]<|im_start|>user\nState:\n")
+        assert text.count("Question: Is the customer angry?") == (1 if name == "dated" else 2)
+        assert (
+            "noul"
+            in served.answer("decisions", {"state": STATE, "questions": {"q": NOUL}})["answers"][
+                "q"
+            ]
+        )
