@@ -273,7 +273,7 @@ def check(served: ServedModel, catalog: Catalog) -> GoldenResult:
 
     ``served.identity`` names the built-in model whose reference applies
     (``None`` for a package that is not built in). Never raises for a model
-    that answers badly: that is a ``failed`` result with its reason.
+    that answers badly or raises: that is a ``failed`` result with its reason.
     """
     reference = reference_for(catalog, getattr(served, "identity", None))
     keys = reference_keys(served)
@@ -300,9 +300,14 @@ def check(served: ServedModel, catalog: Catalog) -> GoldenResult:
                 ),
             )
         answers = run_requests(served, requests)
-    except GoldenError as err:
+    except Exception as err:
+        reason = (
+            str(err)
+            if isinstance(err, GoldenError)
+            else f"golden self-check raised {type(err).__name__}: {err}"
+        )
         return GoldenResult(
-            "failed", checked=True, matched=False, reference=key or "", reason=str(err)
+            "failed", checked=True, matched=False, reference=key or "", reason=reason
         )
     for index, (answer, expected) in enumerate(zip(answers, recorded, strict=True)):
         found = malformation(answer) or difference(answer, expected, float(tolerance))

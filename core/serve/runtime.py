@@ -191,7 +191,14 @@ class Runtime:
             if self.stopping.wait(max(0.0, due - time.monotonic())):
                 break
             heapq.heappop(pending)
-            retry_in = self.load(state)
+            try:
+                retry_in = self.load(state)
+            except Exception as err:  # a bug must not stall the models after this one
+                log.exception("model %s: loading it raised", state.name)
+                state.status = "failed"
+                state.reason = f"loading raised {type(err).__name__}: {err}"
+                state.served = state.scheduler = None
+                continue
             if retry_in is not None:
                 heapq.heappush(pending, (time.monotonic() + retry_in, order, state))
         for _, _, state in pending:

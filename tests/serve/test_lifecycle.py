@@ -252,3 +252,24 @@ def test_too_little_free_memory_is_a_passing_cause(make_runtime, catalog):
         "GiB, 9.3e-07 GiB free on cpu; free memory on it, choose another device with "
         "--device, or serve a smaller model (gave up after 2 attempts)"
     )
+
+
+def test_a_golden_check_that_raises_fails_only_its_model(make_runtime, controlled_loader):
+    def loader(path, **kwargs):
+        served = controlled_loader(path, **kwargs)
+        if kwargs["name"] == "pooled":
+            control = served.loaded
+            control.fail_run = RuntimeError("kernel exploded")
+        return served
+
+    runtime = make_runtime(("pooled", "sequence"), loader=loader)
+    pooled = runtime.models["pooled"]
+    assert pooled.status == "failed"
+    assert pooled.reason == "golden self-check raised RuntimeError: kernel exploded"
+    assert pooled.golden.card() == {
+        "status": "failed",
+        "checked": True,
+        "matched": False,
+        "reference": "",
+    }
+    assert runtime.models["sequence"].status == "ready"
