@@ -382,7 +382,7 @@ def write_decoder(
     model_type: str,
     *,
     seed: int = 0,
-    chat_template: str | None | bool = True,
+    chat_template: str | bool | None = True,
     calibration: dict[str, Any] | None = None,
     name: str | None = None,
 ) -> Path:
