@@ -33,6 +33,11 @@ class RoutedPlan:
         """The rows the host runs for this plan."""
         return list(self.inner.items)
 
+    @property
+    def queue_entries(self) -> int:
+        """Requests the plan counts as against ``--max-queue`` (the inner plan's say)."""
+        return int(getattr(self.inner, "queue_entries", 1))
+
 
 class ExtendedModel:
     """A loaded model plus the surfaces extensions added to it (the loaded-model protocol).

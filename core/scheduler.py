@@ -62,11 +62,14 @@ class Job:
         on_done: called once, on the worker thread, with one output or
             :class:`RowError` per item, when every row is settled.
         deadline: ``time.monotonic()`` after which queued rows expire, or ``None``.
+        weight: how many requests it counts as against ``--max-queue`` (a
+            decisions request counts each of its ``states`` entries).
     """
 
     items: list[WorkItem]
     on_done: Callable[[list[RowOutput]], None]
     deadline: float | None = None
+    weight: int = 1
     enqueued: float = field(default_factory=time.monotonic)
     outputs: list[RowOutput | None] = field(init=False)
     next_row: int = 0
@@ -209,12 +212,13 @@ class ModelScheduler:
             Stopped: the scheduler is shutting down.
         """
         tokens = sum(job.tokens for job in jobs)
+        entries = sum(job.weight for job in jobs)
         with self._cond:
             if self._stopping:
                 raise Stopped(f"model {self.name} is shutting down")
             busy = self._unanswered > 0
             if busy and (
-                self._unanswered + len(jobs) > self.limits.max_queue
+                self._unanswered + entries > self.limits.max_queue
                 or self._unanswered_tokens + tokens > self.limits.max_queued_tokens
             ):
                 raise Overloaded(
@@ -225,7 +229,7 @@ class ModelScheduler:
             now = time.monotonic()
             for job in jobs:
                 job.enqueued = now
-                self._unanswered += 1
+                self._unanswered += job.weight
                 self._unanswered_tokens += job.tokens
                 if not job.items:
                     self._settle(job)
@@ -252,7 +256,7 @@ class ModelScheduler:
 
     @property
     def unanswered(self) -> int:
-        """Admitted requests not yet answered."""
+        """Admitted requests not yet answered (a job counts its ``weight``)."""
         with self._cond:
             return self._unanswered
 
@@ -422,7 +426,7 @@ class ModelScheduler:
         job.done = True
         if job in self._queue:
             self._queue.remove(job)
-        self._unanswered -= 1
+        self._unanswered -= job.weight
         self._unanswered_tokens -= job.tokens
         if not job.cancelled:
             self._ready.append(job)

@@ -14,6 +14,8 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from vllm_srun import __version__
+from vllm_srun.plugins.decisions import DecisionsRequest, loads_checked, parse_request
+from vllm_srun.plugins.spec import RequestError
 
 from . import schemas
 from .runtime import ApiError, ClientGone, Planned, Runtime, Timing
@@ -23,6 +25,9 @@ SURFACE_REQUESTS = {
     "classify": schemas.ClassifyRequest,
     "rerank": schemas.RerankRequest,
 }
+BUNDLE_SURFACES = (*SURFACE_REQUESTS, "decisions")
+"""The surface keys a bundle task may carry (exactly one)."""
+
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": schemas.ErrorResponse} for status in (400, 404, 413, 422, 429, 500, 503)
 }
@@ -129,6 +134,68 @@ def _validation_message(err: RequestValidationError) -> str:
     return "; ".join(dict.fromkeys(problems)) or "invalid request"
 
 
+def parse_decisions(raw: bytes) -> DecisionsRequest:
+    """A ``/v1/decisions`` body validated from its raw bytes (duplicate keys included).
+
+    Raises:
+        ApiError: 400 ``invalid_request``: not JSON, not an object, malformed,
+            or no valid question (the message lists each reason).
+    """
+    try:
+        value, duplicates = loads_checked(raw)
+        if not isinstance(value, dict):
+            raise RequestError("invalid_request", "the request must be a JSON object")
+        return parse_request(value, duplicates)
+    except RequestError as err:
+        raise ApiError(err.code, err.message) from err
+
+
+def bundle_decisions(payload: dict[str, Any], index: int, raw: bytes) -> DecisionsRequest:
+    """A bundle task's ``decisions`` body validated, with the duplicates under it in ``raw``.
+
+    Raises:
+        ApiError: 400 ``invalid_request`` (for this task only).
+    """
+    _, duplicates = loads_checked(raw)
+    prefix = ("tasks", index, "decisions")
+    own = [d[len(prefix) :] for d in duplicates if d[: len(prefix)] == prefix]
+    try:
+        return parse_request(payload, own)
+    except RequestError as err:
+        raise ApiError(err.code, err.message) from err
+
+
+def _openapi_with_decisions(app: FastAPI) -> Any:
+    """``app.openapi`` that also documents the raw-body ``/v1/decisions`` request."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        document = build()
+        extra = schemas.DecisionsRequest.model_json_schema(
+            ref_template="#/components/schemas/{model}"
+        )
+        components = document.setdefault("components", {}).setdefault("schemas", {})
+        for name, schema in extra.pop("$defs", {}).items():
+            components.setdefault(name, schema)
+        components["DecisionsRequest"] = extra
+        app.openapi_schema = document
+        return document
+
+    return openapi
+
+
+DECISIONS_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/DecisionsRequest"}}
+        },
+    }
+}
+
+
 def build_app(runtime: Runtime) -> FastAPI:
     """The FastAPI application serving ``runtime``'s models."""
     app = FastAPI(
@@ -137,6 +204,7 @@ def build_app(runtime: Runtime) -> FastAPI:
         description="Model runtime for semantic routers: encoder task models behind one contract.",
     )
     app.add_middleware(Envelope, max_request_bytes=runtime.config.max_request_bytes)
+    app.openapi = _openapi_with_decisions(app)  # type: ignore[method-assign]
     metrics = runtime.metrics
 
     def respond(status: int, body: Any, timing: Timing | None = None) -> JSON:
@@ -168,10 +236,13 @@ def build_app(runtime: Runtime) -> FastAPI:
         timing = getattr(request.state, "timing", None) or Timing()
         return respond(500, ApiError("internal_error", f"{type(err).__name__}").body(), timing)
 
-    async def answer(surface: str, request: Request, body: Any) -> Response:
-        timing = Timing()
-        request.state.timing = timing
-        payload = body.model_dump(exclude_none=True)
+    async def answer(
+        surface: str, request: Request, body: Any, timing: Timing | None = None
+    ) -> Response:
+        if timing is None:
+            timing = Timing()
+            request.state.timing = timing
+        payload = body.model_dump(exclude_none=True) if hasattr(body, "model_dump") else body
         timing.add("parse", time.perf_counter() - timing.started)
         name = model_label(payload)
         status = 200
@@ -193,9 +264,11 @@ def build_app(runtime: Runtime) -> FastAPI:
         finally:
             count(name, surface, status, time.perf_counter() - timing.started)
 
-    def model_label(payload: dict[str, Any]) -> str:
+    def model_label(payload: Any) -> str:
         """A request's ``model`` label: a served model's ID, never text the client chose."""
-        name = payload.get("model")
+        name = (
+            payload.get("model") if isinstance(payload, dict) else getattr(payload, "model", None)
+        )
         if name is None and len(runtime.models) == 1:
             return next(iter(runtime.models))
         return name if name in runtime.models else "-"
@@ -231,6 +304,43 @@ def build_app(runtime: Runtime) -> FastAPI:
         """Documents by descending relevance to a query."""
         return await answer("rerank", request, body)
 
+    async def decide(request: Request) -> Response:
+        timing = Timing()
+        request.state.timing = timing
+        raw = await request.body()
+        loop = asyncio.get_running_loop()
+        try:
+            parsed = await loop.run_in_executor(runtime.executor, parse_decisions, raw)
+        except ApiError as err:
+            count(
+                "-" if len(runtime.models) != 1 else next(iter(runtime.models)),
+                "decisions",
+                err.status,
+                time.perf_counter() - timing.started,
+            )
+            raise
+        return await answer("decisions", request, parsed, timing)
+
+    @app.post(
+        "/v1/decisions",
+        response_model=None,
+        responses={200: {"model": schemas.DecisionsResponse}, **ERROR_RESPONSES},
+        openapi_extra=DECISIONS_BODY,
+    )
+    async def decisions(request: Request) -> Response:
+        """System One questions (Choice, Noul, Score) about a state."""
+        return await decide(request)
+
+    @app.post(
+        "/v1/systemone",
+        response_model=None,
+        responses={200: {"model": schemas.DecisionsResponse}, **ERROR_RESPONSES},
+        openapi_extra=DECISIONS_BODY,
+    )
+    async def systemone(request: Request) -> Response:
+        """The same as ``/v1/decisions``."""
+        return await decide(request)
+
     @app.post(
         "/v1/bundle",
         response_model=None,
@@ -245,22 +355,32 @@ def build_app(runtime: Runtime) -> FastAPI:
             raise ApiError(
                 "request_too_large", f"the bundle has {len(body.tasks)} tasks; at most {limit}"
             )
-        tasks = []
+        tasks: list[tuple[str, str, Any]] = []
         for index, task in enumerate(body.tasks):
-            surfaces = [s for s in SURFACE_REQUESTS if getattr(task, s) is not None]
+            surfaces = [s for s in BUNDLE_SURFACES if getattr(task, s) is not None]
             if len(surfaces) != 1:
                 raise ApiError(
                     "invalid_request",
                     f"tasks[{index}] ({task.id}) must have exactly one of "
-                    f"{', '.join(SURFACE_REQUESTS)}",
+                    f"{', '.join(BUNDLE_SURFACES)}",
                 )
-            tasks.append(
-                (task.id, surfaces[0], getattr(task, surfaces[0]).model_dump(exclude_none=True))
-            )
+            value = getattr(task, surfaces[0])
+            payload = value.model_dump(exclude_none=True) if hasattr(value, "model_dump") else value
+            tasks.append((task.id, surfaces[0], payload))
+        raw = await request.body() if any(t[1] == "decisions" for t in tasks) else b""
         timing.add("parse", time.perf_counter() - timing.started)
         default_deadline = body.options.deadline_ms if body.options else None
+
+        async def plan_task(index: int, surface: str, payload: Any) -> Planned:
+            if surface == "decisions":
+                loop = asyncio.get_running_loop()
+                payload = await loop.run_in_executor(
+                    runtime.executor, bundle_decisions, payload, index, raw
+                )
+            return await runtime.plan(surface, payload, timing)
+
         outcomes: list[Any] = await asyncio.gather(
-            *(runtime.plan(surface, payload, timing) for _, surface, payload in tasks),
+            *(plan_task(i, surface, payload) for i, (_, surface, payload) in enumerate(tasks)),
             return_exceptions=True,
         )
         planned_tasks = [o if isinstance(o, Planned) else None for o in outcomes]

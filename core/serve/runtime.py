@@ -263,7 +263,7 @@ class Runtime:
             )
             log.warning("model %s: %s", state.name, state.reason)
             return delay
-        if cfg.max_model_len is not None and "decisions" not in served.loaded.surfaces:
+        if cfg.max_model_len is not None and "decisions" not in served.family.surfaces:
             state.status = "failed"
             state.reason = "max_model_len applies to Decision models only"
             log.error("model %s: %s", state.name, state.reason)

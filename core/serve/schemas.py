@@ -183,6 +183,108 @@ class RerankResponse(Strict):
 
 
 # -- bundle -------------------------------------------------------------------------------
+# -- decisions ----------------------------------------------------------------------------
+# The request models document /v1/decisions; the route validates the raw body with
+# vllm_srun.plugins.decisions instead, so a bad question fails only itself
+# (invalid_question) and a duplicated key is caught before a parser drops it.
+class DecisionOption(Strict):
+    key: str
+    description: str | None = None
+
+
+class DecisionQuestion(Strict):
+    """One typed question; ``criteria``, or ``choices`` / ``levels``, never both."""
+
+    type: Literal["choice", "noul", "score"]
+    instructions: str = Field(description="The question itself; not blank.")
+    criteria: dict[str, str | None] | list[str] | None = Field(
+        None,
+        description="Choice: 2..255 option keys to descriptions (null allowed); "
+        'Noul: {"false": ..., "true": ...}; Score: 2..10 level descriptions, level 1 first.',
+    )
+    choices: list[DecisionOption] | None = Field(
+        None, description="Choice and Noul: the options as a list instead of criteria."
+    )
+    levels: list[str] | None = Field(
+        None, description="Score: the level descriptions instead of criteria."
+    )
+
+
+class DecisionOptions(Strict):
+    deadline_ms: StrictInt | None = Field(None, gt=0)
+    profile: Literal["exact"] = "exact"
+    return_meta: StrictBool = False
+
+
+class DecisionState(Strict):
+    state: str | dict[str, Any] | list[Any]
+    questions: dict[str, DecisionQuestion]
+
+
+class DecisionsRequest(Strict):
+    model: str | None = None
+    state: str | dict[str, Any] | list[Any] = Field(description="Text, an object or an array.")
+    questions: dict[str, DecisionQuestion] = Field(description="Answered in this order.")
+    states: list[DecisionState] | None = Field(
+        None, description="More states asked in the same call, each under its own questions."
+    )
+    options: DecisionOptions | None = None
+
+
+class ChoiceAnswer(Strict):
+    type: Literal["choice"]
+    choice: str
+    probabilities: dict[str, float]
+    confidence: float = Field(description="1 - normalised entropy of the probabilities.")
+
+
+class NoulAnswer(Strict):
+    type: Literal["noul"]
+    noul: float = Field(description="P(true).")
+
+
+class ScoreAnswer(Strict):
+    type: Literal["score"]
+    score: float = Field(description="The expected level, levels numbered from 1.")
+    probabilities: dict[str, float]
+    confidence: float
+    legend: dict[str, str | None]
+
+
+class FailedAnswer(Strict):
+    type: Literal["choice", "noul", "score"] | None
+    error: Literal[
+        "invalid_question",
+        "max_length_exceeded",
+        "deadline_exceeded",
+        "invalid_model_output",
+        "unavailable",
+    ]
+    message: str
+
+
+DecisionAnswer = ChoiceAnswer | NoulAnswer | ScoreAnswer | FailedAnswer
+
+
+class DecisionUsage(Strict):
+    input_tokens: int
+    output_tokens: int
+
+
+class DecisionStateAnswers(Strict):
+    index: int = Field(description="The entry's position in the request's states.")
+    answers: dict[str, DecisionAnswer]
+    meta: dict[str, Any] | None = None
+
+
+class DecisionsResponse(Strict):
+    model: str
+    answers: dict[str, DecisionAnswer]
+    usage: DecisionUsage
+    states: list[DecisionStateAnswers] | None = None
+    meta: dict[str, Any] | None = None
+
+
 class BundleOptions(Strict):
     deadline_ms: float | None = Field(None, gt=0)
 
@@ -192,6 +294,9 @@ class BundleTask(Strict):
     embeddings: EmbeddingsRequest | None = None
     classify: ClassifyRequest | None = None
     rerank: RerankRequest | None = None
+    decisions: dict[str, Any] | None = Field(
+        None, description="A /v1/decisions body (DecisionsRequest), validated per question."
+    )
 
 
 class BundleRequest(Strict):
@@ -205,6 +310,7 @@ class BundleResult(Strict):
     embeddings: EmbeddingsResponse | None = None
     classify: ClassifyResponse | None = None
     rerank: RerankResponse | None = None
+    decisions: DecisionsResponse | None = None
     error: ErrorBody | None = None
 
 

@@ -141,6 +141,11 @@ class SimilarityPlan:
         """The host rows: every state first, then every option text."""
         return [*self.states.items, *self.options.items]
 
+    @property
+    def queue_entries(self) -> int:
+        """Each state entry counts as one request against ``--max-queue``."""
+        return len(self.request.entries)
+
 
 class SimilarityDecisions:
     """Answers ``decisions`` for one host model (the loaded-model protocol, planning only).
@@ -228,7 +233,9 @@ class SimilarityDecisions:
             answered.append(answers)
         body: dict[str, Any] = {"answers": answered[0], "usage": usage(tokens, 0)}
         if plan.request.has_states:
-            body["states"] = [{"answers": answers} for answers in answered[1:]]
+            body["states"] = [
+                {"index": i, "answers": answers} for i, answers in enumerate(answered[1:])
+            ]
         if plan.request.return_meta:
             body["meta"] = {
                 "readout": NAME,

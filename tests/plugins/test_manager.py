@@ -188,6 +188,7 @@ def test_json_shape_of_a_plugin_record():
                     "kernels": [],
                     "golden_references": [],
                     "models": [],
+                    "surface_extensions": [],
                 },
                 "refused": [],
                 "error": None,

@@ -75,6 +75,8 @@ def test_every_route_is_in_the_snapshot(served_openapi):
         "/v1/classify",
         "/v1/rerank",
         "/v1/bundle",
+        "/v1/decisions",
+        "/v1/systemone",
         "/v1/models",
         "/health",
         "/health/live",

@@ -355,7 +355,7 @@ def test_a_bundle_task_needs_exactly_one_surface(client, surfaces):
     ok = {"id": "fine", "embeddings": {"model": "pooled", "input": "good"}}
     response = client.post("/v1/bundle", json={"tasks": [ok, task]})
     assert error_of(response, 400, "invalid_request") == (
-        "tasks[1] (odd) must have exactly one of embeddings, classify, rerank"
+        "tasks[1] (odd) must have exactly one of embeddings, classify, rerank, decisions"
     )
 
 
@@ -413,7 +413,7 @@ def test_models_lists_limits_plugins_and_a_card_per_model(make_runtime):
     assert head["inputs"] == ["text", "text_pair"]
     assert head["overflow"] == ["reject", "truncate", "window"]
     assert cards["token"]["heads"][0]["labels"] == ["PER", "LOC"]  # entities of the BIO tags
-    assert cards["pooled"]["surfaces"] == ["embeddings", "rerank"]
+    assert cards["pooled"]["surfaces"] == ["embeddings", "rerank", "decisions"]
     assert cards["pooled"]["embedding"] == {
         "dimensions": 32,
         "normalized": True,
