@@ -143,6 +143,20 @@ def add_serve_parser(commands: Any) -> None:
     serve.add_argument(
         "--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16")
     )
+    serve.add_argument(
+        "--max-model-len",
+        type=_positive_int,
+        default=None,
+        help="decision models: most tokens of one question (state, instructions and options); "
+        "a longer question answers max_length_exceeded",
+    )
+    serve.add_argument(
+        "--enable-shared-context",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="decision models: compute a multi-question request's shared state once "
+        "(default: by model family)",
+    )
     serve.add_argument("--max-request-bytes", type=_positive_int, default=33_554_432)
     serve.add_argument("--max-bundle-tasks", type=_positive_int, default=64)
     serve.add_argument("--result-cache-entries", type=_non_negative_int, default=16384)
@@ -215,6 +229,8 @@ def serve_config(args: argparse.Namespace) -> Any:
         batch_window_ms=args.batch_window_ms,
         dtype=args.dtype,
         memory_budget_gib=args.memory_budget,
+        max_model_len=args.max_model_len,
+        enable_shared_context=args.enable_shared_context,
     )
     if args.models and args.model:
         raise ConfigError("give MODEL arguments or --models FILE, not both")

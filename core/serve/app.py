@@ -207,13 +207,17 @@ def build_app(runtime: Runtime) -> FastAPI:
     app.openapi = _openapi_with_decisions(app)  # type: ignore[method-assign]
     metrics = runtime.metrics
 
-    def respond(status: int, body: Any, timing: Timing | None = None) -> JSON:
-        headers = {"server-timing": timing.header()} if timing is not None else None
-        return JSON(body, status_code=status, headers=headers)
+    def respond(
+        status: int, body: Any, timing: Timing | None = None, extra: dict[str, str] | None = None
+    ) -> JSON:
+        headers = {"server-timing": timing.header()} if timing is not None else {}
+        return JSON(body, status_code=status, headers={**headers, **(extra or {})})
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, err: ApiError) -> Response:
-        return respond(err.status, err.body(), getattr(request.state, "timing", None))
+        # 429: the queue drains within a forward or two; 503: loading or draining takes longer.
+        retry = {429: {"retry-after": "1"}, 503: {"retry-after": "5"}}.get(err.status)
+        return respond(err.status, err.body(), getattr(request.state, "timing", None), retry)
 
     @app.exception_handler(BodyTooLarge)
     async def body_too_large(request: Request, err: BodyTooLarge) -> Response:

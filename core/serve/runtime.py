@@ -234,6 +234,8 @@ class Runtime:
                 cache_dir=self.config.cache_dir,
                 offline=self.config.offline,
                 accept_licences=self.config.accept_licences,
+                max_model_len=cfg.max_model_len,
+                enable_shared_context=cfg.enable_shared_context,
             )
         except Exception as err:
             cause = (

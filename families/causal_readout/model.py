@@ -122,6 +122,11 @@ class ReadoutPlan:
     items: list[WorkItem] = field(default_factory=list)
     deadline_ms: float | None = None
 
+    @property
+    def queue_entries(self) -> int:
+        """Each state entry counts as one request against ``--max-queue``."""
+        return len(self.entries)
+
 
 def _common_prefix(rows: list[list[int]]) -> int:
     """Length of the longest token prefix every row shares, leaving each row one token."""

@@ -285,3 +285,25 @@ def test_memory_budget_and_load_retries_reach_the_config(tmp_path):
     for bad in (["--memory-budget", "0"], ["--load-attempts", "0"], ["--load-retry-seconds", "-1"]):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["serve", "/models/a", *bad])
+
+
+def test_decision_options_reach_every_model_unless_an_entry_overrides_them(tmp_path):
+    from vllm_srun.cli import build_parser, serve_config
+
+    path = tmp_path / "models.yaml"
+    path.write_text(
+        "models:\n  - model: /m/a\n  - model: /m/b\n    max_model_len: 64\n"
+        "    enable_shared_context: true\n"
+    )
+    args = build_parser().parse_args(
+        ["serve", "--models", str(path), "--max-model-len", "512", "--no-enable-shared-context"]
+    )
+    config = serve_config(args)
+    assert [(m.max_model_len, m.enable_shared_context) for m in config.models] == [
+        (512, False),
+        (64, True),
+    ]
+    plain = serve_config(build_parser().parse_args(["serve", "/m/a"]))
+    assert (plain.models[0].max_model_len, plain.models[0].enable_shared_context) == (None, None)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "/m/a", "--max-model-len", "0"])

@@ -47,6 +47,7 @@ def test_health_follows_loading_then_ready(make_runtime, controlled_loader):
     refused = client.post("/v1/classify", json={"model": "sequence", "input": "good"})
     assert refused.status_code == 503
     assert refused.json()["error"] == {"code": "not_ready", "message": "model sequence is loading"}
+    assert refused.headers["retry-after"] == "5"
     served = client.post("/v1/embeddings", json={"model": "pooled", "input": "good"})
     assert served.status_code == 200  # a ready model answers while another loads
     cards = {c["id"]: c for c in client.get("/v1/models").json()["data"]}

@@ -58,6 +58,7 @@ def test_a_full_queue_is_429_and_nothing_admitted_is_lost(
         assert error["code"] == "overloaded"
         assert error["message"].startswith("model pooled has 3 requests and ")
         assert error["message"].endswith("(limits 3 and 4194304); retry later")
+        assert response.headers["retry-after"] == "1"
     [task] = refused[2].json()["results"]
     assert task["status"] == 429 and task["error"]["code"] == "overloaded"
 
