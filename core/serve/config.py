@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_srun.plugins.models import REVISION_PATTERN
+from vllm_srun.loader import LoadError
+from vllm_srun.registry import check_revision as registry_check
 
 ENGINE_ARGUMENTS = (
     "max_num_seqs",
@@ -117,19 +118,16 @@ def _type_check(entry: dict[str, Any], key: str, where: str) -> Any:
 
 
 def check_revision(revision: str, where: str) -> str:
-    """``revision`` as a lower-case 40-hex commit.
+    """``revision`` as a lower-case 40-hex commit (:func:`vllm_srun.registry.check_revision`).
 
     Raises:
         ConfigError: ``revision must be a 40-hex commit`` (a branch, tag or
             short hash), prefixed with ``where``.
     """
-    commit = revision.strip().lower()
-    if not REVISION_PATTERN.match(commit):
-        raise ConfigError(
-            f"{where}: revision must be a 40-hex commit, not {revision!r}; use the full "
-            "commit hash, not a branch or tag"
-        )
-    return commit
+    try:
+        return registry_check(revision)
+    except LoadError as err:
+        raise ConfigError(f"{where}: {err}") from err
 
 
 def read_models_file(path: str | os.PathLike[str], defaults: ModelConfig) -> list[ModelConfig]:

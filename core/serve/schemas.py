@@ -211,7 +211,9 @@ class DecisionQuestion(Strict):
 
 
 class DecisionOptions(Strict):
-    deadline_ms: StrictInt | None = Field(None, gt=0)
+    deadline_ms: float | None = Field(
+        None, gt=0, description="Answer within this many ms, or deadline_exceeded."
+    )
     profile: Literal["exact"] = "exact"
     return_meta: StrictBool = False
 

@@ -218,7 +218,8 @@ def test_a_models_file_revision_is_applied_and_checked(tmp_path):
         read_models_file(branch, DEFAULTS)
     assert str(raised.value) == (
         f"models file {branch}, entry 1 (someone/encoder): revision must be a 40-hex commit, "
-        "not 'main'; use the full commit hash, not a branch or tag"
+        "not 'main': use the full commit hash (40 hexadecimal characters), not a branch, a tag "
+        "or a short hash"
     )
 
 
