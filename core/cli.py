@@ -17,6 +17,23 @@ from vllm_srun.plugins import Catalog, DeviceInfo, load_catalog
 from vllm_srun.plugins.testing import check_plugin
 
 
+class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help that shows an option's default when it has a real one (not ``None``/empty),
+    and keeps the epilog's line breaks."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "%(default)" in text
+            or default in (None, [], False)
+            or default is argparse.SUPPRESS
+            or not action.option_strings
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``vllm-srun`` and its subcommands."""
     parser = argparse.ArgumentParser(
@@ -92,6 +109,14 @@ def add_serve_parser(commands: Any) -> None:
         "serve",
         help="serve models over HTTP",
         description="Serve one or more models over HTTP (FastAPI on uvicorn).",
+        formatter_class=DefaultsHelpFormatter,
+        epilog="A models file lists models with their own options:\n"
+        "  models:\n    - model: sentence-transformers/all-MiniLM-L6-v2\n"
+        "      name: embedder\n      device: cpu\n"
+        "Keys: model (required), revision, name, device, engine, family, "
+        "memory_budget_gib, options, max_model_len, max_num_seqs, "
+        "max_num_batched_tokens, batch_window_ms, dtype, enable_shared_context; "
+        "a key left out takes the command line's value.",
     )
     serve.add_argument(
         "model",
@@ -128,20 +153,50 @@ def add_serve_parser(commands: Any) -> None:
         default=[],
         help="accept a restricted licence (repeatable)",
     )
-    serve.add_argument("--threads", type=_positive_int, help="CPU threads (default: all cores)")
+    serve.add_argument(
+        "--threads", type=_positive_int, help="CPU threads of the process (default: all cores)"
+    )
     serve.add_argument(
         "--memory-budget",
         type=_positive_float,
         metavar="GIB",
         help="refuse to load a model whose estimated size is above this many GiB",
     )
-    serve.add_argument("--max-queue", type=_positive_int, default=256)
-    serve.add_argument("--max-queued-tokens", type=_positive_int, default=4_194_304)
-    serve.add_argument("--max-num-seqs", type=_positive_int, default=8192)
-    serve.add_argument("--max-num-batched-tokens", type=_positive_int, default=65536)
-    serve.add_argument("--batch-window-ms", type=_non_negative_float, default=2.0)
     serve.add_argument(
-        "--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16")
+        "--max-queue",
+        type=_positive_int,
+        default=256,
+        help="requests queued per model before 429 (a decisions `states` entry counts as one)",
+    )
+    serve.add_argument(
+        "--max-queued-tokens",
+        type=_positive_int,
+        default=4_194_304,
+        help="tokens queued per model before 429",
+    )
+    serve.add_argument(
+        "--max-num-seqs",
+        type=_positive_int,
+        default=8192,
+        help="most rows in one forward, across requests (1 runs each row alone)",
+    )
+    serve.add_argument(
+        "--max-num-batched-tokens",
+        type=_positive_int,
+        default=65536,
+        help="most padded tokens in one forward (rows times the longest row)",
+    )
+    serve.add_argument(
+        "--batch-window-ms",
+        type=_non_negative_float,
+        default=2.0,
+        help="how long a busy worker waits after the oldest queued request for more",
+    )
+    serve.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        help="auto: the precision the model was released in; float16 runs on GPUs only",
     )
     serve.add_argument(
         "--max-model-len",
@@ -157,11 +212,36 @@ def add_serve_parser(commands: Any) -> None:
         help="decision models: compute a multi-question request's shared state once "
         "(default: by model family)",
     )
-    serve.add_argument("--max-request-bytes", type=_positive_int, default=33_554_432)
-    serve.add_argument("--max-bundle-tasks", type=_positive_int, default=64)
-    serve.add_argument("--result-cache-entries", type=_non_negative_int, default=16384)
-    serve.add_argument("--shutdown-grace-seconds", type=_non_negative_float, default=30.0)
-    serve.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    serve.add_argument(
+        "--max-request-bytes",
+        type=_positive_int,
+        default=33_554_432,
+        help="request body limit (413 above it)",
+    )
+    serve.add_argument(
+        "--max-bundle-tasks",
+        type=_positive_int,
+        default=64,
+        help="most tasks in one /v1/bundle request",
+    )
+    serve.add_argument(
+        "--result-cache-entries",
+        type=_non_negative_int,
+        default=16384,
+        help="recent row results kept per model, by content (0 disables the cache)",
+    )
+    serve.add_argument(
+        "--shutdown-grace-seconds",
+        type=_non_negative_float,
+        default=30.0,
+        help="after SIGTERM, how long queued work may take to finish",
+    )
+    serve.add_argument(
+        "--log-level",
+        default="info",
+        choices=("debug", "info", "warning", "error"),
+        help="log verbosity (request text is never logged)",
+    )
     serve.add_argument(
         "--load-attempts",
         type=_positive_int,

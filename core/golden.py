@@ -253,6 +253,13 @@ def _well_formed_and_deterministic(
     first = run_requests(served, requests)
     for index, answer in enumerate(first):
         found = malformation(answer)
+        limit = getattr(served.spec, "max_model_len", None)
+        if found and limit is not None and "max_length_exceeded" in found:
+            raise GoldenError(
+                f"golden answers are malformed; max_model_len {limit} may be below what the "
+                f"model's own check questions need ({_describe(index, requests[index])}: "
+                f"{found}); raise max_model_len"
+            )
         if found:
             raise GoldenError(
                 f"golden answers are malformed: {_describe(index, requests[index])}: {found}"

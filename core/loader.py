@@ -17,6 +17,7 @@ registry chooses bit-exact kernels for the accelerator.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from collections.abc import Iterable
@@ -193,6 +194,12 @@ def choose_family(catalog: Catalog, package: Path, forced: str | None) -> Family
         return families[forced]  # type: ignore[no-any-return]
     claims = [f for _, f in sorted(families.items()) if _detects(f, package)]
     if not claims:
+        unreadable = _unreadable_config(package)
+        if unreadable is not None:
+            raise LoadError(
+                f"no family recognizes the package at {package}: its config.json is not valid "
+                f"JSON ({unreadable}); fix or replace the file"
+            )
         raise LoadError(
             f"no family recognizes the package at {package}; see `vllm-srun plugins` for the "
             "installed families, or force one with --family"
@@ -201,6 +208,18 @@ def choose_family(catalog: Catalog, package: Path, forced: str | None) -> Family
         names = ", ".join(f.name for f in claims)
         raise LoadError(f"several families recognize the package ({names}); choose with --family")
     return claims[0]  # type: ignore[no-any-return]
+
+
+def _unreadable_config(package: Path) -> str | None:
+    """Why ``package/config.json`` cannot be read as JSON, or ``None`` (absent or fine)."""
+    path = package / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        json.loads(path.read_bytes())
+    except (ValueError, OSError, RecursionError) as err:
+        return str(err).splitlines()[0] if str(err) else type(err).__name__
+    return None
 
 
 def _detects(family: Any, package: Path) -> bool:
@@ -313,8 +332,12 @@ def measure_batch_invariance(loaded: Any) -> dict[str, Any]:
     }
 
 
-FORWARD_COST_REPEATS = 3
+FORWARD_COST_REPEATS = 5
 """Timed runs per probe shape; the fastest counts (the others met a busy core)."""
+
+FORWARD_COST_TOKENS = 1024
+"""Padded tokens of the larger timed forward: enough work (tens of ms on a CPU) that
+a busy core's noise cannot hide the cost per token."""
 
 
 def measure_forward_cost(loaded: Any) -> dict[str, Any]:
@@ -322,35 +345,46 @@ def measure_forward_cost(loaded: Any) -> dict[str, Any]:
 
     A forward of ``n`` rows padded to ``L`` tokens costs about ``a + b * n * L``
     on a device whose throughput the rows saturate (a CPU). ``a`` is read off
-    the shortest probe row run alone, ``b`` off the probe rows run together;
-    each is the fastest of :data:`FORWARD_COST_REPEATS` runs. The scheduler
-    splits a batch by length when padding would cost more than ``a / b``
-    padded tokens (:func:`vllm_srun.scheduler.split_by_length`).
+    the shortest probe row run alone, ``b`` off the probe rows repeated to about
+    :data:`FORWARD_COST_TOKENS` padded tokens; the two shapes are timed in
+    turn, :data:`FORWARD_COST_REPEATS` times each, and the fastest of each
+    counts. The scheduler splits a batch by length when padding would cost
+    more than ``a / b`` padded tokens (:func:`vllm_srun.scheduler.split_by_length`).
 
     Returns:
         ``{"fixed_ms", "per_padded_token_ms", "overhead_tokens"}``; every
-        value ``None`` when the family has no probe rows (batches are then
-        never split).
+        value ``None`` when the family has no probe rows, or when the larger
+        forward did not take longer than the lone row (a device with room to
+        spare: then batches are never split).
     """
+    unknown = {"fixed_ms": None, "per_padded_token_ms": None, "overhead_tokens": None}
     probe = getattr(loaded, "probe_items", None)
     if probe is None:
-        return {"fixed_ms": None, "per_padded_token_ms": None, "overhead_tokens": None}
-    items = probe()
+        return unknown
+    items = list(probe())
+    if not items:
+        return unknown
     shortest = min(items, key=lambda item: item.tokens)
-    padded = len(items) * max(item.tokens for item in items)
+    width = max(item.tokens for item in items)
+    copies = max(1, -(-FORWARD_COST_TOKENS // (len(items) * width)))
+    large = items * copies
+    padded = len(large) * width
 
-    def fastest(rows: list[WorkItem]) -> float:
-        loaded.run(rows)  # warm: first calls build kernels and allocate
-        timings = []
-        for _ in range(FORWARD_COST_REPEATS):
-            started = time.perf_counter()
-            loaded.run(rows)
-            timings.append(time.perf_counter() - started)
-        return min(timings) * 1000
+    def timed(rows: list[WorkItem]) -> float:
+        started = time.perf_counter()
+        loaded.run(rows)
+        return (time.perf_counter() - started) * 1000
 
-    alone = fastest([shortest])
-    together = fastest(items)
-    per_token = max((together - alone) / max(padded - shortest.tokens, 1), 1e-9)
+    loaded.run([shortest])  # warm: first calls build kernels and allocate
+    loaded.run(large)
+    alone_ms, together_ms = [], []
+    for _ in range(FORWARD_COST_REPEATS):  # in turn, so a burst of noise hits both shapes
+        alone_ms.append(timed([shortest]))
+        together_ms.append(timed(large))
+    alone, together = min(alone_ms), min(together_ms)
+    if together <= alone:
+        return unknown
+    per_token = (together - alone) / max(padded - shortest.tokens, 1)
     fixed = max(alone - per_token * shortest.tokens, 0.0)
     return {
         "fixed_ms": round(fixed, 3),
@@ -482,6 +516,12 @@ def load_model(
             retryable=True,
         ) from err
     except RuntimeError as err:
+        if "LAPACK" in str(err):
+            raise LoadError(
+                f"built without LAPACK: the model needs LAPACK on {placement.device.device} and "
+                "this PyTorch has none; put the model on a GPU (--device cuda or rocm) or serve "
+                f"it from a PyTorch built with LAPACK ({str(err).splitlines()[0]})"
+            ) from err
         if not is_retryable(err):
             raise
         raise LoadError(

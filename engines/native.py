@@ -5,10 +5,12 @@ decoders (:class:`NativeDecoder`, ``AutoModelForCausalLM``) return next-token
 logits at the last position of left-padded rows, optionally continuing a
 shared prefix whose keys and values are computed once.
 
-Weights load from safetensors only, with ``trust_remote_code`` off, in eval
-and inference mode. Attention comes from the kernel registry: ``eager`` is the
-pure-torch reference and the default; ``sdpa`` is registered as not bit-exact
-(its fused kernels round differently), so the ``exact`` profile never picks it.
+Weights load from safetensors, or from pickled ``pytorch_model*.bin`` only
+through ``torch.load(weights_only=True)`` (a pickle needing more is refused),
+with ``trust_remote_code`` off, in eval and inference mode. Attention comes
+from the kernel registry: ``eager`` is the pure-torch reference and the
+default; ``sdpa`` is registered as not bit-exact (its fused kernels round
+differently), so the ``exact`` profile never picks it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ from typing import Any
 import torch
 
 from vllm_srun.plugins import DeviceInfo, Engine, Kernel, hookimpl
-from vllm_srun.plugins.spec import DecoderBatch, EncoderBatch, ModelSpec, decoder_positions
+from vllm_srun.plugins.spec import (
+    DecoderBatch,
+    EncoderBatch,
+    ModelSpec,
+    decoder_positions,
+    pickled,
+)
 
 # transformers is imported where it is used: importing it costs seconds, and
 # `vllm-srun plugins` should not pay that to list this engine.
@@ -150,7 +158,8 @@ class NativeEngine(Engine):
     auto_priority = 10
 
     def supports(self, spec: Any, device: DeviceInfo) -> str | None:
-        """``None`` when transformers has the model type built in and weights are safetensors."""
+        """``None`` when transformers has the model type built in and the package has weights
+        (safetensors, or pickles read only with ``weights_only=True``)."""
         if not isinstance(spec, ModelSpec):
             return "native runs encoder and decoder model specs only"
         if spec.task not in TASK_CLASSES:
@@ -172,7 +181,7 @@ class NativeEngine(Engine):
                     f"{spec.model_type!r}"
                 )
         if not spec.weights:
-            return "the package has no safetensors weights"
+            return "the package has no weights (*.safetensors or pytorch_model*.bin)"
         if spec.dtype == "float16" and device.accelerator == "cpu":
             return "float16 runs on GPUs only; use --dtype float32 or bfloat16 on a CPU"
         return None
@@ -202,11 +211,14 @@ class NativeEngine(Engine):
         if dtype == torch.float16 and device.accelerator == "cpu":
             dtype = torch.float32  # released in float16, served under auto on a CPU
         model_class = getattr(transformers, TASK_CLASSES[spec.task])
+        legacy = pickled(spec.weights)
+        if legacy:
+            check_pickles(spec.package, spec.weights)
         model = model_class.from_pretrained(
             str(spec.package),
             trust_remote_code=False,
             local_files_only=True,
-            use_safetensors=True,
+            use_safetensors=not legacy,
             attn_implementation=options.get("attention", "eager"),
             dtype=dtype,
         )
@@ -214,6 +226,27 @@ class NativeEngine(Engine):
         if spec.task == "causal_lm":
             return NativeDecoder(model, spec, target)
         return NativeEncoder(model, spec, target)
+
+
+def check_pickles(package: Any, names: tuple[str, ...]) -> None:
+    """Refuse pickled weights that need more than ``torch.load(weights_only=True)``.
+
+    ``weights_only`` unpickles tensors, numbers, strings and plain containers
+    only, so a pickle that would build another object (and run its code) fails
+    here, before transformers opens it (which also loads with ``weights_only``).
+
+    Raises:
+        ValueError: ``pickled weights refused: NAME ...`` naming the file.
+    """
+    for name in names:
+        try:
+            torch.load(package / name, map_location="cpu", weights_only=True, mmap=True)
+        except Exception as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ValueError(
+                f"pickled weights refused: {name} does not load with "
+                f"torch.load(weights_only=True) ({first}); convert it to safetensors"
+            ) from err
 
 
 @hookimpl

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,8 +71,9 @@ MIN_LEVELS, MAX_LEVELS = 2, 10
 NOUL_KEYS = ("false", "true")
 """A Noul question's two options, in readout order (``noul`` is the second's probability)."""
 
-INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))
-"""Zero-width characters (and the soft hyphen) a blank text may consist of."""
+INVISIBLE_CHARS = frozenset("\u200b\u200c\u200d\u2060\ufeff\u00ad\u034f\u115f\u1160\u3164")
+"""Characters that render empty whatever their category: zero-width ones, the soft
+hyphen, the combining grapheme joiner and the Hangul fillers."""
 
 Path = tuple[str | int, ...]
 """Where a value sits in a JSON document: object keys and array indices from the root."""
@@ -108,11 +110,15 @@ def _plain(value: Any, path: Path, found: list[Path]) -> Any:
     return value
 
 
-def loads_checked(raw: bytes | bytearray | str) -> tuple[Any, list[Path]]:
+def loads_checked(
+    raw: bytes | bytearray | str, *, constants: bool = False
+) -> tuple[Any, list[Path]]:
     """Parse JSON text and report each duplicated object key.
 
     Args:
         raw: the body (UTF-8, UTF-16 or UTF-32 bytes, as :func:`json.loads` detects, or text).
+        constants: accept ``NaN``/``Infinity`` (to find the duplicates of a
+            document another parser already accepted; check its values apart).
 
     Returns:
         ``(value, duplicates)``: the document built from plain ``dict``/``list``
@@ -121,15 +127,39 @@ def loads_checked(raw: bytes | bytearray | str) -> tuple[Any, list[Path]]:
         once in its object, e.g. ``("questions", "team", "criteria", "billing")``.
 
     Raises:
-        RequestError: ``invalid_request`` when the text is not JSON, or uses
-            ``NaN``/``Infinity``, which JSON does not have.
+        RequestError: ``invalid_request`` when the text is not JSON, uses
+            ``NaN``/``Infinity`` (which JSON does not have) without
+            ``constants``, or nests too deeply to read.
     """
     try:
-        value = json.loads(raw, object_pairs_hook=_collect, parse_constant=_reject_constant)
+        value = json.loads(
+            raw,
+            object_pairs_hook=_collect,
+            parse_constant=float if constants else _reject_constant,
+        )
+        found: list[Path] = []
+        return _plain(value, (), found), found
     except (ValueError, UnicodeDecodeError) as err:
         raise RequestError("invalid_request", f"the body is not valid JSON: {err}") from err
-    found: list[Path] = []
-    return _plain(value, (), found), found
+    except RecursionError as err:
+        raise RequestError(
+            "invalid_request",
+            "the body nests arrays or objects too deeply to read; flatten the state",
+        ) from err
+
+
+def non_finite(value: Any, path: Path = ()) -> Path | None:
+    """The path of the first NaN or infinite number in a parsed document, or ``None``."""
+    stack: list[tuple[Any, Path]] = [(value, path)]
+    while stack:
+        current, where = stack.pop()
+        if isinstance(current, float) and not math.isfinite(current):
+            return where
+        if isinstance(current, dict):
+            stack.extend((v, (*where, k)) for k, v in reversed(list(current.items())))
+        elif isinstance(current, list):
+            stack.extend((v, (*where, i)) for i, v in reversed(list(enumerate(current))))
+    return None
 
 
 def describe_path(path: Path) -> str:
@@ -261,9 +291,27 @@ def state_text(state: str | Mapping[str, Any] | Sequence[Any]) -> str:
     return json.dumps(state, ensure_ascii=False, separators=(", ", ": "))
 
 
+def _finite(number: float) -> bool:
+    """Whether ``number`` is a finite float (an integer too large for a float is not)."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
+
+
+BLANK_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+"""Unicode categories that show nothing: controls, format characters (zero-width
+joiners, invisible operators, the Mongolian vowel separator) and spaces."""
+
+
 def is_blank(text: str) -> bool:
-    """Whether ``text`` is empty once whitespace and zero-width characters are removed."""
-    return not text.translate(INVISIBLE).strip()
+    """Whether ``text`` shows nothing: every character is whitespace, a control or
+    format character (Unicode categories :data:`BLANK_CATEGORIES`), one of
+    or one of :data:`INVISIBLE_CHARS`."""
+    return all(
+        ch.isspace() or ch in INVISIBLE_CHARS or unicodedata.category(ch) in BLANK_CATEGORIES
+        for ch in text
+    )
 
 
 def is_encodable(text: str) -> bool:
@@ -434,10 +482,21 @@ def _entry(raw: Mapping[str, Any], where: Path, duplicates: Sequence[Path]) -> S
     prefix = f"{label}." if label else ""
     state = raw.get("state")
     if "state" not in raw:
-        raise RequestError("invalid_request", f"{prefix}state is missing")
+        hint = (
+            "; give `state` and `questions`, and `states` for further {state, questions} entries"
+            if not where and "states" in raw
+            else ""
+        )
+        raise RequestError("invalid_request", f"{prefix}state is missing{hint}")
     if isinstance(state, str):
         if is_blank(state):
             raise RequestError("invalid_request", f"{prefix}state is blank")
+    elif isinstance(state, dict | list) and not state:
+        raise RequestError(
+            "invalid_request",
+            f"{prefix}state is an empty {'object' if isinstance(state, dict) else 'array'}: "
+            "there is nothing to judge",
+        )
     elif not isinstance(state, dict | list):
         raise RequestError(
             "invalid_request",
@@ -484,7 +543,7 @@ def _options(raw: Any) -> tuple[float | None, str, bool]:
         )
     deadline = raw.get("deadline_ms")
     if deadline is not None and (
-        type(deadline) not in (int, float) or not math.isfinite(deadline) or deadline <= 0
+        type(deadline) not in (int, float) or not _finite(deadline) or deadline <= 0
     ):
         raise RequestError(
             "invalid_request", f"options.deadline_ms must be a number above 0, not {deadline!r}"

@@ -22,6 +22,29 @@ DECODER_TASKS = ("causal_lm",)
 """Decoder tasks: ``causal_lm`` yields next-token logits (:class:`DecoderModel`)."""
 
 
+PICKLED_WEIGHTS = "pytorch_model*.bin"
+"""Pickled weights a package may carry instead of safetensors (transformers' legacy name)."""
+
+
+def weight_files(package: Path) -> tuple[str, ...]:
+    """The weights files a native engine loads from ``package``, sorted.
+
+    The ``*.safetensors`` files when there are any; otherwise the pickled
+    ``pytorch_model*.bin`` files, which an engine may only read with
+    ``torch.load(..., weights_only=True)`` (tensors and plain containers, never
+    arbitrary objects: a pickle that needs more is refused).
+    """
+    safetensors = sorted(p.name for p in package.glob("*.safetensors"))
+    if safetensors:
+        return tuple(safetensors)
+    return tuple(sorted(p.name for p in package.glob(PICKLED_WEIGHTS)))
+
+
+def pickled(weights: tuple[str, ...]) -> bool:
+    """Whether ``weights`` (from :func:`weight_files`) are pickles, not safetensors."""
+    return bool(weights) and not any(name.endswith(".safetensors") for name in weights)
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A model as a family describes it to engines.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -10,11 +11,18 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from vllm_srun import __version__
-from vllm_srun.plugins.decisions import DecisionsRequest, loads_checked, parse_request
+from vllm_srun.plugins.decisions import (
+    DecisionsRequest,
+    describe_path,
+    loads_checked,
+    non_finite,
+    parse_request,
+)
 from vllm_srun.plugins.spec import RequestError
 
 from . import schemas
@@ -43,8 +51,16 @@ class JSON(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        """Serialise ``content``."""
-        return orjson.dumps(content)
+        """Serialise ``content``.
+
+        orjson refuses a lone surrogate (a client may send ``"\\ud800"`` as a
+        key or a name that comes back in an answer or an error message); the
+        standard encoder then writes it as the same ``\\ud800`` escape.
+        """
+        try:
+            return orjson.dumps(content)
+        except TypeError:
+            return json.dumps(content, ensure_ascii=True, allow_nan=False).encode("ascii")
 
 
 class BodyTooLarge(StarletteHTTPException):
@@ -126,6 +142,9 @@ def _validation_message(err: RequestValidationError) -> str:
     problems = []
     for error in err.errors():
         location = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
+        if error.get("type") == "extra_forbidden":
+            problems.append(f"{location}: not a field of this request (check the spelling)")
+            continue
         if error.get("type") == "json_invalid":
             context = error.get("ctx", {}).get("error", "")
             problems.append(f"malformed JSON: {context}".rstrip(": "))
@@ -150,16 +169,41 @@ def parse_decisions(raw: bytes) -> DecisionsRequest:
         raise ApiError(err.code, err.message) from err
 
 
-def bundle_decisions(payload: dict[str, Any], index: int, raw: bytes) -> DecisionsRequest:
-    """A bundle task's ``decisions`` body validated, with the duplicates under it in ``raw``.
+def bundle_duplicates(raw: bytes) -> list[tuple[str | int, ...]]:
+    """The paths of every key given twice in a bundle body (read once for all its tasks).
 
     Raises:
-        ApiError: 400 ``invalid_request`` (for this task only).
+        ApiError: 400 ``invalid_request`` when the body nests too deeply to read.
     """
-    _, duplicates = loads_checked(raw)
-    prefix = ("tasks", index, "decisions")
-    own = [d[len(prefix) :] for d in duplicates if d[: len(prefix)] == prefix]
     try:
+        return loads_checked(raw, constants=True)[1]
+    except RequestError as err:
+        raise ApiError(err.code, err.message) from err
+
+
+def bundle_decisions(
+    payload: dict[str, Any], index: int, duplicates: list[tuple[str | int, ...]]
+) -> DecisionsRequest:
+    """A bundle task's ``decisions`` body validated, with the duplicate keys found under it.
+
+    Raises:
+        ApiError: 400 ``invalid_request`` (for this task only): the task gives
+            ``decisions`` twice, holds NaN or Infinity, or fails validation.
+    """
+    prefix = ("tasks", index, "decisions")
+    try:
+        if prefix in duplicates:
+            raise RequestError(
+                "invalid_request", f"tasks[{index}] has the key 'decisions' more than once"
+            )
+        where = non_finite(payload)
+        if where is not None:
+            raise RequestError(
+                "invalid_request",
+                f"tasks[{index}].decisions.{describe_path(where)}: NaN and Infinity are not "
+                "JSON numbers",
+            )
+        own = [d[len(prefix) :] for d in duplicates if d[: len(prefix)] == prefix]
         return parse_request(payload, own)
     except RequestError as err:
         raise ApiError(err.code, err.message) from err
@@ -311,17 +355,16 @@ def build_app(runtime: Runtime) -> FastAPI:
     async def decide(request: Request) -> Response:
         timing = Timing()
         request.state.timing = timing
-        raw = await request.body()
+        try:
+            raw = await request.body()
+        except ClientDisconnect:
+            count(model_label({}), "decisions", CLIENT_CLOSED, time.perf_counter() - timing.started)
+            return Response(status_code=CLIENT_CLOSED)
         loop = asyncio.get_running_loop()
         try:
             parsed = await loop.run_in_executor(runtime.executor, parse_decisions, raw)
         except ApiError as err:
-            count(
-                "-" if len(runtime.models) != 1 else next(iter(runtime.models)),
-                "decisions",
-                err.status,
-                time.perf_counter() - timing.started,
-            )
+            count(model_label({}), "decisions", err.status, time.perf_counter() - timing.started)
             raise
         return await answer("decisions", request, parsed, timing)
 
@@ -371,15 +414,18 @@ def build_app(runtime: Runtime) -> FastAPI:
             value = getattr(task, surfaces[0])
             payload = value.model_dump(exclude_none=True) if hasattr(value, "model_dump") else value
             tasks.append((task.id, surfaces[0], payload))
-        raw = await request.body() if any(t[1] == "decisions" for t in tasks) else b""
+        loop = asyncio.get_running_loop()
+        duplicates: list[tuple[str | int, ...]] = []
+        if any(t[1] == "decisions" for t in tasks):
+            raw = await request.body()
+            duplicates = await loop.run_in_executor(runtime.executor, bundle_duplicates, raw)
         timing.add("parse", time.perf_counter() - timing.started)
         default_deadline = body.options.deadline_ms if body.options else None
 
         async def plan_task(index: int, surface: str, payload: Any) -> Planned:
             if surface == "decisions":
-                loop = asyncio.get_running_loop()
                 payload = await loop.run_in_executor(
-                    runtime.executor, bundle_decisions, payload, index, raw
+                    runtime.executor, bundle_decisions, payload, index, duplicates
                 )
             return await runtime.plan(surface, payload, timing)
 
@@ -413,6 +459,10 @@ def build_app(runtime: Runtime) -> FastAPI:
                         if isinstance(other, Planned) and other.job is not None:
                             assert other.state.scheduler is not None
                             other.state.scheduler.cancel(other.job)
+                    elapsed = time.perf_counter() - timing.started
+                    for (_, surface, payload), plan in zip(tasks, planned_tasks, strict=True):
+                        name = plan.state.name if plan is not None else model_label(payload)
+                        count(name, surface, CLIENT_CLOSED, elapsed)
                     return Response(status_code=CLIENT_CLOSED)
             if isinstance(outcome, ApiError):
                 results.append(

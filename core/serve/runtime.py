@@ -102,6 +102,8 @@ class ModelState:
             until it ran).
         details: the card fields of a model that loaded and then failed its
             self-check (its weights are released, its card keeps them).
+        planner: the model's planning thread (validation and tokenising): one
+            per model, so a huge request stalls only its own model's planning.
     """
 
     config: ModelConfig
@@ -112,6 +114,11 @@ class ModelState:
     attempts: int = 0
     golden: GoldenResult = PENDING
     details: dict[str, Any] | None = None
+    planner: concurrent.futures.ThreadPoolExecutor = field(
+        default_factory=lambda: concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="plan"
+        )
+    )
 
     @property
     def name(self) -> str:
@@ -154,11 +161,13 @@ class Runtime:
         self.accepting = True
         self.started = False
         self.stopping = threading.Event()
-        # One planning thread: tokenising releases the GIL and takes well under a
-        # millisecond per text, and every extra Python thread contends for the GIL
-        # with the forwards (measured: c32 throughput 85 -> 92-95 req/s from 4 to 1).
+        # Planning runs on one thread per model (ModelState.planner): tokenising
+        # releases the GIL and takes well under a millisecond per text, and every
+        # extra Python thread contends for the GIL with the forwards (measured: c32
+        # throughput 85 -> 92-95 req/s from 4 planning threads to 1). This one
+        # parses raw decisions bodies, before the model they name is known.
         self.executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="plan"
+            max_workers=1, thread_name_prefix="parse"
         )
         for name in self.models:
             self.metrics.model_ready.labels(model=name).set(0)
@@ -267,7 +276,12 @@ class Runtime:
             return delay
         if cfg.max_model_len is not None and "decisions" not in served.family.surfaces:
             state.status = "failed"
-            state.reason = "max_model_len applies to Decision models only"
+            state.reason = (
+                "max_model_len applies to Decision models only: the "
+                f"{served.family.name} family answers no decisions itself (an embedder that "
+                "answers them through similarity_readout reads its own input limit); drop "
+                "max_model_len for this model"
+            )
             log.error("model %s: %s", state.name, state.reason)
             return None
         state.status, state.reason, state.served = "warming", None, served
@@ -319,6 +333,8 @@ class Runtime:
                 finished = state.scheduler.stop(grace) and finished
             self.metrics.model_ready.labels(model=state.name).set(0)
         self.executor.shutdown(wait=False, cancel_futures=True)
+        for state in self.models.values():
+            state.planner.shutdown(wait=False, cancel_futures=True)
         return finished
 
     # -- health -----------------------------------------------------------------------------
@@ -371,6 +387,7 @@ class Runtime:
                 "status": state.status,
                 "reason": state.reason,
                 "golden": state.golden.card(),
+                "extensions": [],
             }
             details = state.served.card() if state.served is not None else state.details
             if details is not None:
@@ -424,7 +441,7 @@ class Runtime:
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
         try:
-            plan = await loop.run_in_executor(self.executor, served.loaded.plan, surface, body)
+            plan = await loop.run_in_executor(state.planner, served.loaded.plan, surface, body)
         except RequestError as err:
             raise ApiError(err.code, err.message) from err
         finally:

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
 API_VERSION = "v1"
+
+Milliseconds = StrictFloat | StrictInt
+"""A duration in ms: a JSON number, never a string or a boolean (``true`` is not 1 ms)."""
 
 
 class Strict(BaseModel):
@@ -52,8 +55,11 @@ class WindowOptions(Strict):
 class InputOptions(Strict):
     overflow: Literal["reject", "truncate", "window"] = "reject"
     max_tokens: StrictInt | None = Field(None, ge=1)
-    deadline_ms: float | None = Field(
-        None, gt=0, description="Answer within this many ms, or deadline_exceeded."
+    deadline_ms: Milliseconds | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Answer within this many ms, or deadline_exceeded.",
     )
 
 
@@ -211,8 +217,11 @@ class DecisionQuestion(Strict):
 
 
 class DecisionOptions(Strict):
-    deadline_ms: float | None = Field(
-        None, gt=0, description="Answer within this many ms, or deadline_exceeded."
+    deadline_ms: Milliseconds | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Answer within this many ms, or deadline_exceeded.",
     )
     profile: Literal["exact"] = "exact"
     return_meta: StrictBool = False
@@ -288,7 +297,9 @@ class DecisionsResponse(Strict):
 
 
 class BundleOptions(Strict):
-    deadline_ms: float | None = Field(None, gt=0)
+    deadline_ms: Milliseconds | None = Field(
+        None, gt=0, allow_inf_nan=False, description="The default deadline of every task."
+    )
 
 
 class BundleTask(Strict):

@@ -271,8 +271,8 @@ class SimilarityDecisions:
                 rows = [
                     None if i is None else options[i] for i in entry.option_inputs[question.name]
                 ]
-                failed = _failure(state) or next(
-                    (f for r in rows if r is not None and (f := _failure(r))), None
+                failed = _failure(state, "the state") or next(
+                    (f for r in rows if r is not None and (f := _failure(r, "an option"))), None
                 )
                 if failed is not None:
                     per_question[question.name] = (question, failed)
@@ -304,13 +304,25 @@ def _tokens(item: Mapping[str, Any]) -> int:
     return int(used.get("processed_tokens", 0)) if isinstance(used, Mapping) else 0
 
 
-def _failure(item: Mapping[str, Any]) -> tuple[str, str] | None:
-    """An embeddings item's error as a question error, or ``None``."""
+def _failure(item: Mapping[str, Any], what: str) -> tuple[str, str] | None:
+    """An embeddings item's error as a question error ``(code, message)``, or ``None``.
+
+    ``what`` names the text (``the state``, ``an option``). The embeddings
+    surface's advice (``options.overflow``, ``options.max_tokens``) does not
+    apply to decisions, so the message says what to shorten instead.
+    """
     if "error" not in item:
         return None
     code = str(item["error"])
-    if code == "invalid_input":  # the state or an option text cannot be tokenised
-        code = "invalid_question"
-    elif code not in ("max_length_exceeded", "deadline_exceeded", "invalid_model_output"):
-        code = "unavailable"  # internal_error: the forward failed
-    return code, str(item.get("message", ""))
+    if code in ("max_length_exceeded", "scan_budget_exceeded"):
+        facts = str(item.get("message", "")).split(". ")[0]  # drop the embeddings advice
+        return (
+            "max_length_exceeded",
+            f"{what} is longer than this model reads ({facts}); shorten "
+            f"{'it' if what == 'the state' else 'the instructions or the description'}",
+        )
+    if code == "invalid_input":  # the text cannot be tokenised (a lone surrogate)
+        return "invalid_question", f"{what} cannot be read: {item.get('message', '')}"
+    if code in ("deadline_exceeded", "invalid_model_output"):
+        return code, str(item.get("message", ""))
+    return "unavailable", str(item.get("message", ""))  # internal_error: the forward failed

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_srun.plugins.decisions import QUESTION_TYPES
-from vllm_srun.plugins.spec import ModelSpec
+from vllm_srun.plugins.spec import ModelSpec, weight_files
 
 CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 """Architecture name endings of decoders (``Qwen3ForCausalLM``, ``GPT2LMHeadModel``)."""
@@ -181,7 +181,7 @@ def describe(package: Path) -> Description:
         architecture=architecture,
         model_type=str(config.get("model_type", "")),
         task="causal_lm",
-        weights=tuple(sorted(p.name for p in package.glob("*.safetensors"))),
+        weights=weight_files(package),
         released_dtype=dtype if dtype in ("float32", "bfloat16", "float16") else "float32",
         token_limit=limit,
     )
@@ -192,11 +192,14 @@ def verify(package: Path) -> None:
     """The files this family loads are present and readable.
 
     Raises:
-        PackageError: no safetensors weights, no tokenizer, or a bad ``calibration.json``.
+        PackageError: no weights (safetensors, or pickled ``pytorch_model*.bin``), no
+            tokenizer, or a bad ``calibration.json``.
     """
     description = describe(package)
     if not description.spec.weights:
-        raise PackageError("the package has no safetensors weights (*.safetensors)")
+        raise PackageError(
+            "the package has no weights (*.safetensors, or pickled pytorch_model*.bin)"
+        )
     if not any((package / name).is_file() for name in TOKENIZER_FILES):
         raise PackageError(
             "the package has no tokenizer (tokenizer.json, tokenizer.model or vocab.json)"

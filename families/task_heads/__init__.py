@@ -38,12 +38,14 @@ class TaskHeadsFamily(Family):
         """The files this family loads are present.
 
         Raises:
-            PackageError: no weights (safetensors or ONNX graph) or no tokenizer.
+            PackageError: no weights (safetensors, pickled ``pytorch_model*.bin`` or an
+                ONNX graph) or no tokenizer.
         """
         spec = packages.describe(package).spec
         if not spec.weights and spec.onnx is None:
             raise packages.PackageError(
-                "the package has neither safetensors weights nor an ONNX graph"
+                "the package has no weights: neither safetensors (or pickled "
+                "pytorch_model*.bin) nor an ONNX graph"
             )
         if not any((package / name).is_file() for name in TOKENIZER_FILES):
             raise packages.PackageError("the package has no tokenizer (tokenizer.json or vocab)")

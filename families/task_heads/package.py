@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_srun.plugins.spec import ModelSpec
+from vllm_srun.plugins.spec import ModelSpec, weight_files
 
 ENCODER_MODEL_TYPES = frozenset(
     {
@@ -255,7 +255,7 @@ def describe(package: Path) -> Description:
         architecture=architecture,
         model_type=model_type,
         task=task,
-        weights=tuple(sorted(p.name for p in package.glob("*.safetensors"))),
+        weights=weight_files(package),
         onnx=_onnx_graph(package),
         released_dtype=dtype if dtype in ("float32", "bfloat16", "float16") else "float32",
     )

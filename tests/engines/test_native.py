@@ -79,7 +79,7 @@ def test_refusals_name_the_reason(tmp_path):
     package = write_encoder(tmp_path, "bert", "encoder")
     engine = NativeEngine()
     assert engine.supports(spec_for(package, "encoder", weights=()), CPU) == (
-        "the package has no safetensors weights"
+        "the package has no weights (*.safetensors or pytorch_model*.bin)"
     )
     remote = ModelSpec(
         package, "Custom", "my-custom-type", "encoder", weights=("model.safetensors",)
@@ -91,7 +91,7 @@ def test_refusals_name_the_reason(tmp_path):
         "float16 runs on GPUs only; use --dtype float32 or bfloat16 on a CPU"
     )
     assert engine.supports(object(), CPU) == "native runs encoder and decoder model specs only"
-    with pytest.raises(ValueError, match="no safetensors weights"):
+    with pytest.raises(ValueError, match="has no weights"):
         engine.load(spec_for(package, "encoder", weights=()), CPU, {})
 
 
@@ -110,3 +110,34 @@ def test_a_float16_release_runs_in_float32_on_a_cpu_under_auto(tmp_path):
     assert engine.supports(spec, CPU) is None
     loaded = engine.load(spec, CPU, {})
     assert next(loaded.model.parameters()).dtype == torch.float32
+
+
+def test_pickled_weights_load_only_through_weights_only_and_equal_safetensors(tmp_path):
+    import shutil
+
+    import transformers
+
+    from vllm_srun.plugins.spec import weight_files
+
+    package = write_encoder(tmp_path / "safe", "bert", "sequence_classification")
+    legacy = tmp_path / "legacy"
+    shutil.copytree(package, legacy)
+    (legacy / "model.safetensors").unlink()
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(package)
+    model.save_pretrained(legacy, safe_serialization=False)
+    assert weight_files(legacy) == ("pytorch_model.bin",)
+    batch = padded_batch([5, 3])
+    engine = NativeEngine()
+    want = engine.load(spec_for(package, "sequence_classification"), CPU, {})
+    spec = spec_for(legacy, "sequence_classification", weights=weight_files(legacy))
+    got = engine.load(spec, CPU, {})
+    assert torch.equal(got.encode(EncoderBatch(**batch)), want.encode(EncoderBatch(**batch)))
+
+    class Payload:  # a pickle that would run code when loaded without weights_only
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    torch.save({"bert.embeddings.word_embeddings.weight": Payload()}, legacy / "pytorch_model.bin")
+    refused = r"pickled weights refused: pytorch_model.bin does not load"
+    with pytest.raises(ValueError, match=refused):
+        engine.load(spec, CPU, {})

@@ -133,7 +133,9 @@ def test_supports_causal_lm_and_refuses_what_it_cannot_run(packages):
     engine = NativeEngine()
     spec = decoder_spec(packages["qwen3"])
     assert engine.supports(spec, CPU) is None
-    assert "no safetensors weights" in engine.supports(dataclasses.replace(spec, weights=()), CPU)
+    assert "has no weights (*.safetensors or pytorch_model*.bin)" in engine.supports(
+        dataclasses.replace(spec, weights=()), CPU
+    )
     reason = engine.supports(dataclasses.replace(spec, model_type="distilbert"), CPU)
     assert reason.endswith("has no causal LM for model type 'distilbert'")
 

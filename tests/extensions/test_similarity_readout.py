@@ -148,6 +148,10 @@ def test_an_option_over_the_input_limit_fails_only_its_question(minilm):
         },
     )
     assert body["answers"]["long"]["error"] == "max_length_exceeded"
+    assert body["answers"]["long"]["message"].startswith(
+        "an option is longer than this model reads (input has "
+    )
+    assert "options." not in body["answers"]["long"]["message"]
     assert body["answers"]["team"]["choice"] == "shipping"
 
 

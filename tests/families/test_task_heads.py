@@ -340,7 +340,7 @@ def test_engine_choice_lists_every_reason(packages, catalog, tmp_path):
     package = tmp_path / "no-weights"
     shutil.copytree(packages[("bert", "sequence")], package)
     (package / "model.safetensors").unlink()
-    with pytest.raises(LoadError, match="neither safetensors weights nor an ONNX graph"):
+    with pytest.raises(LoadError, match=r"neither safetensors .* nor an ONNX graph"):
         load_model(package, catalog=catalog)
     with pytest.raises(
         LoadError, match="float16 runs on GPUs only: --dtype float16 cannot be served on cpu"
@@ -438,3 +438,18 @@ def test_rerank_top_n_counts_failed_documents_and_cosines_stay_in_range(models):
     assert -1.0 <= body["results"][0]["relevance_score"] <= 1.0
     with pytest.raises(RequestError, match="return_documents must be true or false"):
         model.answer("rerank", {"query": "q", "documents": ["d"], "return_documents": "no"})
+
+
+def test_a_model_that_needs_lapack_fails_with_the_operator_phrase(packages, catalog, monkeypatch):
+    from vllm_srun.engines.native import NativeEngine
+
+    def no_lapack(self, spec, device, options):
+        raise RuntimeError(
+            "Calling torch.linalg.cholesky on a CPU tensor requires compiling PyTorch with LAPACK."
+        )
+
+    monkeypatch.setattr(NativeEngine, "load", no_lapack)
+    with pytest.raises(LoadError) as raised:
+        load_model(packages[("bert", "sequence")], catalog=catalog, engine="native")
+    assert str(raised.value).startswith("built without LAPACK: the model needs LAPACK on cpu")
+    assert raised.value.retryable is False

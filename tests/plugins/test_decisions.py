@@ -16,6 +16,7 @@ from vllm_srun.plugins.decisions import (
     confidence,
     describe_path,
     loads_checked,
+    non_finite,
     noul_answer,
     parse_body,
     parse_request,
@@ -576,3 +577,45 @@ def test_answer_dispatches_by_type():
     assert answer(c, [0.0, 1.0])["choice"] == "shipping"
     assert answer(n, [0.0, 0.0]) == {"type": "noul", "noul": 0.5}
     assert answer(s, [0.0, 0.0])["score"] == 1.5
+
+
+# -- found by trying to break the surface -----------------------------------------------------
+@pytest.mark.parametrize("state", [[], {}])
+def test_an_empty_state_object_or_array_is_refused_like_a_blank_text(state):
+    body = {"state": state, "questions": {"q": {"type": "noul", "instructions": "Is it?"}}}
+    with pytest.raises(RequestError, match=r"state is an empty (array|object): there is nothing"):
+        parse_request(body)
+
+
+def test_states_without_a_state_says_how_the_request_is_shaped():
+    body = {"states": [{"state": "x", "questions": {}}]}
+    with pytest.raises(RequestError, match="state is missing; give `state` and `questions`"):
+        parse_request(body)
+
+
+@pytest.mark.parametrize("key", ["\u2063\u180e", "\u0000", "\u3164", " \u034f "])
+def test_option_keys_that_show_nothing_are_blank(key):
+    body = {
+        "state": "x",
+        "questions": {
+            "bad": {"type": "choice", "instructions": "Pick", "criteria": {key: "a", "y": None}},
+            "good": {"type": "noul", "instructions": "Is it?"},
+        },
+    }
+    [entry] = parse_request(body).entries
+    bad, good = entry.questions
+    assert isinstance(bad, InvalidQuestion) and "blank" in bad.message
+    assert isinstance(good, Question)
+
+
+def test_nesting_too_deep_to_read_is_a_bad_request():
+    with pytest.raises(RequestError, match="nests arrays or objects too deeply"):
+        loads_checked("[" * 100_000 + "]" * 100_000)
+
+
+def test_constants_are_read_only_when_asked_and_found_by_path():
+    with pytest.raises(RequestError, match="NaN is not a JSON number"):
+        loads_checked('{"a": NaN}')
+    value, _ = loads_checked('{"a": [1, {"b": Infinity}]}', constants=True)
+    assert non_finite(value) == ("a", 1, "b")
+    assert non_finite({"a": [1.5, "NaN"]}) is None

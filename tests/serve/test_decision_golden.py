@@ -94,3 +94,17 @@ def test_a_recorded_decision_reference_matches_at_warm_up_and_a_changed_one_fail
     assert state.status == "failed"
     assert state.reason.startswith(f"golden self-check failed against {key}: request 1 (decisions)")
     assert "answers.urgent.noul" in state.reason
+
+
+def test_a_max_model_len_below_the_golden_questions_says_so(tmp_path, catalog):
+    from vllm_srun.golden import check
+
+    package = write_decoder(tmp_path / "pkg", "qwen3", seed=3)
+    served = load_model(package, catalog=catalog, max_model_len=24)
+    result = check(served, catalog)
+    assert result.status == "failed"
+    assert result.reason.startswith(
+        "golden answers are malformed; max_model_len 24 may be below what the model's own "
+        "check questions need"
+    )
+    assert result.reason.endswith("raise max_model_len")

@@ -166,3 +166,113 @@ def test_the_pooled_card_lists_the_extension(client):
     assert "decisions" in card["surfaces"]
     assert card["extensions"][0]["name"] == "similarity_readout"
     assert card["extensions"][0]["numerics"] == "approximate"
+
+
+# -- hostile bodies (each once answered 500) --------------------------------------------------
+def test_a_lone_surrogate_in_a_name_is_answered_escaped_never_500(client):
+    unknown = post_raw(
+        client,
+        "/v1/decisions",
+        '{"model": "pooled", "options": {"\\ud800": 1}, "state": "x", '
+        f'"questions": {{"q": {json.dumps(QUESTION)}}}}}',
+    )
+    assert unknown.status_code == 400
+    assert "\\ud800" in unknown.text  # escaped in the JSON text
+    named = post_raw(
+        client,
+        "/v1/decisions",
+        '{"model": "pooled", "state": "x", "questions": {'
+        '"\\ud800": {"type": "noul", "instructions": " "},'
+        f'"good": {json.dumps(QUESTION)}}}}}',
+    )
+    assert named.status_code == 200, named.text
+    answers = named.json()["answers"]
+    assert answers["\ud800"]["error"] == "invalid_question"
+    assert answers["good"]["type"] == "choice"
+
+
+def test_deeply_nested_json_is_a_bad_request(client):
+    state = "[" * 3000 + "]" * 3000
+    text = f'{{"model": "pooled", "state": {state}, "questions": {{"q": {json.dumps(QUESTION)}}}}}'
+    response = post_raw(client, "/v1/decisions", text)
+    assert response.status_code == 400
+    assert "too deeply" in response.json()["error"]["message"]
+
+
+def test_an_integer_deadline_too_large_for_a_float_is_a_bad_request(client):
+    body = {"model": "pooled", "state": "x", "questions": {"q": QUESTION}}
+    text = json.dumps(body)[:-1] + ', "options": {"deadline_ms": ' + "9" * 400 + "}}"
+    response = post_raw(client, "/v1/decisions", text)
+    assert response.status_code == 400
+    assert "options.deadline_ms must be a number above 0" in response.json()["error"]["message"]
+
+
+def test_bad_decisions_tasks_fail_alone_in_a_bundle(client):
+    question = json.dumps(QUESTION)
+    task = f'{{"model": "pooled", "state": "x", "questions": {{"q": {question}}}}}'
+    nan = f'{{"model": "pooled", "state": {{"v": NaN}}, "questions": {{"q": {question}}}}}'
+    text = (
+        '{"tasks": ['
+        f'{{"id": "twice", "decisions": {task}, "decisions": {task}}},'
+        f'{{"id": "nan", "decisions": {nan}}},'
+        f'{{"id": "fine", "decisions": {task}}}'
+        "]}"
+    )
+    response = post_raw(client, "/v1/bundle", text)
+    assert response.status_code == 200, response.text
+    results = {r["id"]: r for r in response.json()["results"]}
+    assert results["twice"]["status"] == 400
+    assert "'decisions' more than once" in results["twice"]["error"]["message"]
+    assert results["nan"]["status"] == 400
+    assert results["nan"]["error"]["message"] == (
+        "tasks[1].decisions.state.v: NaN and Infinity are not JSON numbers"
+    )
+    assert results["fine"]["status"] == 200
+
+
+def test_a_boolean_deadline_is_refused_everywhere(client):
+    response = client.post(
+        "/v1/bundle",
+        json={
+            "tasks": [{"id": "a", "embeddings": {"model": "pooled", "input": "x"}}],
+            "options": {"deadline_ms": True},
+        },
+    )
+    assert response.status_code == 400
+    response = client.post(
+        "/v1/embeddings",
+        content=b'{"model": "pooled", "input": "x", "options": {"deadline_ms": Infinity}}',
+        headers={"content-type": "application/json"},
+    )
+    assert response.status_code == 400
+
+
+def test_a_slow_plan_on_one_model_never_holds_up_another(make_runtime):
+    import concurrent.futures
+    import threading
+
+    runtime = make_runtime(("pooled", "sequence"))
+    client = make_client(runtime)
+    pooled = runtime.models["pooled"].served.loaded
+    release, entered = threading.Event(), threading.Event()
+    real_plan = pooled.plan
+
+    def slow_plan(surface, request):
+        entered.set()
+        assert release.wait(30)
+        return real_plan(surface, request)
+
+    pooled.plan = slow_plan
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            held = pool.submit(
+                client.post, "/v1/embeddings", json={"model": "pooled", "input": "x"}
+            )
+            assert entered.wait(10)
+            other = client.post("/v1/classify", json={"model": "sequence", "input": "good"})
+            assert other.status_code == 200  # planned on its own model's thread
+            assert not held.done()
+            release.set()
+            assert held.result(30).status_code == 200
+    finally:
+        release.set()

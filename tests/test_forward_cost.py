@@ -1,0 +1,51 @@
+"""The load-time measurement of a forward's fixed cost, which the length split uses."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from vllm_srun.loader import measure_forward_cost
+from vllm_srun.plugins.spec import WorkItem
+
+
+class Timed:
+    """A model whose forward sleeps ``fixed`` plus ``per_token`` per padded token (seconds)."""
+
+    def __init__(self, fixed: float, per_token: float):
+        self.fixed, self.per_token = fixed, per_token
+
+    def probe_items(self):
+        return [WorkItem(tuple(range(n)), None, f"r{n}") for n in (2, 9, 16, 30)]
+
+    def run(self, rows):
+        padded = len(rows) * max(r.tokens for r in rows)
+        time.sleep(self.fixed + self.per_token * padded)
+        return [None] * len(rows)
+
+
+def test_the_fixed_cost_and_the_cost_per_token_are_read_off_two_shapes():
+    cost = measure_forward_cost(Timed(fixed=0.004, per_token=0.00004))
+    assert cost["fixed_ms"] == pytest.approx(4.0, abs=1.5)
+    assert cost["per_padded_token_ms"] == pytest.approx(0.04, rel=0.25)
+    assert cost["overhead_tokens"] == pytest.approx(100, rel=0.5)
+
+
+def test_a_forward_whose_time_does_not_grow_with_tokens_is_never_split():
+    cost = measure_forward_cost(Timed(fixed=0.003, per_token=0.0))
+    assert cost == {"fixed_ms": None, "per_padded_token_ms": None, "overhead_tokens": None} or (
+        cost["overhead_tokens"] > 1000  # sleep jitter may make the larger forward a hair slower
+    )
+
+
+def test_a_model_without_probe_rows_reports_nothing():
+    class Bare:
+        def run(self, rows):
+            return rows
+
+    assert measure_forward_cost(Bare()) == {
+        "fixed_ms": None,
+        "per_padded_token_ms": None,
+        "overhead_tokens": None,
+    }
