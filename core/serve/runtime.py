@@ -66,9 +66,16 @@ class ApiError(Exception):
 
 @dataclass
 class Timing:
-    """``Server-Timing`` phases of one request, in seconds."""
+    """``Server-Timing`` phases of one request, in seconds.
+
+    Attributes:
+        started: ``time.perf_counter()`` when the request arrived (phase durations).
+        arrived: ``time.monotonic()`` when it arrived: ``options.deadline_ms``
+            counts from here, so parsing and tokenising spend the deadline too.
+    """
 
     started: float = field(default_factory=time.perf_counter)
+    arrived: float = field(default_factory=time.monotonic)
     phases: dict[str, float] = field(default_factory=dict)
 
     def add(self, phase: str, seconds: float) -> None:
@@ -455,9 +462,10 @@ class Runtime:
             ApiError: 429 ``overloaded`` or 503 ``not_ready``; nothing is admitted then.
         """
         loop = asyncio.get_running_loop()
-        now = time.monotonic()
         for item in planned:
-            deadline = None if item.deadline_ms is None else now + item.deadline_ms / 1000
+            deadline = (
+                None if item.deadline_ms is None else timing.arrived + item.deadline_ms / 1000
+            )
             item.future = loop.create_future()
             item.job = Job(
                 list(item.plan.items),

@@ -276,3 +276,27 @@ def test_a_slow_plan_on_one_model_never_holds_up_another(make_runtime):
             assert held.result(30).status_code == 200
     finally:
         release.set()
+
+
+def test_a_deadline_counts_from_arrival_so_slow_planning_spends_it(make_runtime):
+    import time
+
+    runtime = make_runtime(("pooled",))
+    client = make_client(runtime)
+    pooled = runtime.models["pooled"].served.loaded
+    real_plan = pooled.plan
+
+    def slow_plan(surface, request):
+        time.sleep(0.2)
+        return real_plan(surface, request)
+
+    pooled.plan = slow_plan
+    late = client.post(
+        "/v1/embeddings", json={"model": "pooled", "input": "x", "options": {"deadline_ms": 50}}
+    )
+    assert late.status_code == 200
+    assert late.json()["data"][0]["error"] == "deadline_exceeded"
+    in_time = client.post(
+        "/v1/embeddings", json={"model": "pooled", "input": "y", "options": {"deadline_ms": 5000}}
+    )
+    assert "embedding" in in_time.json()["data"][0]
