@@ -60,14 +60,15 @@ class ResolvedSource:
 def looks_local(model: str | os.PathLike[str]) -> bool:
     """Whether a MODEL argument names a local directory rather than a model name.
 
-    Path objects, absolute paths, ``~``, ``./`` or ``../`` prefixes and any
-    existing directory count as local.
+    Path objects, absolute paths and explicit ``~``, ``./`` or ``../``
+    prefixes count as local. A bare relative name never does, even when a
+    directory of that name exists here: ``sentence-transformers/all-MiniLM-L6-v2``
+    is the built-in model (or a Hub repository), never whatever folder of that
+    name the working directory holds.
     """
     if not isinstance(model, str):
         return True
-    if model.startswith(("/", "./", "../", "~")) or model in (".", ".."):
-        return True
-    return Path(model).is_dir()
+    return model.startswith(("/", "./", "../", "~")) or model in (".", "..")
 
 
 def check_revision(revision: str) -> str:

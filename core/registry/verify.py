@@ -80,6 +80,7 @@ LOADABLE_NAMES = frozenset(
         "sentence_bert_config.json",
         "config_sentence_transformers.json",
         "thresholds.json",
+        "calibration.json",
     }
 )
 """File names whose content changes what a model computes (configuration, tokenizer, heads)."""
@@ -291,9 +292,12 @@ def _fix(entry: ModelEntry, source: str) -> str:
 
 
 def _result(status: str, digests: dict[str, str], extra: tuple[str, ...]) -> Verification:
+    """The verification; ``model_sha256`` is the single weights file's digest for a
+    ``pinned`` built-in (whose every other file the table fixes), else the digest over
+    every loadable file (configuration, tokenizer and heads change answers too)."""
     combined = identity(digests)
     weights = [rel for rel in digests if rel.endswith(WEIGHT_SUFFIXES)]
-    model_sha256 = digests[weights[0]] if len(weights) == 1 else combined
+    model_sha256 = digests[weights[0]] if status == "pinned" and len(weights) == 1 else combined
     return Verification(status, model_sha256, digests, tuple(sorted(extra)), combined)
 
 

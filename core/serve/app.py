@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -33,6 +34,16 @@ SURFACE_REQUESTS = {
     "classify": schemas.ClassifyRequest,
     "rerank": schemas.RerankRequest,
 }
+SURFACE_OF_PATH = {
+    "/v1/embeddings": "embeddings",
+    "/v1/classify": "classify",
+    "/v1/rerank": "rerank",
+    "/v1/decisions": "decisions",
+    "/v1/systemone": "decisions",
+    "/v1/bundle": "bundle",
+}
+"""The ``surface`` label of requests refused before their route ran (400, 413)."""
+
 BUNDLE_SURFACES = (*SURFACE_REQUESTS, "decisions")
 """The surface keys a bundle task may carry (exactly one)."""
 
@@ -83,9 +94,15 @@ class Envelope:
     response without its own ``Server-Timing`` gets ``total``.
     """
 
-    def __init__(self, app: ASGIApp, max_request_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_request_bytes: int,
+        refused: Callable[[str, int, float], None] | None = None,
+    ) -> None:
         self.app = app
         self.limit = max_request_bytes
+        self.refused = refused
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -95,6 +112,8 @@ class Envelope:
         for name, value in scope.get("headers", ()):
             if name == b"content-length" and value.isdigit() and int(value) > self.limit:
                 await _too_large(send, self.limit)
+                if self.refused is not None:
+                    self.refused(scope.get("path", ""), 413, time.perf_counter() - started)
                 return
         received = 0
 
@@ -247,7 +266,16 @@ def build_app(runtime: Runtime) -> FastAPI:
         version=__version__,
         description="Model runtime for semantic routers: encoder task models behind one contract.",
     )
-    app.add_middleware(Envelope, max_request_bytes=runtime.config.max_request_bytes)
+
+    def refused(path: str, status: int, seconds: float) -> None:
+        """Count a request answered before its route ran (a bad body, one too large)."""
+        surface = SURFACE_OF_PATH.get(path)
+        if surface is not None:
+            count(model_label({}), surface, status, seconds)
+
+    app.add_middleware(
+        Envelope, max_request_bytes=runtime.config.max_request_bytes, refused=refused
+    )
     app.openapi = _openapi_with_decisions(app)  # type: ignore[method-assign]
     metrics = runtime.metrics
 
@@ -265,11 +293,13 @@ def build_app(runtime: Runtime) -> FastAPI:
 
     @app.exception_handler(BodyTooLarge)
     async def body_too_large(request: Request, err: BodyTooLarge) -> Response:
+        refused(request.url.path, 413, 0.0)
         limit = runtime.config.max_request_bytes
         return respond(413, ApiError("request_too_large", f"the body is over {limit} bytes").body())
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, err: RequestValidationError) -> Response:
+        refused(request.url.path, 400, 0.0)
         return respond(400, ApiError("invalid_request", _validation_message(err)).body())
 
     @app.exception_handler(StarletteHTTPException)
@@ -399,6 +429,7 @@ def build_app(runtime: Runtime) -> FastAPI:
         request.state.timing = timing
         limit = runtime.config.max_bundle_tasks
         if len(body.tasks) > limit:
+            refused(request.url.path, 413, time.perf_counter() - timing.started)
             raise ApiError(
                 "request_too_large", f"the bundle has {len(body.tasks)} tasks; at most {limit}"
             )
@@ -406,6 +437,7 @@ def build_app(runtime: Runtime) -> FastAPI:
         for index, task in enumerate(body.tasks):
             surfaces = [s for s in BUNDLE_SURFACES if getattr(task, s) is not None]
             if len(surfaces) != 1:
+                refused(request.url.path, 400, time.perf_counter() - timing.started)
                 raise ApiError(
                     "invalid_request",
                     f"tasks[{index}] ({task.id}) must have exactly one of "

@@ -114,7 +114,20 @@ def _type_check(entry: dict[str, Any], key: str, where: str) -> Any:
         raise ConfigError(f"{where}: {key} must be {' or '.join(t.__name__ for t in types)}")
     if not isinstance(value, types):
         raise ConfigError(f"{where}: {key} must be {' or '.join(t.__name__ for t in types)}")
+    if key in AT_LEAST_ONE and value < 1:
+        raise ConfigError(f"{where}: {key} must be at least 1, not {value}")
+    if key in ABOVE_ZERO and not (0 < value < float("inf")):
+        raise ConfigError(f"{where}: {key} must be a number above 0, not {value}")
+    if key == "batch_window_ms" and not (0 <= value < float("inf")):
+        raise ConfigError(f"{where}: batch_window_ms must be 0 or more, not {value}")
     return value
+
+
+AT_LEAST_ONE = frozenset({"max_model_len", "max_num_seqs", "max_num_batched_tokens"})
+"""Models-file keys that count something, as the matching command-line options require."""
+
+ABOVE_ZERO = frozenset({"memory_budget_gib"})
+"""Models-file keys that must be a finite number above 0."""
 
 
 def check_revision(revision: str, where: str) -> str:

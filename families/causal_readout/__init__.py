@@ -64,9 +64,15 @@ class CausalReadoutFamily(Family):
         """The files this family loads are present.
 
         Raises:
-            PackageError: no safetensors weights, no tokenizer, a bad ``calibration.json``.
+            PackageError: no weights, no tokenizer or one that cannot be read, a chat
+                template that does not place the question exactly once, a bad
+                ``calibration.json``.
         """
         packages.verify(package)
+        try:
+            Renderer(package)  # reads the tokenizer files and checks the chat template
+        except (ValueError, OSError) as err:
+            raise packages.PackageError(str(err)) from err
 
     def describe(self, package: Path) -> ModelSpec:
         """The engine-facing spec: task ``causal_lm``, ``token_limit`` the model's limit."""

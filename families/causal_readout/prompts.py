@@ -3,7 +3,7 @@
 A question becomes one user message::
 
     State:
-    <the state; an object or array as compact JSON>
+    <the state; an object or array as JSON (", " and ": " separators)>
 
     Question: <instructions>
     Options:
@@ -114,9 +114,16 @@ class Renderer:
         from tokenizers import Tokenizer
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(
-            str(package), trust_remote_code=False, local_files_only=True
-        )
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(
+                str(package), trust_remote_code=False, local_files_only=True
+            )
+        except Exception as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ValueError(
+                f"the tokenizer files (tokenizer.json, tokenizer_config.json) cannot be read: "
+                f"{first}"
+            ) from err
         if not tokenizer.is_fast:
             raise ValueError("the package needs a fast tokenizer (tokenizer.json)")
         self.tokenizer = tokenizer
@@ -128,13 +135,24 @@ class Renderer:
         text.encode_special_tokens = True
         self.control = control
         self.text = text
-        self.chat = bool(getattr(tokenizer, "chat_template", None))
+        template = getattr(tokenizer, "chat_template", None)
+        self.chat = isinstance(template, str | dict) and bool(
+            template.strip() if isinstance(template, str) else template
+        )
         pad = tokenizer.pad_token_id
         if pad is None:
             pad = tokenizer.eos_token_id
         self.pad_id = int(pad if pad is not None else 0)
         self._labels: dict[tuple[str, int], Labels | None] = {}
         self._envelope = self._split_template() if self.chat else None
+        if self.chat and self._envelope is None:
+            placed = self.render_chat(CONTENT_MARK).count(CONTENT_MARK)
+            raise ValueError(
+                f"the chat template places the user message {placed} times; it must place it "
+                "exactly once and verbatim (the question would be lost or its text read as "
+                "control tokens). Fix the template, or remove chat_template from the package "
+                "to use the plain template"
+            )
 
     # -- labels ---------------------------------------------------------------------------
     def _single(self, text: str) -> int | None:
@@ -186,18 +204,16 @@ class Renderer:
 
         Chat: the template's text around the message is tokenised with its
         special tokens, the message with special-token parsing off (a template
-        that does not place the message verbatim is tokenised whole). Plain:
-        the prompt with the tokenizer's special tokens added, parsing off.
+        that does not place the message exactly once, verbatim, is refused when
+        the renderer is built). Plain: the prompt with the tokenizer's special
+        tokens added, parsing off.
         """
         # encode_batch releases the GIL while it works (a plain encode holds it), so a
         # long state tokenising in the planning pool never stalls the event loop.
         if not self.chat:
             [whole] = self.text.encode_batch([message + PLAIN_SUFFIX], add_special_tokens=True)
             return list(whole.ids)
-        if self._envelope is None:
-            return list(
-                self.control.encode(self.render_chat(message), add_special_tokens=False).ids
-            )
+        assert self._envelope is not None  # checked in __init__
         head, tail = self._envelope
         [content] = self.text.encode_batch([message], add_special_tokens=False)
         return [

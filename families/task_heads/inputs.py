@@ -135,9 +135,16 @@ class TextEncoder:
         from tokenizers import Tokenizer
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(
-            str(package), trust_remote_code=False, local_files_only=True
-        )
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(
+                str(package), trust_remote_code=False, local_files_only=True
+            )
+        except Exception as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ValueError(
+                f"the tokenizer files (tokenizer.json, tokenizer_config.json, vocab) cannot be "
+                f"read: {first}"
+            ) from err
         if not tokenizer.is_fast:
             raise ValueError("the package needs a fast tokenizer (tokenizer.json)")
         backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())

@@ -499,9 +499,8 @@ def test_golden_requests_answer_every_question(shared):
         assert body["answers"] and all("error" not in a for a in body["answers"].values())
 
 
-def test_templates_that_print_a_date_or_repeat_the_message(tmp_path, catalog):
-    """A template's date is fixed (answers stay the same every day); a template that does
-    not place the message once verbatim is rendered and tokenised whole."""
+def test_a_template_that_prints_a_date_fixes_it(tmp_path, catalog):
+    """A template's date is fixed, so answers stay the same every day."""
     import transformers
 
     dated = (
@@ -509,20 +508,39 @@ def test_templates_that_print_a_date_or_repeat_the_message(tmp_path, catalog):
         "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
         "{{ message['content'] }}<|im_end|>\n{% endfor %}<|im_start|>assistant\n"
     )
-    twice = dated.replace(
-        "{{ message['content'] }}", "{{ message['content'] }}\n{{ message['content'] }}"
-    )
-    for name, template in (("dated", dated), ("twice", twice)):
-        package = write_decoder(tmp_path, "qwen3", chat_template=template, name=name)
-        served = load_model(package, catalog=catalog, device="cpu")
-        [row] = served.loaded.plan("decisions", {"state": STATE, "questions": {"q": NOUL}}).items
-        tokenizer = transformers.AutoTokenizer.from_pretrained(package)
-        text = tokenizer.decode(row.input_ids)
-        assert text.startswith("[26 Jul 2024]<|im_start|>user\nState:\n")
-        assert text.count("Question: Is the customer angry?") == (1 if name == "dated" else 2)
-        assert (
-            "noul"
-            in served.answer("decisions", {"state": STATE, "questions": {"q": NOUL}})["answers"][
-                "q"
-            ]
-        )
+    package = write_decoder(tmp_path, "qwen3", chat_template=dated, name="dated")
+    served = load_model(package, catalog=catalog, device="cpu")
+    [row] = served.loaded.plan("decisions", {"state": STATE, "questions": {"q": NOUL}}).items
+    text = transformers.AutoTokenizer.from_pretrained(package).decode(row.input_ids)
+    assert text.startswith("[26 Jul 2024]<|im_start|>user\nState:\n")
+    assert text.count("Question: Is the customer angry?") == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "template", "placed"),
+    [
+        (
+            "twice",
+            "{% for m in messages %}{{ m['content'] }}\n{{ m['content'] }}{% endfor %}"
+            "<|im_start|>assistant\n",
+            2,
+        ),
+        ("upper", "{% for m in messages %}{{ m['content'] | upper }}{% endfor %}", 0),
+        ("dropped", "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n", 0),
+    ],
+)
+def test_a_template_that_does_not_place_the_question_once_is_refused(
+    tmp_path, catalog, name, template, placed
+):
+    """Rendering such a template whole would lose the question or read its text as
+    control tokens (``<|im_end|>`` inside a state)."""
+    package = write_decoder(tmp_path, "qwen3", chat_template=template, name=name)
+    with pytest.raises(LoadError) as raised:
+        load_model(package, catalog=catalog, device="cpu")
+    assert f"the chat template places the user message {placed} times" in str(raised.value)
+
+
+def test_a_blank_template_means_the_plain_one(tmp_path, catalog):
+    package = write_decoder(tmp_path, "qwen3", chat_template="  ", name="blank")
+    served = load_model(package, catalog=catalog, device="cpu")
+    assert served.loaded.card()["decisions"]["template"] == "plain"

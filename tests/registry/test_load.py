@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 from tests.registry.conftest import NAME, REVISION, digests, write_cache
 from vllm_srun.loader import LoadError, load_model
 from vllm_srun.plugins import load_catalog
+from vllm_srun.registry import identity
 
 
 @pytest.fixture
@@ -28,7 +29,8 @@ def test_a_local_package_loads_with_its_computed_identity(package, tiny_package)
     files = digests(tiny_package)
     assert served.name == "package" and served.identity is None
     assert (card["repo"], card["revision"], card["verification"]) == (None, None, "local")
-    assert card["model_sha256"] == files["model.safetensors"]
+    assert card["model_sha256"] == identity(files)  # every loadable file, not the weights alone
+    assert card["model_sha256"] != files["model.safetensors"]
     assert card["files"] == files
     assert card["extra_files"] == ["README.md"]
     assert card["licence"] is None

@@ -149,6 +149,23 @@ def test_both_real_models_resolve_offline_from_their_mirrors(
     assert no_download == []
 
 
+def test_a_folder_here_named_like_a_built_in_model_never_stands_in_for_it(
+    no_download, tmp_path, tiny_package, monkeypatch
+):
+    import shutil
+
+    builtins = load_catalog().layer("models")
+    shutil.copytree(tiny_package, tmp_path / "sentence-transformers" / "all-MiniLM-L6-v2")
+    shutil.copytree(tiny_package, tmp_path / "someone" / "model")
+    monkeypatch.chdir(tmp_path)
+    prepared = prepare("sentence-transformers/all-MiniLM-L6-v2", builtins=builtins, offline=True)
+    assert prepared.source.kind == "mirror" and prepared.verification.status == "pinned"
+    with pytest.raises(LoadError, match=r"^a revision is required: someone/model"):
+        prepare("someone/model", builtins=builtins, offline=True)
+    local = prepare("./someone/model", builtins=builtins)  # an explicit path is local
+    assert local.verification.status == "local"
+
+
 def test_a_mirror_at_its_version_is_used_and_checked(make_mirror, tiny_package, entry):
     mirror = make_mirror("acme-tiny-mirror", "2.0", tiny_package)
     pinned = dataclasses.replace(entry, mirrors=(mirror,))

@@ -132,9 +132,11 @@ def test_a_local_package_gets_a_computed_identity(package, tiny_package):
     assert found.status == "local"
     assert found.files == files
     assert found.extra_files == ("README.md",)
-    # one weights file: model_sha256 is its digest; the identity covers every loadable file
-    assert found.model_sha256 == files["model.safetensors"]
-    assert found.identity == identity(files)
+    # not built in: model_sha256 is the identity over every loadable file, so a changed
+    # pooling config or vocabulary is another model even with the same weights
+    assert found.model_sha256 == found.identity == identity(files)
+    (package / "vocab.txt").write_text((package / "vocab.txt").read_text() + "extra\n")
+    assert verify_package(package, entry=None).model_sha256 != found.model_sha256
     expected = hashlib.sha256(
         "".join(f"{path}\0{files[path]}\n" for path in sorted(files)).encode()
     ).hexdigest()

@@ -308,3 +308,19 @@ def test_decision_options_reach_every_model_unless_an_entry_overrides_them(tmp_p
     assert (plain.models[0].max_model_len, plain.models[0].enable_shared_context) == (None, None)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "/m/a", "--max-model-len", "0"])
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("max_model_len: 0", "max_model_len must be at least 1, not 0"),
+        ("max_num_seqs: -5", "max_num_seqs must be at least 1, not -5"),
+        ("memory_budget_gib: 0", "memory_budget_gib must be a number above 0, not 0"),
+        ("batch_window_ms: -1", "batch_window_ms must be 0 or more, not -1"),
+    ],
+)
+def test_models_file_values_out_of_range_are_refused_like_the_options(tmp_path, line, message):
+    path = tmp_path / "models.yaml"
+    path.write_text(f"models:\n  - model: /m/a\n    {line}\n")
+    with pytest.raises(ConfigError, match=message):
+        read_models_file(path, DEFAULTS)

@@ -493,6 +493,8 @@ def test_metrics_count_requests_by_model_without_request_text(make_runtime):
         {"id": "3", "rerank": {"model": "tokyo", "query": "q", "documents": ["d"]}},
     ]
     client.post("/v1/bundle", json={"tasks": tasks})
+    client.post("/v1/embeddings", json={})  # refused before the route: 400
+    client.post("/v1/bundle", json={"tasks": 5})
     control(runtime, "sequence").fail_plan = ValueError("tokenizer broke")
     assert client.post("/v1/classify", json={"model": "sequence", "input": "x"}).status_code == 500
     response = client.get("/metrics")
@@ -507,6 +509,8 @@ def test_metrics_count_requests_by_model_without_request_text(make_runtime):
     assert value(samples, requests, model="-", surface="classify", status="404") == 1
     assert value(samples, requests, model="-", surface="rerank", status="404") == 1
     assert value(samples, requests, model="sequence", surface="classify", status="500") == 1
+    assert value(samples, requests, model="-", surface="embeddings", status="400") == 1
+    assert value(samples, requests, model="-", surface="bundle", status="400") == 1
     duration = "vllm_srun_request_duration_seconds_count"
     assert value(samples, duration, model="pooled", surface="embeddings") == 2
     assert value(samples, "vllm_srun_queue_duration_seconds_count", model="pooled") == 2
