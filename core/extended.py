@@ -79,34 +79,30 @@ class ExtendedModel:
             return dict(plan.owner.finish(plan.inner, outputs))
         return dict(self.host.finish(plan, outputs))
 
-    def probe_items(self) -> list[WorkItem]:
-        """The host's batch-invariance probe rows."""
-        return list(self.host.probe_items())
-
     def card(self) -> dict[str, Any]:
         """The host's card with the added surfaces, question types and ``extensions``."""
         card = dict(getattr(self.host, "card", dict)())
         card["surfaces"] = list(self.surfaces)
         extensions = []
         for ext, model, added in self.attached:
-            extra = getattr(model, "card", dict)()
-            for key in ("question_types",):
-                if key in extra:
-                    card[key] = extra[key]
+            extra = dict(getattr(model, "card", dict)())
+            if "question_types" in extra:
+                card["question_types"] = extra.pop("question_types")
             extensions.append(
                 {
                     "name": ext.name,
                     "surfaces": list(added),
                     "numerics": ext.numerics,
                     "method": ext.method,
-                    **{k: v for k, v in extra.items() if k != "question_types"},
+                    **extra,
                 }
             )
         card["extensions"] = extensions
         return card
 
     def __getattr__(self, name: str) -> Any:
-        # Everything else (encoder, heads, limits) is the host's.
+        # Everything else (encoder, heads, limits, probe_items when the host has them)
+        # is the host's; what the host lacks stays missing.
         return getattr(self.host, name)
 
 

@@ -453,6 +453,13 @@ def load_model(
     if family is None and prepared.entry is not None:
         family = prepared.entry.family
     chosen_family = choose_family(catalog, package, family)
+    if max_model_len is not None and "decisions" not in chosen_family.surfaces:
+        raise LoadError(
+            "max_model_len applies to Decision models only: the "
+            f"{chosen_family.name} family answers no decisions itself (an embedder that "
+            "answers them through similarity_readout reads its own input limit); drop "
+            "max_model_len for this model"
+        )
     try:
         chosen_family.verify(package)
         spec = dataclasses.replace(

@@ -115,16 +115,35 @@ def split_by_length(rows: list[WorkItem], overhead_tokens: float | None) -> list
     grouping of sorted lengths is always consecutive). Row outputs do not
     depend on the grouping beyond the batch-invariance tolerance.
 
+    Rows that share a computed-once prefix (:attr:`WorkItem.prefix`, a
+    decision state's prompt head) are never split apart: each such set is one
+    group, so the prefix still runs once.
+
     Args:
         rows: the rows of one forward, any order.
         overhead_tokens: fixed cost per forward in padded tokens; ``None``
             keeps the rows in one forward.
 
     Returns:
-        The groups, shortest rows first; together they hold every row once.
+        The groups (shared-prefix sets, then the other rows shortest first);
+        together they hold every row once.
     """
     if overhead_tokens is None or len(rows) < 2:
         return [rows] if rows else []
+    shared: dict[tuple[int, ...], list[WorkItem]] = {}
+    plain: list[WorkItem] = []
+    for row in rows:
+        if row.prefix:
+            shared.setdefault(tuple(row.input_ids[: row.prefix]), []).append(row)
+        else:
+            plain.append(row)
+    return [*shared.values(), *_cheapest_groups(plain, overhead_tokens)]
+
+
+def _cheapest_groups(rows: list[WorkItem], overhead_tokens: float) -> list[list[WorkItem]]:
+    """Rows cut into the consecutive length-sorted groups of least padded tokens plus overhead."""
+    if not rows:
+        return []
     ordered = sorted(rows, key=lambda r: r.tokens)
     lengths = sorted({r.tokens for r in ordered})
     counts = collections.Counter(r.tokens for r in ordered)

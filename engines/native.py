@@ -16,6 +16,7 @@ differently), so the ``exact`` profile never picks it.
 from __future__ import annotations
 
 import inspect
+import zipfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -240,7 +241,9 @@ def check_pickles(package: Any, names: tuple[str, ...]) -> None:
     """
     for name in names:
         try:
-            torch.load(package / name, map_location="cpu", weights_only=True, mmap=True)
+            path = package / name
+            # mmap avoids a second copy of the tensors, but only the zip format supports it.
+            torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
         except Exception as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise ValueError(

@@ -812,6 +812,29 @@ def usage(input_tokens: int, output_tokens: int = 0) -> dict[str, int]:
     return {"input_tokens": input_tokens, "output_tokens": output_tokens}
 
 
+def response_body(
+    request: DecisionsRequest, answered: Sequence[dict[str, Any]], input_tokens: int
+) -> dict[str, Any]:
+    """The response body (without ``model`` and ``meta``) from each entry's answers.
+
+    Args:
+        request: the validated request.
+        answered: one ``{question name: answer}`` per entry, the top-level state first.
+        input_tokens: the prompt tokens the answers read.
+
+    Returns:
+        ``{"answers", "usage"}``, plus ``"states": [{"index", "answers"}]``
+        (``index`` counting the ``states`` entries from 0) when the request had
+        ``states``.
+    """
+    body: dict[str, Any] = {"answers": answered[0], "usage": usage(input_tokens, 0)}
+    if request.has_states:
+        body["states"] = [
+            {"index": i, "answers": answers} for i, answers in enumerate(answered[1:])
+        ]
+    return body
+
+
 __all__ = [
     "MAX_CHOICES",
     "MAX_LEVELS",
@@ -835,9 +858,11 @@ __all__ = [
     "is_blank",
     "is_encodable",
     "loads_checked",
+    "non_finite",
     "noul_answer",
     "parse_body",
     "parse_request",
+    "response_body",
     "score_answer",
     "softmax",
     "state_text",

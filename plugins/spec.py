@@ -206,11 +206,16 @@ class WorkItem:
         token_type_ids: segment ids (text pairs), or ``None``.
         key: a digest of the ids (and segments): equal rows share a key, so a
             batch computes them once and a result cache can reuse the output.
+        prefix: how many leading tokens the row shares with other rows of its
+            request that its model computes once per forward (a decision
+            state's prompt head; 0: none). The scheduler keeps rows sharing a
+            prefix in one forward, and the key must cover it.
     """
 
     input_ids: tuple[int, ...]
     token_type_ids: tuple[int, ...] | None
     key: str
+    prefix: int = 0
 
     @property
     def tokens(self) -> int:

@@ -319,3 +319,13 @@ def test_a_split_batch_answers_short_requests_before_the_long_forward_runs():
     watcher.join()
     assert forward.calls[1:] == [["s1", "m1", "s2"], ["l1", "m2"]]
     assert answered_early == [True]
+
+
+def test_rows_sharing_a_computed_once_prefix_are_never_split_apart():
+    head = tuple(range(100, 300))  # a 200-token state both questions continue
+    short = WorkItem((*head, 1, 2), None, "short", prefix=200)
+    long = WorkItem((*head, *range(1, 121)), None, "long", prefix=200)
+    other = [row(f"o{i}", n) for i, n in enumerate((4, 5, 90))]
+    groups = split_by_length([short, *other, long], overhead_tokens=20.0)
+    assert [r.key for r in groups[0]] == ["short", "long"]
+    assert sorted(r.key for g in groups[1:] for r in g) == ["o0", "o1", "o2"]

@@ -79,14 +79,6 @@ def cached_files(
     return snapshot if snapshot.is_dir() else None
 
 
-def cached_snapshot(
-    repo: str, revision: str, cache_dir: str | os.PathLike[str] | None
-) -> Path | None:
-    """The cached snapshot folder of ``repo`` at commit ``revision``, if one exists."""
-    snapshot = repo_folder(cache_dir, repo) / "snapshots" / revision
-    return snapshot if snapshot.is_dir() and any(snapshot.iterdir()) else None
-
-
 def download(
     repo: str,
     revision: str,
@@ -179,20 +171,12 @@ def hub_error(
         return LoadError(f"{label} lacks a file the model needs: {_summary(err)}")
     if status is not None and 400 <= status < 500 and status != 429:
         return LoadError(f"the Hub refused {label} (HTTP {status}): {_summary(err)}")
-    return _retryable(
+    return LoadError(
         f"download interrupted: {label} could not be fetched from the Hub ({_summary(err)}). "
         "The next attempt resumes from the cache; check the network and HF_ENDPOINT, or copy "
-        f"the model into {cache} and start with --offline"
+        f"the model into {cache} and start with --offline",
+        retryable=True,
     )
-
-
-def _retryable(message: str) -> LoadError:
-    try:
-        return LoadError(message, retryable=True)  # type: ignore[call-arg]
-    except TypeError:  # a LoadError without the keyword: the cause still reads as passing
-        error = LoadError(message)
-        error.retryable = True  # type: ignore[attr-defined]
-        return error
 
 
 def _status(err: BaseException) -> int | None:

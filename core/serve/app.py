@@ -22,12 +22,13 @@ from vllm_srun.plugins.decisions import (
     describe_path,
     loads_checked,
     non_finite,
+    parse_body,
     parse_request,
 )
 from vllm_srun.plugins.spec import RequestError
 
 from . import schemas
-from .runtime import ApiError, ClientGone, Planned, Runtime, Timing
+from .runtime import ApiError, ClientGone, Planned, Runtime, Timing, requested_model
 
 SURFACE_REQUESTS = {
     "embeddings": schemas.EmbeddingsRequest,
@@ -180,10 +181,7 @@ def parse_decisions(raw: bytes) -> DecisionsRequest:
             or no valid question (the message lists each reason).
     """
     try:
-        value, duplicates = loads_checked(raw)
-        if not isinstance(value, dict):
-            raise RequestError("invalid_request", "the request must be a JSON object")
-        return parse_request(value, duplicates)
+        return parse_body(raw)
     except RequestError as err:
         raise ApiError(err.code, err.message) from err
 
@@ -344,9 +342,7 @@ def build_app(runtime: Runtime) -> FastAPI:
 
     def model_label(payload: Any) -> str:
         """A request's ``model`` label: a served model's ID, never text the client chose."""
-        name = (
-            payload.get("model") if isinstance(payload, dict) else getattr(payload, "model", None)
-        )
+        name = requested_model(payload)
         if name is None and len(runtime.models) == 1:
             return next(iter(runtime.models))
         return name if name in runtime.models else "-"

@@ -281,16 +281,6 @@ class Runtime:
             )
             log.warning("model %s: %s", state.name, state.reason)
             return delay
-        if cfg.max_model_len is not None and "decisions" not in served.family.surfaces:
-            state.status = "failed"
-            state.reason = (
-                "max_model_len applies to Decision models only: the "
-                f"{served.family.name} family answers no decisions itself (an embedder that "
-                "answers them through similarity_readout reads its own input limit); drop "
-                "max_model_len for this model"
-            )
-            log.error("model %s: %s", state.name, state.reason)
-            return None
         state.status, state.reason, state.served = "warming", None, served
         result = check_golden(served, self.catalog)
         state.golden = result

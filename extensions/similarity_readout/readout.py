@@ -47,7 +47,7 @@ from vllm_srun.plugins.decisions import (
     answer,
     failed_answer,
     parse_request,
-    usage,
+    response_body,
 )
 from vllm_srun.plugins.spec import RequestError, RowOutput, WorkItem
 
@@ -231,11 +231,7 @@ class SimilarityDecisions:
                 else:
                     answers[name] = answer(question, found, self.temperature[question.type])
             answered.append(answers)
-        body: dict[str, Any] = {"answers": answered[0], "usage": usage(tokens, 0)}
-        if plan.request.has_states:
-            body["states"] = [
-                {"index": i, "answers": answers} for i, answers in enumerate(answered[1:])
-            ]
+        body = response_body(plan.request, answered, tokens)
         if plan.request.return_meta:
             body["meta"] = {
                 "readout": NAME,
@@ -260,38 +256,36 @@ class SimilarityDecisions:
         states = self.host.finish(plan.states, list(outputs[:split]))["data"]
         options = self.host.finish(plan.options, list(outputs[split:]))["data"]
         tokens = sum(_tokens(item) for item in states) + sum(_tokens(item) for item in options)
+        # Each text's unit vector once, however many questions use it.
+        units = [None if "error" in item else _unit(item["embedding"]) for item in options]
         found: list[dict[str, tuple[Any, Any]]] = []
         for entry in plan.entries:
             state = states[entry.state_input]
+            anchor = None if "error" in state else _unit(state["embedding"])
             per_question: dict[str, tuple[Any, Any]] = {}
             for question in entry.questions:
                 if isinstance(question, InvalidQuestion):
                     per_question[question.name] = (question, None)
                     continue
-                rows = [
-                    None if i is None else options[i] for i in entry.option_inputs[question.name]
-                ]
+                inputs = entry.option_inputs[question.name]
                 failed = _failure(state, "the state") or next(
-                    (f for r in rows if r is not None and (f := _failure(r, "an option"))), None
+                    (
+                        f
+                        for i in inputs
+                        if i is not None and (f := _failure(options[i], "an option"))
+                    ),
+                    None,
                 )
-                if failed is not None:
+                if failed is not None or anchor is None:
                     per_question[question.name] = (question, failed)
                     continue
-                anchor = _unit(state["embedding"])
                 cosines = torch.tensor(
-                    [
-                        self.noul_baseline if r is None else float(anchor @ _unit(r["embedding"]))
-                        for r in rows
-                    ],
+                    [self.noul_baseline if i is None else float(anchor @ units[i]) for i in inputs],
                     dtype=torch.float64,
                 )
                 per_question[question.name] = (question, cosines.clamp(-1.0, 1.0))
             found.append(per_question)
         return found, tokens
-
-    def probe_items(self) -> list[WorkItem]:
-        """The host's probe rows."""
-        return list(self.host.probe_items())
 
 
 def _unit(vector: Sequence[float]) -> torch.Tensor:

@@ -27,7 +27,7 @@ from vllm_srun.plugins.decisions import (
     answer,
     failed_answer,
     parse_request,
-    usage,
+    response_body,
 )
 from vllm_srun.plugins.spec import DecoderBatch, DecoderModel, RequestError, RowOutput, WorkItem
 
@@ -61,13 +61,13 @@ class ReadoutRow(WorkItem):
 
     Attributes:
         read_ids: the vocabulary ids of the option labels, in option order.
-        prefix: how many leading tokens the row shares with the other
-            questions of its state (0: none); such rows run as continuations
-            of one prefix computed once.
+
+    Its ``prefix`` (:class:`~vllm_srun.plugins.spec.WorkItem`) is how many leading
+    tokens it shares with the other questions of its state; such rows run as
+    continuations of one prefix computed once.
     """
 
     read_ids: tuple[int, ...] = ()
-    prefix: int = 0
 
 
 def row_key(ids: Sequence[int], read_ids: Sequence[int], prefix: int) -> str:
@@ -114,13 +114,11 @@ class ReadoutPlan:
         request: the validated request.
         entries: the top-level state first, then each ``states`` entry.
         items: the rows to run (each valid, fitting question once).
-        deadline_ms: the request's ``options.deadline_ms``.
     """
 
     request: DecisionsRequest
     entries: list[EntryPlan]
     items: list[WorkItem] = field(default_factory=list)
-    deadline_ms: float | None = None
 
     @property
     def queue_entries(self) -> int:
@@ -219,7 +217,7 @@ class ReadoutModel:
         if surface != SURFACE:
             raise RequestError("unsupported_surface", f"this model serves {SURFACE}, not {surface}")
         parsed = request if isinstance(request, DecisionsRequest) else parse_request(request)
-        plan = ReadoutPlan(parsed, [], deadline_ms=parsed.deadline_ms)
+        plan = ReadoutPlan(parsed, [])
         for entry in parsed.entries:
             plan.entries.append(
                 self._plan_entry(entry, plan.items, self.limit, self.shared_context)
@@ -264,7 +262,9 @@ class ReadoutModel:
             assert slot.labels is not None
             key = row_key(ids, slot.labels.token_ids, prefix)
             slot.row = len(items)
-            items.append(ReadoutRow(tuple(ids), None, key, slot.labels.token_ids, prefix))
+            items.append(
+                ReadoutRow(tuple(ids), None, key, prefix=prefix, read_ids=slot.labels.token_ids)
+            )
             if key not in seen:
                 seen.add(key)
                 plan.input_tokens += len(ids) - prefix
@@ -281,8 +281,7 @@ class ReadoutModel:
         """
         groups: dict[tuple[int, ...], list[int]] = {}
         for index, item in enumerate(items):
-            prefix = item.prefix if isinstance(item, ReadoutRow) else 0
-            groups.setdefault(tuple(item.input_ids[:prefix]), []).append(index)
+            groups.setdefault(tuple(item.input_ids[: item.prefix]), []).append(index)
         outputs: list[torch.Tensor | None] = [None] * len(items)
         for prefix_ids, indices in groups.items():
             rows = [items[i] for i in indices]
@@ -333,11 +332,7 @@ class ReadoutModel:
         """
         answered = [self._answers(entry, outputs) for entry in plan.entries]
         total = sum(entry.input_tokens for entry in plan.entries)
-        body: dict[str, Any] = {"answers": answered[0], "usage": usage(total, 0)}
-        if plan.request.has_states:
-            body["states"] = [
-                {"index": i, "answers": answers} for i, answers in enumerate(answered[1:])
-            ]
+        body = response_body(plan.request, answered, total)
         if plan.request.return_meta:
             body["meta"] = self._meta(plan.entries[0])
             for state, entry in zip(body.get("states", []), plan.entries[1:], strict=True):

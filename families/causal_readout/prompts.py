@@ -145,6 +145,10 @@ class Renderer:
         self.pad_id = int(pad if pad is not None else 0)
         self._labels: dict[tuple[str, int], Labels | None] = {}
         self._envelope = self._split_template() if self.chat else None
+        # The template's text around the message is the same for every question.
+        head, tail = self._envelope or ("", "")
+        self._head_ids = tuple(self.control.encode(head, add_special_tokens=False).ids)
+        self._tail_ids = tuple(self.control.encode(tail, add_special_tokens=False).ids)
         if self.chat and self._envelope is None:
             placed = self.render_chat(CONTENT_MARK).count(CONTENT_MARK)
             raise ValueError(
@@ -213,14 +217,8 @@ class Renderer:
         if not self.chat:
             [whole] = self.text.encode_batch([message + PLAIN_SUFFIX], add_special_tokens=True)
             return list(whole.ids)
-        assert self._envelope is not None  # checked in __init__
-        head, tail = self._envelope
         [content] = self.text.encode_batch([message], add_special_tokens=False)
-        return [
-            *self.control.encode(head, add_special_tokens=False).ids,
-            *content.ids,
-            *self.control.encode(tail, add_special_tokens=False).ids,
-        ]
+        return [*self._head_ids, *content.ids, *self._tail_ids]
 
 
 def message(state: str, question: Question, shown: tuple[str, ...]) -> str:

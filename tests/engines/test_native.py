@@ -133,6 +133,11 @@ def test_pickled_weights_load_only_through_weights_only_and_equal_safetensors(tm
     got = engine.load(spec, CPU, {})
     assert torch.equal(got.encode(EncoderBatch(**batch)), want.encode(EncoderBatch(**batch)))
 
+    state = torch.load(legacy / "pytorch_model.bin", weights_only=True)
+    torch.save(state, legacy / "pytorch_model.bin", _use_new_zipfile_serialization=False)
+    old_format = engine.load(spec, CPU, {})  # the pre-zip format loads too (without mmap)
+    assert torch.equal(old_format.encode(EncoderBatch(**batch)), want.encode(EncoderBatch(**batch)))
+
     class Payload:  # a pickle that would run code when loaded without weights_only
         def __reduce__(self):
             return (print, ("pwned",))

@@ -189,3 +189,19 @@ def test_a_classifier_gets_no_decisions(tmp_path):
     model = load_model(package)
     assert not isinstance(model.loaded, ExtendedModel)
     assert "decisions" not in model.loaded.surfaces
+
+
+def test_a_host_without_probe_rows_stays_unprobed_under_an_extension():
+    from vllm_srun.extended import ExtendedModel
+    from vllm_srun.loader import measure_batch_invariance
+
+    class Host:
+        surfaces = ("embeddings",)
+
+        def card(self):
+            return {"surfaces": ["embeddings"], "embedding": {"dimensions": 4}}
+
+    host = Host()
+    extended = ExtendedModel(host, [(SimilarityReadout(), object(), ("decisions",))])
+    assert getattr(extended, "probe_items", None) is None
+    assert measure_batch_invariance(extended)["cross_request_batching"] is False

@@ -113,8 +113,15 @@ def test_a_stopping_runtime_refuses_work_and_reports_it(make_runtime):
     assert client.get("/health/live").status_code == 200
 
 
-def test_max_model_len_on_an_encoder_model_fails_it_with_the_operator_phrase(make_runtime):
-    runtime = make_runtime(("pooled",), max_model_len=128)
+def test_max_model_len_on_an_encoder_model_fails_it_with_the_operator_phrase(make_runtime, catalog):
+    from vllm_srun.loader import load_model
+
+    def loader(path, **options):  # the real loader: the check comes before any weight loads
+        return load_model(
+            path, catalog=catalog, name=options["name"], max_model_len=options["max_model_len"]
+        )
+
+    runtime = make_runtime(("pooled",), max_model_len=128, loader=loader)
     state = runtime.models["pooled"]
     assert state.status == "failed"
     assert state.reason.startswith(
