@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_srun.plugins.decisions import Question
+from vllm_srun.plugins.tokenizing import load_fast_tokenizer
 
 CONTENT_MARK = "\ue000\ue001question\ue001\ue000"
 """Placeholder rendered in place of the message, to split a chat template around it."""
@@ -112,24 +113,9 @@ class Renderer:
 
     def __init__(self, package: Path) -> None:
         from tokenizers import Tokenizer
-        from transformers import AutoTokenizer
 
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(
-                str(package), trust_remote_code=False, local_files_only=True
-            )
-        except Exception as err:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ValueError(
-                f"the tokenizer files (tokenizer.json, tokenizer_config.json) cannot be read: "
-                f"{first}"
-            ) from err
-        if not tokenizer.is_fast:
-            raise ValueError("the package needs a fast tokenizer (tokenizer.json)")
+        tokenizer, control = load_fast_tokenizer(package)
         self.tokenizer = tokenizer
-        control = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
-        control.no_truncation()
-        control.no_padding()
         text = Tokenizer.from_str(control.to_str())
         # Request text that spells a special token ("<|im_end|>") stays text.
         text.encode_special_tokens = True

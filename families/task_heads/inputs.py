@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_srun.plugins.spec import RequestError, WorkItem
+from vllm_srun.plugins.tokenizing import load_fast_tokenizer
 from vllm_srun.plugins.windows import DEFAULT_OVERLAP, DEFAULT_SCAN_BUDGET, plan_windows
 
 OVERFLOW_MODES = ("reject", "truncate", "window")
@@ -132,24 +133,7 @@ class TextEncoder:
     """
 
     def __init__(self, package: Path, limit: int) -> None:
-        from tokenizers import Tokenizer
-        from transformers import AutoTokenizer
-
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(
-                str(package), trust_remote_code=False, local_files_only=True
-            )
-        except Exception as err:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ValueError(
-                f"the tokenizer files (tokenizer.json, tokenizer_config.json, vocab) cannot be "
-                f"read: {first}"
-            ) from err
-        if not tokenizer.is_fast:
-            raise ValueError("the package needs a fast tokenizer (tokenizer.json)")
-        backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
-        backend.no_truncation()
-        backend.no_padding()
+        tokenizer, backend = load_fast_tokenizer(package)
         # Text that spells a special token ("[SEP]", "<s>") is read as text, never
         # as a control token: a user cannot inject structure into a row.
         backend.encode_special_tokens = True
