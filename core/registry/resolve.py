@@ -17,6 +17,7 @@ came from does not matter afterwards: :mod:`.verify` checks every digest.
 
 from __future__ import annotations
 
+import difflib
 import importlib.metadata
 import os
 from collections.abc import Iterable, Mapping
@@ -69,6 +70,22 @@ def looks_local(model: str | os.PathLike[str]) -> bool:
     if not isinstance(model, str):
         return True
     return model.startswith(("/", "./", "../", "~")) or model in (".", "..")
+
+
+def _hint(name: str, builtins: Mapping[str, ModelEntry]) -> str:
+    """What the user may have meant by ``name``: a built-in model spelled alike, or a
+    folder of that name here (a bare name is never read as one)."""
+    hints = []
+    lowered = {key.lower(): key for key in builtins}
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.6)
+    suffix = [key for key in builtins if key.lower().endswith("/" + name.lower())]
+    if suffix or close:
+        hints.append(f"did you mean {suffix[0] if suffix else lowered[close[0]]}?")
+    if Path(name).expanduser().is_dir():
+        hints.append(
+            f"a folder {name} exists here, but a bare name is never read as a folder: give ./{name}"
+        )
+    return f" ({'; '.join(hints)})" if hints else ""
 
 
 def check_revision(revision: str) -> str:
@@ -198,9 +215,9 @@ def resolve(
         return _builtin(entry, cache_dir, offline)
     if commit is None:
         raise LoadError(
-            f"a revision is required: {name} is not a built-in model (see vllm-srun models) "
-            f"and not a local directory. Give {name}@<40-hex commit> or --revision <commit>, "
-            "or an absolute path to a local copy"
+            f"a revision is required: {name} is not a built-in model (see vllm-srun models)"
+            f"{_hint(name, builtins)}. Give {name}@<40-hex commit> or --revision <commit>, "
+            "or a local copy's path (absolute, or starting ./)"
         )
     folder = hub.download(
         name,

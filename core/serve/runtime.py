@@ -385,6 +385,13 @@ class Runtime:
                 "reason": state.reason,
                 "golden": state.golden.card(),
                 "extensions": [],
+                "engine_args": {
+                    "max_num_seqs": state.config.max_num_seqs,
+                    "max_num_batched_tokens": state.config.max_num_batched_tokens,
+                    "batch_window_ms": state.config.batch_window_ms,
+                    "max_model_len": state.config.max_model_len,
+                    "enable_shared_context": state.config.enable_shared_context,
+                },
             }
             details = state.served.card() if state.served is not None else state.details
             if details is not None:

@@ -68,10 +68,32 @@ def test_a_repository_that_is_not_built_in_needs_a_revision(no_download):
         resolve("someone/encoder", builtins={})
     assert str(raised.value) == (
         "a revision is required: someone/encoder is not a built-in model (see vllm-srun "
-        "models) and not a local directory. Give someone/encoder@<40-hex commit> or "
-        "--revision <commit>, or an absolute path to a local copy"
+        "models). Give someone/encoder@<40-hex commit> or --revision <commit>, or a local "
+        "copy's path (absolute, or starting ./)"
     )
     assert getattr(raised.value, "retryable", False) is False
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("sentence-transformers/all-MiniLM-L6-V2", "sentence-transformers/all-MiniLM-L6-v2"),
+        ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"),
+        ("arcjet/rampart-pi", "arcjet/rampart-pii"),
+    ],
+)
+def test_a_misspelt_built_in_name_says_which_one_was_meant(no_download, typed, meant):
+    with pytest.raises(LoadError, match=f"not a built-in model .*did you mean {meant}\\?"):
+        resolve(typed, builtins=load_catalog().layer("models"), offline=True)
+
+
+def test_a_bare_name_of_a_folder_here_says_to_write_it_as_a_path(
+    no_download, tmp_path, monkeypatch
+):
+    (tmp_path / "models" / "mine").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LoadError, match=r"a folder models/mine exists here, .* give ./models/mine"):
+        resolve("models/mine", builtins={})
 
 
 @pytest.mark.parametrize(

@@ -398,6 +398,13 @@ def test_models_lists_limits_plugins_and_a_card_per_model(make_runtime):
     assert plugins["task_heads"]["distribution"] == "vllm-srun"
     cards = {card["id"]: card for card in body["data"]}
     assert list(cards) == list(HEADS)
+    assert cards["sequence"]["engine_args"] == {  # the values in effect, per model
+        "max_num_seqs": 8192,
+        "max_num_batched_tokens": 65536,
+        "batch_window_ms": 2.0,
+        "max_model_len": None,
+        "enable_shared_context": None,
+    }
     for card in cards.values():
         assert set(card) >= CARD_FIELDS
         assert card["status"] == "ready" and card["reason"] is None
