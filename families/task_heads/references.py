@@ -51,7 +51,8 @@ def generic_requests(package: Path) -> tuple[dict[str, Any], ...]:
     request (a bi-encoder reranks by cosine); a relevance head a rerank one.
     """
     requests: list[dict[str, Any]] = []
-    for head in packages.describe(package).heads:
+    heads = packages.describe(package).heads
+    for head in heads:
         if head.surface == "classify":
             body: dict[str, Any] = {"head": head.name, "input": list(GENERIC_TEXTS)}
             requests.append({"surface": "classify", "body": {**body, "options": GENERIC_OPTIONS}})
@@ -62,7 +63,7 @@ def generic_requests(package: Path) -> tuple[dict[str, Any], ...]:
                     "body": {"input": list(GENERIC_TEXTS), "options": GENERIC_OPTIONS},
                 }
             )
-    if any(h.surface in ("embeddings", "rerank") for h in packages.describe(package).heads):
+    if any(h.surface in ("embeddings", "rerank") for h in heads):
         requests.append(
             {
                 "surface": "rerank",
