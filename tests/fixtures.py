@@ -425,3 +425,35 @@ def write_decoder(
     if calibration is not None:
         (target / "calibration.json").write_text(json.dumps(calibration))
     return target
+
+
+def next_token_logits(model, input_ids, attention_mask):
+    """The transformers reference for a decoder engine's forward: ``[rows, vocab]`` float32.
+
+    It makes the call the native engine documents (explicit position ids from
+    the left-padded mask, no KV cache, and only the last position through the
+    LM head where the model accepts ``logits_to_keep``). The LM head's matmul
+    rounds differently with the number of positions it is given on some CPUs
+    (seen at 7e-8 on an AMD EPYC), so a reference computing every position's
+    logits is not the same computation and cannot be compared bit for bit.
+    """
+    import inspect
+
+    import torch
+
+    from vllm_srun.plugins.spec import decoder_positions
+
+    keep = (
+        {"logits_to_keep": 1}
+        if "logits_to_keep" in inspect.signature(model.forward).parameters
+        else {}
+    )
+    with torch.inference_mode():
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=decoder_positions(attention_mask),
+            use_cache=False,
+            **keep,
+        )
+    return out.logits[:, -1, :].float()

@@ -12,7 +12,7 @@ from vllm_srun.engines.native import NativeDecoder, NativeEngine
 from vllm_srun.plugins import DeviceInfo
 from vllm_srun.plugins.spec import DecoderBatch, ModelSpec, decoder_positions
 
-from ..fixtures import write_decoder
+from ..fixtures import next_token_logits, write_decoder
 
 CPU = DeviceInfo("cpu", None, "cpu", None, None, {})
 DECODERS = ["qwen3", "llama", "gpt2"]
@@ -78,10 +78,7 @@ def test_last_position_logits_equal_transformers_bit_for_bit(packages, model_typ
     ids, mask = left_padded([9, 4, 6], pad_id=0)
     got = loaded.forward(DecoderBatch(ids, mask))
     model = reference_model(package)
-    with torch.inference_mode():
-        want = model(
-            input_ids=ids, attention_mask=mask, position_ids=decoder_positions(mask)
-        ).logits[:, -1, :]
+    want = next_token_logits(model, ids, mask)
     assert got.dtype == torch.float32 and got.shape == (3, model.config.vocab_size)
     assert torch.equal(got, want)
     read = torch.tensor([[5, 9], [7, 3], [11, 2]])
@@ -113,12 +110,7 @@ def test_shared_prefix_equals_the_unshared_rows(packages, model_type):
     full_ids = torch.cat([prefix.expand(3, -1), suffix], dim=1)
     full_mask = torch.cat([torch.ones(3, len(prefix), dtype=torch.long), mask], dim=1)
     model = reference_model(package)
-    with torch.inference_mode():
-        want = model(
-            input_ids=full_ids,
-            attention_mask=full_mask,
-            position_ids=decoder_positions(full_mask),
-        ).logits[:, -1, :]
+    want = next_token_logits(model, full_ids, full_mask)
     assert (shared - want).abs().max() <= 1e-5
     # ... and each row alone, with no padding at all.
     for row in range(3):
@@ -170,17 +162,11 @@ def test_other_architectures_bit_for_bit_and_with_a_prefix(tmp_path, model_type)
     loaded = NativeEngine().load(spec, CPU, {"attention": "eager"})
     ids, mask = left_padded([12, 7, 3], pad_id=0)
     model = reference_model(tmp_path)
-    with torch.inference_mode():
-        want = model(
-            input_ids=ids, attention_mask=mask, position_ids=decoder_positions(mask)
-        ).logits[:, -1, :]
+    want = next_token_logits(model, ids, mask)
     assert torch.equal(loaded.forward(DecoderBatch(ids, mask)), want)
     prefix = torch.arange(40, 50)
     shared = loaded.forward(DecoderBatch(ids, mask, prefix_ids=prefix))
     full_ids = torch.cat([prefix.expand(3, -1), ids], dim=1)
     full_mask = torch.cat([torch.ones(3, 10, dtype=torch.long), mask], dim=1)
-    with torch.inference_mode():
-        unshared = model(
-            input_ids=full_ids, attention_mask=full_mask, position_ids=decoder_positions(full_mask)
-        ).logits[:, -1, :]
+    unshared = next_token_logits(model, full_ids, full_mask)
     assert (shared - unshared).abs().max() <= 1e-5

@@ -18,10 +18,10 @@ from vllm_srun.families.task_heads import TaskHeadsFamily
 from vllm_srun.loader import LoadError, load_model
 from vllm_srun.plugins import load_catalog
 from vllm_srun.plugins.decisions import answer, parse_request, softmax
-from vllm_srun.plugins.spec import RequestError, RowError, decoder_positions
+from vllm_srun.plugins.spec import RequestError, RowError
 from vllm_srun.plugins.testing import assert_conforms
 
-from ..fixtures import write_decoder, write_task_package
+from ..fixtures import next_token_logits, write_decoder, write_task_package
 
 DECODERS = ["qwen3", "llama", "gpt2"]
 STATE = "My card was charged twice for the same order"
@@ -88,9 +88,7 @@ def reference_logits(package, rows):
     model = transformers.AutoModelForCausalLM.from_pretrained(
         package, attn_implementation="eager", dtype=torch.float32
     ).eval()
-    with torch.inference_mode():
-        out = model(input_ids=ids, attention_mask=mask, position_ids=decoder_positions(mask))
-    return out.logits[:, -1, :].float()
+    return next_token_logits(model, ids, mask)
 
 
 def probabilities(result):
