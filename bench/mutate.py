@@ -80,6 +80,11 @@ MODULES: dict[str, tuple[str, str, list[str]]] = {
         "pooling and head readouts",
         ["tests/families", "tests/engines/test_native.py"],
     ),
+    "task_model": (
+        "families/task_heads/model.py",
+        "task heads: window merging, rerank, responses",
+        ["tests/families", "tests/engines/test_native.py"],
+    ),
     "overflow": (
         "families/task_heads/inputs.py",
         "inputs, limits and overflow policies",
@@ -99,6 +104,11 @@ MODULES: dict[str, tuple[str, str, list[str]]] = {
             "tests/extensions",
             "tests/serve/test_decisions.py",
         ],
+    ),
+    "causal_readout": (
+        "families/causal_readout/model.py",
+        "decoder decisions: rows, shared prefix, label logits",
+        ["tests/families/test_causal_readout.py", "tests/engines/test_native_decoder.py"],
     ),
     "scheduler": (
         "core/scheduler.py",
