@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,58 +26,24 @@ from typing import Any
 
 import torch
 
+from vllm_srun.errors import LoadError, is_retryable
 from vllm_srun.extended import attach_extensions
-from vllm_srun.placement import GIB, DeviceNotAvailable, NotEnoughMemory, Placement, gib, place
+from vllm_srun.placement import (
+    GIB,
+    DeviceNotAvailable,
+    NotEnoughMemory,
+    Placement,
+    free_now,
+    gib,
+    model_bytes,
+    on_cpu,
+    place,
+    required_bytes,
+)
 from vllm_srun.plugins import Catalog, Engine, Family, load_catalog, select_kernel
 from vllm_srun.plugins.spec import LoadedModel, ModelSpec, RequestError, WorkItem
-
-BATCH_INVARIANCE_TOLERANCE = 1e-5
-"""Largest absolute difference allowed between a row alone and inside a batch (DESIGN §6)."""
-
-
-WEIGHT_OVERHEAD = 0.10
-"""Memory a model takes beyond its weights, as a fraction of them ("plus 10%", the
-troubleshooting guide's estimate of what a loaded model holds)."""
-
-GPU_WORKSPACE_BYTES = 2 * GIB
-"""Free memory a GPU needs beside the weights ("and 2 GiB", the troubleshooting guide):
-the caching allocator's activations and kernel workspaces."""
-
-BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
-"""Bytes per weight element at each ``--dtype``."""
-
-RETRYABLE_RUNTIME_MESSAGES = ("out of memory", "busy")
-"""A ``RuntimeError`` whose message holds one of these is a passing cause: CUDA and HIP
-report an exhausted or busy device (``CUDA error: out of memory``, ``all CUDA-capable
-devices are busy or unavailable``) as plain ``RuntimeError``."""
-
-
-class LoadError(Exception):
-    """A model cannot be loaded; the message starts with the operator phrase.
-
-    Args:
-        message: the reason (``needs about 3.20 GiB, 1.10 GiB free on cuda:0; ...``).
-        retryable: whether the cause can pass (no device with enough free memory,
-            a busy device, an interrupted download): the runtime loads the model
-            again (``--load-attempts``); other causes fail the model at once.
-    """
-
-    def __init__(self, message: str, *, retryable: bool = False) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-
-
-def is_retryable(err: BaseException) -> bool:
-    """Whether a load failure can pass: a retryable :class:`LoadError`, a torch
-    out-of-memory error, or a ``RuntimeError`` saying the device is out of memory or busy."""
-    if isinstance(err, LoadError):
-        return err.retryable
-    if isinstance(err, torch.OutOfMemoryError):
-        return True
-    if isinstance(err, RuntimeError):
-        message = str(err).lower()
-        return any(phrase in message for phrase in RETRYABLE_RUNTIME_MESSAGES)
-    return False
+from vllm_srun.probes import measure_batch_invariance, measure_forward_cost
+from vllm_srun.registry import prepare
 
 
 @dataclass
@@ -259,140 +224,6 @@ def choose_engine(catalog: Catalog, spec: ModelSpec, placement: Placement, force
     raise LoadError("no engine can run the model: " + "; ".join(reasons or ["no engine installed"]))
 
 
-def on_cpu(placement: Placement) -> bool:
-    """Whether the placement runs on host memory (its torch device type is ``cpu``)."""
-    return placement.accelerator.torch_device(placement.device.index).type == "cpu"
-
-
-def weight_bytes(spec: ModelSpec, cpu: bool) -> int:
-    """Estimated bytes of a model's weights at the dtype it will run at.
-
-    An ONNX graph counts its file size (graphs run at their exported
-    precision); safetensors files count their size scaled from the released
-    dtype to the one served (``--dtype``; under ``auto``, a float16 release
-    runs as float32 on a CPU, as the native engine does).
-    """
-    if spec.onnx is not None:
-        graph = spec.package / spec.onnx
-        return sum(p.stat().st_size for p in [graph, *graph.parent.glob(graph.name + "_data")])
-    stored = sum((spec.package / name).stat().st_size for name in spec.weights)
-    released = spec.released_dtype
-    served = released if spec.dtype == "auto" else spec.dtype
-    if cpu and served == "float16":
-        served = "float32"
-    return stored * BYTES_PER_ELEMENT.get(served, 4) // BYTES_PER_ELEMENT.get(released, 4)
-
-
-def model_bytes(spec: ModelSpec, cpu: bool) -> int:
-    """What a loaded model holds: :func:`weight_bytes` plus :data:`WEIGHT_OVERHEAD`."""
-    return int(weight_bytes(spec, cpu) * (1 + WEIGHT_OVERHEAD))
-
-
-def required_bytes(spec: ModelSpec, placement: Placement) -> int:
-    """Free memory a placement needs: :func:`model_bytes`, plus
-    :data:`GPU_WORKSPACE_BYTES` on a device that is not the CPU."""
-    cpu = on_cpu(placement)
-    return model_bytes(spec, cpu) + (0 if cpu else GPU_WORKSPACE_BYTES)
-
-
-def _free_now(placement: Placement) -> int | None:
-    """The device's free memory enumerated again (after a failed allocation)."""
-    try:
-        for device in placement.accelerator.devices():
-            if device.device == placement.device.device:
-                return device.free_memory_bytes
-    except Exception:
-        pass
-    return placement.device.free_memory_bytes
-
-
-def measure_batch_invariance(loaded: Any) -> dict[str, Any]:
-    """Run the family's probe rows alone and together; the largest absolute difference.
-
-    Families without ``probe_items`` are reported as unprobed, with
-    cross-request batching off (nothing vouches for it).
-    """
-    probe = getattr(loaded, "probe_items", None)
-    if probe is None:
-        return {
-            "max_abs_deviation": None,
-            "tolerance": BATCH_INVARIANCE_TOLERANCE,
-            "cross_request_batching": False,
-        }
-    items = probe()
-    together = loaded.run(items)
-    deviation = 0.0
-    for item, batched in zip(items, together, strict=True):
-        [alone] = loaded.run([item])
-        deviation = max(deviation, float((alone - batched).abs().max()))
-    return {
-        "max_abs_deviation": deviation,
-        "tolerance": BATCH_INVARIANCE_TOLERANCE,
-        "cross_request_batching": deviation <= BATCH_INVARIANCE_TOLERANCE,
-    }
-
-
-FORWARD_COST_REPEATS = 5
-"""Timed runs per probe shape; the fastest counts (the others met a busy core)."""
-
-FORWARD_COST_TOKENS = 1024
-"""Padded tokens of the larger timed forward: enough work (tens of ms on a CPU) that
-a busy core's noise cannot hide the cost per token."""
-
-
-def measure_forward_cost(loaded: Any) -> dict[str, Any]:
-    """The fixed cost of one forward, in milliseconds and in padded tokens.
-
-    A forward of ``n`` rows padded to ``L`` tokens costs about ``a + b * n * L``
-    on a device whose throughput the rows saturate (a CPU). ``a`` is read off
-    the shortest probe row run alone, ``b`` off the probe rows repeated to about
-    :data:`FORWARD_COST_TOKENS` padded tokens; the two shapes are timed in
-    turn, :data:`FORWARD_COST_REPEATS` times each, and the fastest of each
-    counts. The scheduler splits a batch by length when padding would cost
-    more than ``a / b`` padded tokens (:func:`vllm_srun.scheduler.split_by_length`).
-
-    Returns:
-        ``{"fixed_ms", "per_padded_token_ms", "overhead_tokens"}``; every
-        value ``None`` when the family has no probe rows, or when the larger
-        forward did not take longer than the lone row (a device with room to
-        spare: then batches are never split).
-    """
-    unknown = {"fixed_ms": None, "per_padded_token_ms": None, "overhead_tokens": None}
-    probe = getattr(loaded, "probe_items", None)
-    if probe is None:
-        return unknown
-    items = list(probe())
-    if not items:
-        return unknown
-    shortest = min(items, key=lambda item: item.tokens)
-    width = max(item.tokens for item in items)
-    copies = max(1, -(-FORWARD_COST_TOKENS // (len(items) * width)))
-    large = items * copies
-    padded = len(large) * width
-
-    def timed(rows: list[WorkItem]) -> float:
-        started = time.perf_counter()
-        loaded.run(rows)
-        return (time.perf_counter() - started) * 1000
-
-    loaded.run([shortest])  # warm: first calls build kernels and allocate
-    loaded.run(large)
-    alone_ms, together_ms = [], []
-    for _ in range(FORWARD_COST_REPEATS):  # in turn, so a burst of noise hits both shapes
-        alone_ms.append(timed([shortest]))
-        together_ms.append(timed(large))
-    alone, together = min(alone_ms), min(together_ms)
-    if together <= alone:
-        return unknown
-    per_token = (together - alone) / max(padded - shortest.tokens, 1)
-    fixed = max(alone - per_token * shortest.tokens, 0.0)
-    return {
-        "fixed_ms": round(fixed, 3),
-        "per_padded_token_ms": round(per_token, 6),
-        "overhead_tokens": round(fixed / per_token, 1),
-    }
-
-
 def load_model(
     model: str | os.PathLike[str],
     *,
@@ -438,8 +269,6 @@ def load_model(
             model``) and what to do; ``retryable`` when the device was out of
             memory or busy.
     """
-    from vllm_srun.registry import prepare
-
     catalog = catalog or load_catalog()
     prepared = prepare(
         model,
@@ -515,7 +344,7 @@ def load_model(
         invariance = measure_batch_invariance(loaded)
         forward_cost = measure_forward_cost(loaded)
     except torch.OutOfMemoryError as err:
-        free = _free_now(placement)
+        free = free_now(placement)
         raise LoadError(
             f"needs about {gib(required_bytes(spec, placement))} GiB, "
             f"{'an unknown amount' if free is None else gib(free)} GiB free on "

@@ -1,7 +1,11 @@
-"""Placement: turn ``--device`` into an accelerator and one of its devices.
+"""Placement: turn ``--device`` into an accelerator and one of its devices, and weigh
+the model that goes there.
 
 The core never names a built-in accelerator: it reads the accelerators layer of
-the catalog, so a third-party accelerator is placed exactly like ``cuda``.
+the catalog, so a third-party accelerator is placed exactly like ``cuda``. The
+memory estimates (:func:`model_bytes`, :func:`required_bytes`) follow the
+troubleshooting guide: the weights at the served dtype, plus 10%, plus 2 GiB on
+a GPU.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_srun.plugins import Accelerator, Catalog, DeviceInfo
+from vllm_srun.plugins.spec import ModelSpec
 
 _DEVICE_SPEC = re.compile(r"^(?P<name>[a-z][a-z0-9_]*)(?::(?P<index>\d+))?$")
 
@@ -184,3 +189,63 @@ def _devices(acc: Accelerator) -> list[DeviceInfo]:
         return list(acc.devices())
     except Exception:
         return []
+
+
+# -- memory estimates ---------------------------------------------------------------------
+WEIGHT_OVERHEAD = 0.10
+"""Memory a model takes beyond its weights, as a fraction of them ("plus 10%", the
+troubleshooting guide's estimate of what a loaded model holds)."""
+
+GPU_WORKSPACE_BYTES = 2 * GIB
+"""Free memory a GPU needs beside the weights ("and 2 GiB", the troubleshooting guide):
+the caching allocator's activations and kernel workspaces."""
+
+BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
+"""Bytes per weight element at each ``--dtype``."""
+
+
+def on_cpu(placement: Placement) -> bool:
+    """Whether the placement runs on host memory (its torch device type is ``cpu``)."""
+    return placement.accelerator.torch_device(placement.device.index).type == "cpu"
+
+
+def weight_bytes(spec: ModelSpec, cpu: bool) -> int:
+    """Estimated bytes of a model's weights at the dtype it will run at.
+
+    An ONNX graph counts its file size (graphs run at their exported
+    precision); safetensors files count their size scaled from the released
+    dtype to the one served (``--dtype``; under ``auto``, a float16 release
+    runs as float32 on a CPU, as the native engine does).
+    """
+    if spec.onnx is not None:
+        graph = spec.package / spec.onnx
+        return sum(p.stat().st_size for p in [graph, *graph.parent.glob(graph.name + "_data")])
+    stored = sum((spec.package / name).stat().st_size for name in spec.weights)
+    released = spec.released_dtype
+    served = released if spec.dtype == "auto" else spec.dtype
+    if cpu and served == "float16":
+        served = "float32"
+    return stored * BYTES_PER_ELEMENT.get(served, 4) // BYTES_PER_ELEMENT.get(released, 4)
+
+
+def model_bytes(spec: ModelSpec, cpu: bool) -> int:
+    """What a loaded model holds: :func:`weight_bytes` plus :data:`WEIGHT_OVERHEAD`."""
+    return int(weight_bytes(spec, cpu) * (1 + WEIGHT_OVERHEAD))
+
+
+def required_bytes(spec: ModelSpec, placement: Placement) -> int:
+    """Free memory a placement needs: :func:`model_bytes`, plus
+    :data:`GPU_WORKSPACE_BYTES` on a device that is not the CPU."""
+    cpu = on_cpu(placement)
+    return model_bytes(spec, cpu) + (0 if cpu else GPU_WORKSPACE_BYTES)
+
+
+def free_now(placement: Placement) -> int | None:
+    """The device's free memory enumerated again (after a failed allocation)."""
+    try:
+        for device in placement.accelerator.devices():
+            if device.device == placement.device.device:
+                return device.free_memory_bytes
+    except Exception:
+        pass
+    return placement.device.free_memory_bytes

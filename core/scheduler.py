@@ -109,7 +109,7 @@ def split_by_length(rows: list[WorkItem], overhead_tokens: float | None) -> list
 
     A forward of ``n`` rows padded to its longest row ``L`` costs ``n * L``
     padded tokens plus ``overhead_tokens`` (the fixed cost of a forward,
-    measured at load by :func:`vllm_srun.loader.measure_forward_cost`). The
+    measured at load by :func:`vllm_srun.probes.measure_forward_cost`). The
     rows are sorted by length and cut into the consecutive groups of least
     total cost (dynamic programming over the distinct lengths; an optimal
     grouping of sorted lengths is always consecutive). Row outputs do not

@@ -4,7 +4,7 @@ Only allow-listed files are fetched, always at a 40-hex commit, into the
 cache directory (``--cache-dir``, default ``HF_HUB_CACHE``). The token is
 whatever ``huggingface_hub`` finds itself (``HF_TOKEN`` or the token file):
 it is never passed here, never taken from the command line and never
-written to a message. Failures become :class:`~vllm_srun.loader.LoadError`
+written to a message. Failures become :class:`~vllm_srun.errors.LoadError`
 with the operator phrase first: ``access denied, gated or private`` (401,
 403, gated or private repositories; final), an interrupted download or an
 unreachable Hub (``retryable``), an offline start without the files in the
@@ -17,7 +17,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from vllm_srun.loader import LoadError
+from vllm_srun.errors import LoadError
 
 DEFAULT_ALLOW_PATTERNS = (
     "*.json",

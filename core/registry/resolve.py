@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_srun.loader import LoadError
+from vllm_srun.errors import LoadError
 from vllm_srun.plugins import Mirror, ModelEntry
 from vllm_srun.plugins.models import MODEL_NAME_PATTERN, REVISION_PATTERN
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_srun.loader import LoadError
+from vllm_srun.errors import LoadError
 from vllm_srun.plugins import ModelEntry
 
 HASH_CHUNK_BYTES = 1 << 20

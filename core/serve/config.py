@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_srun.loader import LoadError
+from vllm_srun.errors import LoadError
 from vllm_srun.registry import check_revision as registry_check
 
 ENGINE_ARGUMENTS = (

@@ -1,0 +1,114 @@
+"""Load-time probes of a family's model: batch invariance and a forward's fixed cost.
+
+Both run the family's ``probe_items`` (rows of several lengths) through its
+``run``. :func:`measure_batch_invariance` decides whether rows of different
+requests may share a forward (DESIGN §6); :func:`measure_forward_cost` gives
+the scheduler's length split its exchange rate between one more forward and
+padded tokens (:func:`vllm_srun.scheduler.split_by_length`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from vllm_srun.plugins.spec import WorkItem
+
+BATCH_INVARIANCE_TOLERANCE = 1e-5
+"""Largest absolute difference allowed between a row alone and inside a batch (DESIGN §6)."""
+
+
+def measure_batch_invariance(loaded: Any) -> dict[str, Any]:
+    """Run the family's probe rows alone and together; the largest absolute difference.
+
+    Families without ``probe_items`` are reported as unprobed, with
+    cross-request batching off (nothing vouches for it).
+    """
+    probe = getattr(loaded, "probe_items", None)
+    if probe is None:
+        return {
+            "max_abs_deviation": None,
+            "tolerance": BATCH_INVARIANCE_TOLERANCE,
+            "cross_request_batching": False,
+        }
+    items = probe()
+    together = loaded.run(items)
+    deviation = 0.0
+    for item, batched in zip(items, together, strict=True):
+        [alone] = loaded.run([item])
+        deviation = max(deviation, float((alone - batched).abs().max()))
+    return {
+        "max_abs_deviation": deviation,
+        "tolerance": BATCH_INVARIANCE_TOLERANCE,
+        "cross_request_batching": deviation <= BATCH_INVARIANCE_TOLERANCE,
+    }
+
+
+FORWARD_COST_REPEATS = 5
+"""Timed runs per probe shape; the fastest counts (the others met a busy core)."""
+
+FORWARD_COST_TOKENS = 1024
+"""Padded tokens of the larger timed forward: enough work (tens of ms on a CPU) that
+a busy core's noise cannot hide the cost per token."""
+
+
+def measure_forward_cost(loaded: Any) -> dict[str, Any]:
+    """The fixed cost of one forward, in milliseconds and in padded tokens.
+
+    A forward of ``n`` rows padded to ``L`` tokens costs about ``a + b * n * L``
+    on a device whose throughput the rows saturate (a CPU). ``a`` is read off
+    the shortest probe row run alone, ``b`` off the probe rows repeated to about
+    :data:`FORWARD_COST_TOKENS` padded tokens; the two shapes are timed in
+    turn, :data:`FORWARD_COST_REPEATS` times each, and the fastest of each
+    counts. The scheduler splits a batch by length when padding would cost
+    more than ``a / b`` padded tokens (:func:`vllm_srun.scheduler.split_by_length`).
+
+    Returns:
+        ``{"fixed_ms", "per_padded_token_ms", "overhead_tokens"}``; every
+        value ``None`` when the family has no probe rows, or when the larger
+        forward did not take longer than the lone row (a device with room to
+        spare: then batches are never split).
+    """
+    unknown = {"fixed_ms": None, "per_padded_token_ms": None, "overhead_tokens": None}
+    probe = getattr(loaded, "probe_items", None)
+    if probe is None:
+        return unknown
+    items = list(probe())
+    if not items:
+        return unknown
+    shortest = min(items, key=lambda item: item.tokens)
+    width = max(item.tokens for item in items)
+    copies = max(1, -(-FORWARD_COST_TOKENS // (len(items) * width)))
+    large = items * copies
+    padded = len(large) * width
+
+    def timed(rows: list[WorkItem]) -> float:
+        started = time.perf_counter()
+        loaded.run(rows)
+        return (time.perf_counter() - started) * 1000
+
+    loaded.run([shortest])  # warm: first calls build kernels and allocate
+    loaded.run(large)
+    alone_ms, together_ms = [], []
+    for _ in range(FORWARD_COST_REPEATS):  # in turn, so a burst of noise hits both shapes
+        alone_ms.append(timed([shortest]))
+        together_ms.append(timed(large))
+    alone, together = min(alone_ms), min(together_ms)
+    if together <= alone:
+        return unknown
+    per_token = (together - alone) / max(padded - shortest.tokens, 1)
+    fixed = max(alone - per_token * shortest.tokens, 0.0)
+    return {
+        "fixed_ms": round(fixed, 3),
+        "per_padded_token_ms": round(per_token, 6),
+        "overhead_tokens": round(fixed / per_token, 1),
+    }
+
+
+__all__ = [
+    "BATCH_INVARIANCE_TOLERANCE",
+    "FORWARD_COST_REPEATS",
+    "FORWARD_COST_TOKENS",
+    "measure_batch_invariance",
+    "measure_forward_cost",
+]
