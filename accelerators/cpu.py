@@ -18,6 +18,7 @@ import psutil
 import torch
 
 from vllm_srun.plugins import Accelerator, DeviceInfo, ExecutionProvider, hookimpl
+from vllm_srun.plugins.hookspecs import RegisterAccelerator
 
 _ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -95,7 +96,7 @@ class CpuAccelerator(Accelerator):
             "bf16": bf16_support(),
             "amx": _cpu_flag("_is_amx_tile_supported"),
             "lapack": bool(torch._C.has_lapack),
-            "mkldnn": bool(torch.backends.mkldnn.is_available()),
+            "mkldnn": bool(torch.backends.mkldnn.is_available()),  # type: ignore[no-untyped-call]
             "cores": os.cpu_count(),
             "threads": torch.get_num_threads(),
         }
@@ -120,6 +121,6 @@ class CpuAccelerator(Accelerator):
 
 
 @hookimpl
-def register_accelerators(register: Any) -> None:
+def register_accelerators(register: RegisterAccelerator) -> None:
     """Register the ``cpu`` accelerator."""
     register(CpuAccelerator())

@@ -19,6 +19,7 @@ from vllm_srun.plugins import (
     hookimpl,
     torch_memory_info,
 )
+from vllm_srun.plugins.hookspecs import RegisterAccelerator
 
 BF16_NATIVE_MAJOR = 8
 """Compute capability 8.0 (Ampere) is the first with bf16 tensor cores (CUDA programming guide)."""
@@ -77,6 +78,6 @@ class CudaAccelerator(Accelerator):
 
 
 @hookimpl
-def register_accelerators(register: Any) -> None:
+def register_accelerators(register: RegisterAccelerator) -> None:
     """Register the ``cuda`` accelerator."""
     register(CudaAccelerator())

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from vllm_srun.plugins import Accelerator, DeviceInfo, ExecutionProvider, hookimpl, slug
+from vllm_srun.plugins.hookspecs import RegisterAccelerator
 
 BF16_MIN_MACOS = 14
 """MPS gained bfloat16 in macOS 14 (Sonoma) (PyTorch MPS backend notes)."""
@@ -58,9 +59,14 @@ class MpsAccelerator(Accelerator):
         """The one MPS device; memory is Metal's recommended working set."""
         if not self.available():
             return []
+        total: int | None = None
+        free: int | None = None
         try:
-            total: int | None = int(torch.mps.recommended_max_memory())
-            free: int | None = max(0, total - int(torch.mps.driver_allocated_memory()))
+            recommended = int(torch.mps.recommended_max_memory())
+            total, free = (
+                recommended,
+                max(0, recommended - int(torch.mps.driver_allocated_memory())),
+            )
         except Exception:
             total = free = None
         chip = chip_name()
@@ -90,6 +96,6 @@ class MpsAccelerator(Accelerator):
 
 
 @hookimpl
-def register_accelerators(register: Any) -> None:
+def register_accelerators(register: RegisterAccelerator) -> None:
     """Register the ``mps`` accelerator."""
     register(MpsAccelerator())

@@ -20,6 +20,7 @@ from vllm_srun.plugins import (
     slug,
     torch_memory_info,
 )
+from vllm_srun.plugins.hookspecs import RegisterAccelerator
 
 
 def _backend() -> Any:
@@ -85,6 +86,6 @@ class NpuAccelerator(Accelerator):
 
 
 @hookimpl
-def register_accelerators(register: Any) -> None:
+def register_accelerators(register: RegisterAccelerator) -> None:
     """Register the ``npu`` accelerator."""
     register(NpuAccelerator())

@@ -18,6 +18,7 @@ from vllm_srun.plugins import (
     hookimpl,
     torch_memory_info,
 )
+from vllm_srun.plugins.hookspecs import RegisterAccelerator
 
 BF16_NATIVE_ARCH_PREFIXES = ("gfx90a", "gfx94", "gfx95", "gfx11", "gfx12")
 """gfx architectures with bf16 matrix instructions: CDNA2/3/4 and RDNA3/4 (AMD ISA guides)."""
@@ -85,6 +86,6 @@ class RocmAccelerator(Accelerator):
 
 
 @hookimpl
-def register_accelerators(register: Any) -> None:
+def register_accelerators(register: RegisterAccelerator) -> None:
     """Register the ``rocm`` accelerator."""
     register(RocmAccelerator())

@@ -18,6 +18,7 @@ from vllm_srun.plugins import (
     slug,
     torch_memory_info,
 )
+from vllm_srun.plugins.hookspecs import RegisterAccelerator
 
 
 class XpuAccelerator(Accelerator):
@@ -75,6 +76,6 @@ class XpuAccelerator(Accelerator):
 
 
 @hookimpl
-def register_accelerators(register: Any) -> None:
+def register_accelerators(register: RegisterAccelerator) -> None:
     """Register the ``xpu`` accelerator."""
     register(XpuAccelerator())

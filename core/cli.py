@@ -12,9 +12,24 @@ from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
 from vllm_srun import __version__
+from vllm_srun.engine_args import (
+    add_engine_arguments,
+    from_namespace,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+)
 from vllm_srun.placement import auto_accelerators
 from vllm_srun.plugins import Catalog, DeviceInfo, load_catalog
 from vllm_srun.plugins.testing import check_plugin
+from vllm_srun.serve.config import (
+    ENTRY_KEYS,
+    ConfigError,
+    ModelConfig,
+    ServeConfig,
+    check_revision,
+    read_models_file,
+)
 
 
 class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -80,12 +95,7 @@ def add_golden_parser(commands: Any) -> None:
     record.add_argument(
         "model", metavar="MODEL", help="built-in model name or local package directory"
     )
-    record.add_argument("--device", default="auto", help="auto, or cpu, cuda[:N], rocm[:N], ...")
-    record.add_argument(
-        "--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16")
-    )
-    record.add_argument("--engine", default="auto", help="auto, native or onnxruntime")
-    record.add_argument("--family", help="force a model-family plugin")
+    add_engine_arguments(record, only=("device", "dtype", "engine", "family"))
     record.add_argument(
         "--name",
         metavar="MODEL_ID",
@@ -113,9 +123,7 @@ def add_serve_parser(commands: Any) -> None:
         epilog="A models file lists models with their own options:\n"
         "  models:\n    - model: sentence-transformers/all-MiniLM-L6-v2\n"
         "      name: embedder\n      device: cpu\n"
-        "Keys: model (required), revision, name, device, engine, family, "
-        "memory_budget_gib, options, max_model_len, max_num_seqs, "
-        "max_num_batched_tokens, batch_window_ms, dtype, enable_shared_context; "
+        f"Keys: model (required), {', '.join(k for k in ENTRY_KEYS if k != 'model')}; "
         "a key left out takes the command line's value.",
     )
     serve.add_argument(
@@ -127,12 +135,10 @@ def add_serve_parser(commands: Any) -> None:
     )
     serve.add_argument("--models", metavar="FILE", help="a models file instead of MODEL arguments")
     serve.add_argument("--served-model-name", help="the model ID the API reports (one MODEL)")
-    serve.add_argument("--host", default="127.0.0.1", help="listen address")
-    serve.add_argument("--port", type=int, default=8100, help="listen port")
+    serve.add_argument("--host", default=ServeConfig.host, help="listen address")
+    serve.add_argument("--port", type=int, default=ServeConfig.port, help="listen port")
     serve.add_argument("--uds", metavar="PATH", help="listen on a Unix socket instead of TCP")
-    serve.add_argument("--device", default="auto", help="auto, or cpu, cuda[:N], rocm[:N], ...")
-    serve.add_argument("--engine", default="auto", help="auto, native or onnxruntime")
-    serve.add_argument("--family", help="force a model-family plugin")
+    add_engine_arguments(serve)
     serve.add_argument(
         "--revision", metavar="SHA", help="the 40-hex commit to load, for a single MODEL"
     )
@@ -154,134 +160,62 @@ def add_serve_parser(commands: Any) -> None:
         help="accept a restricted licence (repeatable)",
     )
     serve.add_argument(
-        "--threads", type=_positive_int, help="CPU threads of the process (default: all cores)"
-    )
-    serve.add_argument(
-        "--memory-budget",
-        type=_positive_float,
-        metavar="GIB",
-        help="refuse to load a model whose estimated size is above this many GiB",
+        "--threads", type=positive_int, help="CPU threads of the process (default: all cores)"
     )
     serve.add_argument(
         "--max-queue",
-        type=_positive_int,
-        default=256,
+        type=positive_int,
+        default=ServeConfig.max_queue,
         help="requests queued per model before 429 (a decisions `states` entry counts as one)",
     )
     serve.add_argument(
         "--max-queued-tokens",
-        type=_positive_int,
-        default=4_194_304,
+        type=positive_int,
+        default=ServeConfig.max_queued_tokens,
         help="tokens queued per model before 429",
     )
     serve.add_argument(
-        "--max-num-seqs",
-        type=_positive_int,
-        default=8192,
-        help="most rows in one forward, across requests (1 runs each row alone)",
-    )
-    serve.add_argument(
-        "--max-num-batched-tokens",
-        type=_positive_int,
-        default=65536,
-        help="most padded tokens in one forward (rows times the longest row)",
-    )
-    serve.add_argument(
-        "--batch-window-ms",
-        type=_non_negative_float,
-        default=2.0,
-        help="how long a busy worker waits after the oldest queued request for more",
-    )
-    serve.add_argument(
-        "--dtype",
-        default="auto",
-        choices=("auto", "float32", "bfloat16", "float16"),
-        help="auto: the precision the model was released in; float16 runs on GPUs only",
-    )
-    serve.add_argument(
-        "--max-model-len",
-        type=_positive_int,
-        default=None,
-        help="decision models: most tokens of one question (state, instructions and options); "
-        "a longer question answers max_length_exceeded",
-    )
-    serve.add_argument(
-        "--enable-shared-context",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="decision models: compute a multi-question request's shared state once "
-        "(default: by model family)",
-    )
-    serve.add_argument(
         "--max-request-bytes",
-        type=_positive_int,
-        default=33_554_432,
+        type=positive_int,
+        default=ServeConfig.max_request_bytes,
         help="request body limit (413 above it)",
     )
     serve.add_argument(
         "--max-bundle-tasks",
-        type=_positive_int,
-        default=64,
+        type=positive_int,
+        default=ServeConfig.max_bundle_tasks,
         help="most tasks in one /v1/bundle request",
     )
     serve.add_argument(
         "--result-cache-entries",
-        type=_non_negative_int,
-        default=16384,
+        type=non_negative_int,
+        default=ServeConfig.result_cache_entries,
         help="recent row results kept per model, by content (0 disables the cache)",
     )
     serve.add_argument(
         "--shutdown-grace-seconds",
-        type=_non_negative_float,
-        default=30.0,
+        type=non_negative_float,
+        default=ServeConfig.shutdown_grace_seconds,
         help="after SIGTERM, how long queued work may take to finish",
     )
     serve.add_argument(
         "--log-level",
-        default="info",
+        default=ServeConfig.log_level,
         choices=("debug", "info", "warning", "error"),
         help="log verbosity (request text is never logged)",
     )
     serve.add_argument(
         "--load-attempts",
-        type=_positive_int,
-        default=5,
+        type=positive_int,
+        default=ServeConfig.load_attempts,
         help="loads of a model before it counts as failed; final causes are not retried",
     )
     serve.add_argument(
         "--load-retry-seconds",
-        type=_non_negative_float,
-        default=5.0,
+        type=non_negative_float,
+        default=ServeConfig.load_retry_seconds,
         help="wait before the first reload of a model, then doubling, at most 300 s",
     )
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number above 0, not {text}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
-    return value
 
 
 def serve_config(args: argparse.Namespace) -> Any:
@@ -291,27 +225,7 @@ def serve_config(args: argparse.Namespace) -> Any:
         ConfigError: no model, both MODEL and --models, --served-model-name
             with several models, or a bad models file.
     """
-    from vllm_srun.serve.config import (
-        ConfigError,
-        ModelConfig,
-        ServeConfig,
-        check_revision,
-        read_models_file,
-    )
-
-    defaults = ModelConfig(
-        model="",
-        device=args.device,
-        engine=args.engine,
-        family=args.family,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        batch_window_ms=args.batch_window_ms,
-        dtype=args.dtype,
-        memory_budget_gib=args.memory_budget,
-        max_model_len=args.max_model_len,
-        enable_shared_context=args.enable_shared_context,
-    )
+    defaults = ModelConfig(model="", **dataclasses.asdict(from_namespace(args)))
     if args.models and args.model:
         raise ConfigError("give MODEL arguments or --models FILE, not both")
     if args.models:
@@ -386,7 +300,6 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "serve":
-        from vllm_srun.serve.config import ConfigError
         from vllm_srun.serve.main import serve
 
         try:

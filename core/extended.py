@@ -11,35 +11,37 @@ so the scheduler batches an extension's rows with the host's own.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from vllm_srun.plugins import Catalog
-from vllm_srun.plugins.extension import SurfaceExtension
+from vllm_srun.plugins.extension import SurfaceExtension, SurfaceModel
+from vllm_srun.plugins.loaded import LoadedModel, ModelCard, Plan
 from vllm_srun.plugins.spec import RowOutput, WorkItem
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class RoutedPlan:
+class RoutedPlan(Plan):
     """A plan made by an attached extension, remembered with the extension that finishes it."""
 
-    owner: Any
-    inner: Any
+    owner: SurfaceModel[Any]
+    inner: Plan
 
-    @property
-    def items(self) -> list[WorkItem]:
-        """The rows the host runs for this plan."""
-        return list(self.inner.items)
+    def __post_init__(self) -> None:
+        self.items = list(self.inner.items)  # the rows the host runs for this plan
 
     @property
     def queue_entries(self) -> int:
         """Requests the plan counts as against ``--max-queue`` (the inner plan's say)."""
-        return int(getattr(self.inner, "queue_entries", 1))
+        return self.inner.queue_entries
 
 
-class ExtendedModel:
+class ExtendedModel(LoadedModel[Plan]):
     """A loaded model plus the surfaces extensions added to it (the loaded-model protocol).
 
     Args:
@@ -50,14 +52,16 @@ class ExtendedModel:
     """
 
     def __init__(
-        self, host: Any, attached: list[tuple[SurfaceExtension, Any, tuple[str, ...]]]
+        self,
+        host: LoadedModel[Any],
+        attached: list[tuple[SurfaceExtension, SurfaceModel[Any], tuple[str, ...]]],
     ) -> None:
         self.host = host
         self.attached = attached
         self.by_surface = {s: model for _, model, added in attached for s in added}
         self.surfaces = tuple(host.surfaces) + tuple(self.by_surface)
 
-    def plan(self, surface: str, request: dict[str, Any]) -> Any:
+    def plan(self, surface: str, request: Mapping[str, Any]) -> Plan:
         """Plan on the extension that added ``surface``, else on the host.
 
         Raises:
@@ -66,26 +70,31 @@ class ExtendedModel:
         """
         owner = self.by_surface.get(surface)
         if owner is None:
-            return self.host.plan(surface, request)
+            plan: Plan = self.host.plan(surface, request)
+            return plan
         return RoutedPlan(owner, owner.plan(surface, request))
 
-    def run(self, items: list[WorkItem]) -> list[Any]:
+    def run(self, items: list[WorkItem]) -> list[torch.Tensor]:
         """The host's forward: every row is the host's."""
         return list(self.host.run(items))
 
-    def finish(self, plan: Any, outputs: list[RowOutput]) -> dict[str, Any]:
+    def probe_items(self) -> list[WorkItem]:
+        """The host's probe rows (its forward is the only one)."""
+        return self.host.probe_items()
+
+    def finish(self, plan: Plan, outputs: list[RowOutput]) -> dict[str, Any]:
         """The answer, from whoever planned it."""
         if isinstance(plan, RoutedPlan):
             return dict(plan.owner.finish(plan.inner, outputs))
         return dict(self.host.finish(plan, outputs))
 
-    def card(self) -> dict[str, Any]:
+    def card(self) -> ModelCard:
         """The host's card with the added surfaces, question types and ``extensions``."""
-        card = dict(getattr(self.host, "card", dict)())
+        card = self.host.card().copy()
         card["surfaces"] = list(self.surfaces)
         extensions = []
         for ext, model, added in self.attached:
-            extra = dict(getattr(model, "card", dict)())
+            extra = dict(model.card())
             if "question_types" in extra:
                 card["question_types"] = extra.pop("question_types")
             extensions.append(
@@ -101,12 +110,12 @@ class ExtendedModel:
         return card
 
     def __getattr__(self, name: str) -> Any:
-        # Everything else (encoder, heads, limits, probe_items when the host has them)
-        # is the host's; what the host lacks stays missing.
+        # Everything else (the family's own attributes: encoder, heads, limits) is
+        # the host's; what the host lacks stays missing.
         return getattr(self.host, name)
 
 
-def attach_extensions(catalog: Catalog, loaded: Any) -> Any:
+def attach_extensions(catalog: Catalog, loaded: LoadedModel[Any]) -> LoadedModel[Any]:
     """``loaded`` with every qualifying extension attached (``loaded`` itself when none).
 
     An extension that raises while qualifying or attaching is skipped and
@@ -115,9 +124,9 @@ def attach_extensions(catalog: Catalog, loaded: Any) -> Any:
     extensions = catalog.layer("surface_extensions")
     if not extensions:
         return loaded
-    card = dict(getattr(loaded, "card", dict)())
+    card = loaded.card()
     served = set(loaded.surfaces)
-    attached: list[tuple[SurfaceExtension, Any, tuple[str, ...]]] = []
+    attached: list[tuple[SurfaceExtension, SurfaceModel[Any], tuple[str, ...]]] = []
     for name in sorted(extensions):
         ext = extensions[name]
         new = tuple(s for s in ext.surfaces if s not in served)

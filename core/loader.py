@@ -41,7 +41,8 @@ from vllm_srun.placement import (
     required_bytes,
 )
 from vllm_srun.plugins import Catalog, Engine, Family, load_catalog, select_kernel
-from vllm_srun.plugins.spec import LoadedModel, ModelSpec, RequestError, WorkItem
+from vllm_srun.plugins.loaded import LoadedModel
+from vllm_srun.plugins.spec import ModelSpec, RequestError, RowOutput, WorkItem
 from vllm_srun.probes import measure_batch_invariance, measure_forward_cost
 from vllm_srun.registry import prepare
 
@@ -73,7 +74,7 @@ class ServedModel:
     engine: Engine
     placement: Placement
     spec: ModelSpec
-    loaded: LoadedModel
+    loaded: LoadedModel[Any]
     attention: str
     identity: str | None = None
     batch_invariance: dict[str, Any] = field(default_factory=dict)
@@ -85,7 +86,7 @@ class ServedModel:
     def card(self) -> dict[str, Any]:
         """The model's ``/v1/models`` card: composition, identity (repo, revision,
         ``model_sha256``, verification, licence, parameters, files) and the family's part."""
-        family_card = getattr(self.loaded, "card", lambda: {})()
+        family_card = self.loaded.card()
         identity = self.prepared.card() if self.prepared is not None else {}
         return {
             "id": self.name,
@@ -122,7 +123,7 @@ class ServedModel:
             batches.append(current)
         return batches
 
-    def run_items(self, items: list[WorkItem]) -> list[torch.Tensor]:
+    def run_items(self, items: list[WorkItem]) -> list[RowOutput]:
         """Outputs for rows, each distinct row (by content key) computed once."""
         unique: dict[str, WorkItem] = {}
         for item in items:

@@ -130,27 +130,27 @@ def place(
             "name one with --device or install the right PyTorch build"
         )
     name, index = parse_device_spec(spec)
-    acc = accelerators.get(name)
-    if acc is None:
+    named = accelerators.get(name)
+    if named is None:
         installed = ", ".join(sorted(accelerators)) or "none"
         raise DeviceNotAvailable(
             f"device not available: no accelerator plugin named {name!r} is installed "
             f"(installed: {installed}); see `vllm-srun plugins`"
         )
-    if not _available(acc):
+    if not _available(named):
         raise DeviceNotAvailable(
             f"device not available: {name} cannot be used on this machine; "
             "use --device auto, or install the PyTorch build for it"
         )
-    devices = _devices(acc)
+    devices = _devices(named)
     if index is None:
         if not devices:
             raise DeviceNotAvailable(f"device not available: {name} lists no device")
-        return _fitting([Placement(acc, devices[0])], required)
+        return _fitting([Placement(named, devices[0])], required)
     for device in devices:
         # An unnumbered device (cpu, mps) also answers to index 0: users type cpu:0.
         if device.index == index or (device.index is None and index == 0):
-            return _fitting([Placement(acc, device)], required)
+            return _fitting([Placement(named, device)], required)
     listed = ", ".join(d.device for d in devices) or "none"
     raise DeviceNotAvailable(
         f"device not available: {spec} does not exist (this machine has {listed})"

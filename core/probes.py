@@ -12,26 +12,30 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from vllm_srun.plugins.loaded import LoadedModel
 from vllm_srun.plugins.spec import WorkItem
 
 BATCH_INVARIANCE_TOLERANCE = 1e-5
 """Largest absolute difference allowed between a row alone and inside a batch (DESIGN §6)."""
 
 
-def measure_batch_invariance(loaded: Any) -> dict[str, Any]:
+def measure_batch_invariance(loaded: LoadedModel[Any]) -> dict[str, Any]:
     """Run the family's probe rows alone and together; the largest absolute difference.
 
-    Families without ``probe_items`` are reported as unprobed, with
-    cross-request batching off (nothing vouches for it).
+    A model without probe rows is reported as unprobed, with cross-request
+    batching off (nothing vouches for it).
+
+    Returns:
+        ``{"max_abs_deviation": float | None, "tolerance": 1e-5,
+        "cross_request_batching": bool}``.
     """
-    probe = getattr(loaded, "probe_items", None)
-    if probe is None:
+    items = loaded.probe_items()
+    if not items:
         return {
             "max_abs_deviation": None,
             "tolerance": BATCH_INVARIANCE_TOLERANCE,
             "cross_request_batching": False,
         }
-    items = probe()
     together = loaded.run(items)
     deviation = 0.0
     for item, batched in zip(items, together, strict=True):
@@ -52,7 +56,7 @@ FORWARD_COST_TOKENS = 1024
 a busy core's noise cannot hide the cost per token."""
 
 
-def measure_forward_cost(loaded: Any) -> dict[str, Any]:
+def measure_forward_cost(loaded: LoadedModel[Any]) -> dict[str, Any]:
     """The fixed cost of one forward, in milliseconds and in padded tokens.
 
     A forward of ``n`` rows padded to ``L`` tokens costs about ``a + b * n * L``
@@ -70,10 +74,7 @@ def measure_forward_cost(loaded: Any) -> dict[str, Any]:
         spare: then batches are never split).
     """
     unknown = {"fixed_ms": None, "per_padded_token_ms": None, "overhead_tokens": None}
-    probe = getattr(loaded, "probe_items", None)
-    if probe is None:
-        return unknown
-    items = list(probe())
+    items = list(loaded.probe_items())
     if not items:
         return unknown
     shortest = min(items, key=lambda item: item.tokens)

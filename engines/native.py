@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from vllm_srun.plugins import DeviceInfo, Engine, Kernel, hookimpl
+from vllm_srun.plugins.hookspecs import RegisterEngine, RegisterKernel
 from vllm_srun.plugins.spec import (
     DecoderBatch,
     EncoderBatch,
@@ -69,7 +70,8 @@ class NativeEncoder:
             result = out.hidden_states[self.spec.hidden_layer]
         else:
             result = out.last_hidden_state
-        return result.float().cpu()
+        hidden: torch.Tensor = result.float().cpu()
+        return hidden
 
 
 class NativeDecoder:
@@ -149,7 +151,8 @@ class NativeDecoder:
                 )
             if batch.read_ids is not None:
                 logits = logits.gather(1, batch.read_ids.to(self.device))
-        return logits.float().cpu()
+        read: torch.Tensor = logits.float().cpu()
+        return read
 
 
 class NativeEngine(Engine):
@@ -253,13 +256,13 @@ def check_pickles(package: Any, names: tuple[str, ...]) -> None:
 
 
 @hookimpl
-def register_engines(register: Any) -> None:
+def register_engines(register: RegisterEngine) -> None:
     """Register the ``native`` engine."""
     register(NativeEngine())
 
 
 @hookimpl
-def register_kernels(register: Any) -> None:
+def register_kernels(register: RegisterKernel) -> None:
     """Register attention: ``eager`` (reference) and ``sdpa`` (not bit-exact)."""
     register(Kernel("attention", "eager", "eager", bit_exact=True, reference=True))
     register(Kernel("attention", "sdpa", "sdpa", bit_exact=False))

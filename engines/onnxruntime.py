@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from vllm_srun.plugins import DeviceInfo, Engine, ExecutionProvider, hookimpl
+from vllm_srun.plugins.hookspecs import RegisterEngine
 from vllm_srun.plugins.spec import EncoderBatch, ModelSpec
 
 # onnxruntime, transformers and optimum are imported where they are used:
@@ -399,6 +400,6 @@ class OnnxRuntimeEngine(Engine):
 
 
 @hookimpl
-def register_engines(register: Any) -> None:
+def register_engines(register: RegisterEngine) -> None:
     """Register the ``onnxruntime`` engine."""
     register(OnnxRuntimeEngine())

@@ -1,9 +1,8 @@
 """The engine contract: run a described model on a placed device.
 
-An engine never parses a package format: a family hands it a model spec and
-reads back hidden states (encoders) or logits at gathered positions
-(decoders). The spec's shape is defined by the families issue; an engine
-receives it opaquely here.
+An engine never parses a package format: a family describes the package as a
+:class:`~vllm_srun.plugins.spec.ModelSpec`, and the engine reads back hidden
+states (encoders) or logits at gathered positions (decoders).
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from vllm_srun.plugins.accelerator import DeviceInfo
+from vllm_srun.plugins.spec import DecoderModel, EncoderModel, ModelSpec
 
 
 class Engine(abc.ABC):
@@ -28,11 +28,13 @@ class Engine(abc.ABC):
     auto_priority: ClassVar[int | None] = None
 
     @abc.abstractmethod
-    def supports(self, spec: Any, device: DeviceInfo) -> str | None:
+    def supports(self, spec: ModelSpec, device: DeviceInfo) -> str | None:
         """``None`` when the engine can run ``spec`` on ``device``, else the reason it cannot."""
 
     @abc.abstractmethod
-    def load(self, spec: Any, device: DeviceInfo, options: Mapping[str, Any]) -> Any:
+    def load(
+        self, spec: ModelSpec, device: DeviceInfo, options: Mapping[str, Any]
+    ) -> EncoderModel | DecoderModel:
         """Load ``spec`` onto ``device`` and return an engine model.
 
         The engine model exposes ``encode(batch)`` (encoders: hidden states or

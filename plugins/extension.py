@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic
+
+from vllm_srun.plugins.loaded import LoadedModel, ModelCard, PlanT
+from vllm_srun.plugins.spec import RowOutput
 
 NUMERICS = ("exact", "approximate")
 """How an extension's answers relate to a reference: bit-exact, or a documented approximation."""
@@ -40,7 +43,7 @@ class SurfaceExtension(abc.ABC):
     method: ClassVar[str] = ""
 
     @abc.abstractmethod
-    def qualifies(self, card: Mapping[str, Any]) -> str | None:
+    def qualifies(self, card: ModelCard) -> str | None:
         """``None`` when the extension can serve the model with this card, else why not.
 
         Args:
@@ -49,16 +52,45 @@ class SurfaceExtension(abc.ABC):
         """
 
     @abc.abstractmethod
-    def attach(self, host: Any, card: Mapping[str, Any]) -> Any:
+    def attach(self, host: LoadedModel[Any], card: ModelCard) -> SurfaceModel[Any]:
         """A loaded model answering :attr:`surfaces` through ``host``.
 
         The returned object follows the loaded-model protocol
-        (:class:`vllm_srun.plugins.spec.LoadedModel`) for the added surfaces:
+        (:class:`SurfaceModel`) for the added surfaces:
         ``plan(surface, request)`` returns work items the *host* runs (the
         runtime batches them with the host's other rows), and
         ``finish(plan, outputs)`` turns the host's row outputs into the
         answer. It must not run forwards itself.
         """
+
+
+class SurfaceModel(abc.ABC, Generic[PlanT]):
+    """What :meth:`SurfaceExtension.attach` returns: ``plan`` and ``finish`` for the
+    surfaces the extension adds, over rows its host runs.
+
+    ``plan`` returns work items the *host* runs (the runtime batches them with
+    the host's other rows, shares the result cache and dedupe with them);
+    ``finish`` turns the host's row outputs into the answer. It never runs a
+    forward itself.
+    """
+
+    @abc.abstractmethod
+    def plan(self, surface: str, request: Mapping[str, Any]) -> PlanT:
+        """Validate a request for an added surface and plan the host rows it needs.
+
+        Raises:
+            RequestError: the request as a whole cannot be taken.
+        """
+
+    @abc.abstractmethod
+    def finish(self, plan: PlanT, outputs: list[RowOutput]) -> dict[str, Any]:
+        """The response body from the host's outputs for the plan's rows."""
+
+    def card(self) -> dict[str, Any]:
+        """What the card's ``extensions`` entry says about these answers beside
+        ``name``, ``surfaces``, ``numerics`` and ``method`` (a ``question_types``
+        key moves up to the model's card)."""
+        return {}
 
 
 def extension_violations(extension: SurfaceExtension) -> list[str]:

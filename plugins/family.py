@@ -8,9 +8,15 @@ and turns surface requests into work items and engine outputs into answers.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
+
+from vllm_srun.plugins.loaded import LoadedModel
+from vllm_srun.plugins.spec import DecoderModel, EncoderModel, ModelSpec
+
+EngineModel = EncoderModel | DecoderModel
+"""What an engine's ``load`` returns: ``encode`` for encoders, ``forward`` for decoders."""
 
 
 class Family(abc.ABC):
@@ -34,12 +40,19 @@ class Family(abc.ABC):
         """Check the package's files before any weight loads; raise with the reason."""
 
     @abc.abstractmethod
-    def describe(self, package: Path) -> Any:
+    def describe(self, package: Path) -> ModelSpec:
         """The model spec: architecture, heads, labels, limits, files, dtype policy."""
 
     @abc.abstractmethod
-    def load(self, package: Path, spec: Any, engine_model: Any) -> Any:
-        """A loaded model that plans, runs and finishes surface requests."""
+    def load(self, package: Path, spec: ModelSpec, engine_model: EngineModel) -> LoadedModel[Any]:
+        """A loaded model that plans, runs and finishes surface requests.
+
+        Args:
+            package: the package directory.
+            spec: what :meth:`describe` returned, with the load options filled
+                in (``dtype``, ``max_model_len``, ``shared_context``).
+            engine_model: the chosen engine's model for ``spec``.
+        """
 
     def fixture(self, root: Path) -> tuple[Path, str, dict[str, Any]] | None:
         """A package this family serves, written under ``root``, with a request for it.
@@ -51,6 +64,10 @@ class Family(abc.ABC):
         """
         return None
 
-    def golden(self, package: Path) -> Sequence[Any]:
-        """Golden requests the family runs during warming; none by default."""
+    def golden(self, package: Path) -> Sequence[Mapping[str, Any]]:
+        """Golden requests the family runs during warming; none by default.
+
+        Each is ``{"surface": ..., "body": {...}}``: a package that is not
+        built in must answer them well formed and the same twice.
+        """
         return ()

@@ -239,37 +239,3 @@ class RowError:
 
 RowOutput = torch.Tensor | RowError
 """What ``finish`` receives per planned row: the engine's output, or why there is none."""
-
-
-class Plan(Protocol):
-    """A planned surface request: the rows to run (the rest is the family's own state)."""
-
-    items: list[WorkItem]
-
-
-class LoadedModel(Protocol):
-    """What a family's ``load`` returns: three verbs per surface.
-
-    ``plan`` validates and tokenises (raising :class:`RequestError` for a
-    request it cannot take; per-input failures stay inside the plan),
-    ``run`` computes one batch of rows from any requests, ``finish`` turns a
-    plan and its rows' outputs into the response body.
-    """
-
-    surfaces: tuple[str, ...]
-
-    def plan(self, surface: str, request: dict[str, object]) -> Plan:
-        """Validate and tokenise a request for ``surface``."""
-        ...
-
-    def run(self, items: list[WorkItem]) -> list[torch.Tensor]:
-        """One output per item, in order (float32, on the CPU)."""
-        ...
-
-    def finish(self, plan: Plan, outputs: list[RowOutput]) -> dict[str, object]:
-        """The response body for a plan, given one output (or :class:`RowError`) per item.
-
-        An input any of whose rows failed answers with that row's error in its
-        place; its siblings answer normally.
-        """
-        ...

@@ -8,53 +8,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_srun.engine_args import EngineArgs, EntryValueError, check_entry_value, engine_fields
 from vllm_srun.errors import LoadError
 from vllm_srun.registry import check_revision as registry_check
 
-ENGINE_ARGUMENTS = (
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "batch_window_ms",
-    "dtype",
-    "enable_shared_context",
-)
-ENTRY_KEYS = (
-    "model",
-    "revision",
-    "name",
-    "device",
-    "engine",
-    "family",
-    "memory_budget_gib",
-    "options",
-    "max_model_len",
-    *ENGINE_ARGUMENTS,
-)
-"""Keys a models-file entry may have (the command reference's list)."""
+ENTRY_KEYS = ("model", "revision", "name", *(f.name for f in engine_fields()), "options")
+"""Keys a models-file entry may have: the model, and every engine argument."""
+
+ENTRY_TYPES: dict[str, type] = {"model": str, "revision": str, "name": str, "options": dict}
+"""The types of the entry keys that are not engine arguments."""
 
 
 class ConfigError(Exception):
     """A command line or models file that cannot be served; the message names the problem."""
 
 
-@dataclass
-class ModelConfig:
-    """One model to serve and its own options (missing ones take the command line's)."""
+@dataclass(kw_only=True)
+class ModelConfig(EngineArgs):
+    """One model to serve: what it is, its ID, and its engine arguments (those a
+    models-file entry leaves out take the command line's).
+
+    Attributes:
+        model: a built-in model name, ``owner/name@COMMIT`` or a package directory.
+        name: the model ID requests use (default: ``model`` as given).
+        revision: the 40-hex commit of a Hub repository.
+        options: request options the model applies by default.
+    """
 
     model: str
     name: str | None = None
     revision: str | None = None
-    device: str = "auto"
-    engine: str = "auto"
-    family: str | None = None
-    memory_budget_gib: float | None = None
     options: dict[str, Any] = field(default_factory=dict)
-    max_model_len: int | None = None
-    max_num_seqs: int = 8192
-    max_num_batched_tokens: int = 65536
-    batch_window_ms: float = 2.0
-    dtype: str = "auto"
-    enable_shared_context: bool | None = None
 
     @property
     def served_name(self) -> str:
@@ -91,43 +75,18 @@ class ServeConfig:
     load_retry_seconds: float = 5.0
 
 
-def _type_check(entry: dict[str, Any], key: str, where: str) -> Any:
+def _checked(entry: dict[str, Any], key: str, where: str) -> Any:
+    """A models-file value, checked like the command-line option of the same name."""
     value = entry[key]
-    expected: dict[str, tuple[type, ...]] = {
-        "model": (str,),
-        "revision": (str,),
-        "name": (str,),
-        "device": (str,),
-        "engine": (str,),
-        "family": (str,),
-        "memory_budget_gib": (int, float),
-        "options": (dict,),
-        "max_model_len": (int,),
-        "max_num_seqs": (int,),
-        "max_num_batched_tokens": (int,),
-        "batch_window_ms": (int, float),
-        "dtype": (str,),
-        "enable_shared_context": (bool,),
-    }
-    types = expected[key]
-    if isinstance(value, bool) and bool not in types:
-        raise ConfigError(f"{where}: {key} must be {' or '.join(t.__name__ for t in types)}")
-    if not isinstance(value, types):
-        raise ConfigError(f"{where}: {key} must be {' or '.join(t.__name__ for t in types)}")
-    if key in AT_LEAST_ONE and value < 1:
-        raise ConfigError(f"{where}: {key} must be at least 1, not {value}")
-    if key in ABOVE_ZERO and not (0 < value < float("inf")):
-        raise ConfigError(f"{where}: {key} must be a number above 0, not {value}")
-    if key == "batch_window_ms" and not (0 <= value < float("inf")):
-        raise ConfigError(f"{where}: batch_window_ms must be 0 or more, not {value}")
-    return value
-
-
-AT_LEAST_ONE = frozenset({"max_model_len", "max_num_seqs", "max_num_batched_tokens"})
-"""Models-file keys that count something, as the matching command-line options require."""
-
-ABOVE_ZERO = frozenset({"memory_budget_gib"})
-"""Models-file keys that must be a finite number above 0."""
+    if key in ENTRY_TYPES:
+        expected = ENTRY_TYPES[key]
+        if not isinstance(value, expected):
+            raise ConfigError(f"{where}: {key} must be {expected.__name__}")
+        return value
+    try:
+        return check_entry_value(key, value)
+    except EntryValueError as err:
+        raise ConfigError(f"{where}: {err}") from err
 
 
 def check_revision(revision: str, where: str) -> str:
@@ -173,7 +132,7 @@ def read_models_file(path: str | os.PathLike[str], defaults: ModelConfig) -> lis
             )
         if "model" not in entry:
             raise ConfigError(f"{where}: `model` is required")
-        values = {key: _type_check(entry, key, where) for key in entry}
+        values = {key: _checked(entry, key, where) for key in entry}
         if "revision" in values:
             values["revision"] = check_revision(values["revision"], where)
         configs.append(dataclasses.replace(defaults, **values))

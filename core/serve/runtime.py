@@ -385,13 +385,7 @@ class Runtime:
                 "reason": state.reason,
                 "golden": state.golden.card(),
                 "extensions": [],
-                "engine_args": {
-                    "max_num_seqs": state.config.max_num_seqs,
-                    "max_num_batched_tokens": state.config.max_num_batched_tokens,
-                    "batch_window_ms": state.config.batch_window_ms,
-                    "max_model_len": state.config.max_model_len,
-                    "enable_shared_context": state.config.enable_shared_context,
-                },
+                "engine_args": state.config.card(),
             }
             details = state.served.card() if state.served is not None else state.details
             if details is not None:
@@ -468,7 +462,7 @@ class Runtime:
                 list(item.plan.items),
                 self._answerer(item, loop, timing),
                 deadline=deadline,
-                weight=max(1, int(getattr(item.plan, "queue_entries", 1))),
+                weight=max(1, item.plan.queue_entries),
             )
         scheduler = planned[0].state.scheduler
         assert scheduler is not None

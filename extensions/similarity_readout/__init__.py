@@ -9,13 +9,13 @@ a calibrated temperature (:mod:`.readout`).
 from __future__ import annotations
 
 from vllm_srun.plugins import hookimpl
-from vllm_srun.plugins.hookspecs import Register
+from vllm_srun.plugins.hookspecs import RegisterSurfaceExtension
 
 from .readout import SimilarityReadout
 
 
 @hookimpl
-def register_surface_extensions(register: Register) -> None:
+def register_surface_extensions(register: RegisterSurfaceExtension) -> None:
     """Register :class:`SimilarityReadout`."""
     register(SimilarityReadout())
 

@@ -35,7 +35,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -49,6 +49,8 @@ from vllm_srun.plugins.decisions import (
     parse_request,
     response_body,
 )
+from vllm_srun.plugins.extension import SurfaceModel
+from vllm_srun.plugins.loaded import LoadedModel, ModelCard, Plan
 from vllm_srun.plugins.spec import RequestError, RowOutput, WorkItem
 
 CALIBRATION = Path(__file__).with_name("calibration") / "temperature.json"
@@ -70,7 +72,7 @@ def read_calibration(path: Path = CALIBRATION) -> dict[str, Any]:
         raise ValueError(f"{path}: 'temperature' must be an object of question type to T")
     for kind in ("choice", "noul", "score"):
         value = temps.get(kind)
-        if type(value) not in (int, float) or not value > 0:
+        if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
             raise ValueError(f"{path}: temperature.{kind} must be a number above 0")
     return dict(data)
 
@@ -105,7 +107,7 @@ class SimilarityReadout(SurfaceExtension):
     numerics = "approximate"
     method = METHOD
 
-    def qualifies(self, card: Mapping[str, Any]) -> str | None:
+    def qualifies(self, card: ModelCard) -> str | None:
         """``None`` for a model that serves ``embeddings`` with a pooled head, else why not."""
         if "embeddings" not in (card.get("surfaces") or ()):
             return "the model serves no embeddings"
@@ -113,7 +115,7 @@ class SimilarityReadout(SurfaceExtension):
             return "the model has no pooled head"
         return None
 
-    def attach(self, host: Any, card: Mapping[str, Any]) -> SimilarityDecisions:
+    def attach(self, host: LoadedModel[Any], card: ModelCard) -> SimilarityDecisions:
         """A decisions model that embeds through ``host``."""
         return SimilarityDecisions(host, read_calibration())
 
@@ -128,18 +130,18 @@ class EntryPlan:
 
 
 @dataclass
-class SimilarityPlan:
+class SimilarityPlan(Plan):
     """A planned decisions request: two host embeddings plans and what each input is."""
 
     request: DecisionsRequest
     states: Any
     options: Any
     entries: list[EntryPlan]
+    items: list[WorkItem] = field(init=False)
 
-    @property
-    def items(self) -> list[WorkItem]:
-        """The host rows: every state first, then every option text."""
-        return [*self.states.items, *self.options.items]
+    def __post_init__(self) -> None:
+        # The host rows: every state first, then every option text.
+        self.items = [*self.states.items, *self.options.items]
 
     @property
     def queue_entries(self) -> int:
@@ -147,7 +149,7 @@ class SimilarityPlan:
         return len(self.request.entries)
 
 
-class SimilarityDecisions:
+class SimilarityDecisions(SurfaceModel[SimilarityPlan]):
     """Answers ``decisions`` for one host model (the loaded-model protocol, planning only).
 
     Args:
@@ -157,7 +159,7 @@ class SimilarityDecisions:
 
     surfaces = ("decisions",)
 
-    def __init__(self, host: Any, calibration: Mapping[str, Any]) -> None:
+    def __init__(self, host: LoadedModel[Any], calibration: Mapping[str, Any]) -> None:
         self.host = host
         self.calibration = dict(calibration)
         self.temperature: dict[str, float] = dict(calibration["temperature"])
@@ -176,7 +178,7 @@ class SimilarityDecisions:
             },
         }
 
-    def plan(self, surface: str, request: Any) -> SimilarityPlan:
+    def plan(self, surface: str, request: Mapping[str, Any] | DecisionsRequest) -> SimilarityPlan:
         """Embeddings rows for every state and every option of every valid question.
 
         Args:
@@ -257,7 +259,9 @@ class SimilarityDecisions:
         options = self.host.finish(plan.options, list(outputs[split:]))["data"]
         tokens = sum(_tokens(item) for item in states) + sum(_tokens(item) for item in options)
         # Each text's unit vector once, however many questions use it.
-        units = [None if "error" in item else _unit(item["embedding"]) for item in options]
+        units: list[torch.Tensor | None] = [
+            None if "error" in item else _unit(item["embedding"]) for item in options
+        ]
         found: list[dict[str, tuple[Any, Any]]] = []
         for entry in plan.entries:
             state = states[entry.state_input]
@@ -280,7 +284,12 @@ class SimilarityDecisions:
                     per_question[question.name] = (question, failed)
                     continue
                 cosines = torch.tensor(
-                    [self.noul_baseline if i is None else float(anchor @ units[i]) for i in inputs],
+                    [
+                        self.noul_baseline
+                        if i is None
+                        else float(anchor @ cast(torch.Tensor, units[i]))
+                        for i in inputs
+                    ],
                     dtype=torch.float64,
                 )
                 per_question[question.name] = (question, cosines.clamp(-1.0, 1.0))
@@ -290,7 +299,8 @@ class SimilarityDecisions:
 
 def _unit(vector: Sequence[float]) -> torch.Tensor:
     values = torch.tensor(vector, dtype=torch.float64)
-    return values / values.norm().clamp_min(1e-12)
+    unit: torch.Tensor = values / values.norm().clamp_min(1e-12)
+    return unit
 
 
 def _tokens(item: Mapping[str, Any]) -> int:

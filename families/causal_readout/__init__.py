@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_srun.plugins import Family, hookimpl
+from vllm_srun.plugins.hookspecs import RegisterFamily
 from vllm_srun.plugins.spec import ModelSpec
 
 from . import package as packages
@@ -105,6 +106,6 @@ class CausalReadoutFamily(Family):
 
 
 @hookimpl
-def register_families(register: Any) -> None:
+def register_families(register: RegisterFamily) -> None:
     """Register the ``causal_readout`` family."""
     register(CausalReadoutFamily())

@@ -13,7 +13,7 @@ import hashlib
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -29,6 +29,7 @@ from vllm_srun.plugins.decisions import (
     parse_request,
     response_body,
 )
+from vllm_srun.plugins.loaded import LoadedModel, ModelCard, Plan
 from vllm_srun.plugins.spec import DecoderBatch, DecoderModel, RequestError, RowOutput, WorkItem
 
 from .package import Description
@@ -107,7 +108,7 @@ class EntryPlan:
 
 
 @dataclass
-class ReadoutPlan:
+class ReadoutPlan(Plan):
     """A planned decisions request.
 
     Attributes:
@@ -137,7 +138,7 @@ def _common_prefix(rows: list[list[int]]) -> int:
     return length
 
 
-class ReadoutModel:
+class ReadoutModel(LoadedModel[ReadoutPlan]):
     """A decoder behind the loaded-model verbs (``plan``, ``run``, ``finish``).
 
     Args:
@@ -179,7 +180,7 @@ class ReadoutModel:
         self.temperatures = dict(description.temperatures)
 
     # -- the card -------------------------------------------------------------------------
-    def card(self) -> dict[str, Any]:
+    def card(self) -> ModelCard:
         """The family's part of the ``/v1/models`` card."""
         return {
             "surfaces": list(self.surfaces),
@@ -364,7 +365,7 @@ class ReadoutModel:
             slot.question.name: {
                 "labels": list(slot.labels.shown),
                 "tokens": list(slot.labels.texts),
-                "temperature": self.temperatures[slot.question.type],
+                "temperature": self.temperatures[cast(str, slot.question.type)],
             }
             for slot in entry.slots
             if slot.labels is not None

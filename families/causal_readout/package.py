@@ -123,7 +123,7 @@ def _token_limit(package: Path, config: dict[str, Any]) -> int:
         raise PackageError(
             "config.json states no position limit (max_position_embeddings or n_positions)"
         )
-    limits = [positions]
+    limits: list[int] = [positions]
     tok = package / "tokenizer_config.json"
     if tok.is_file():
         value = read_json(tok).get("model_max_length")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_srun.plugins import Family, hookimpl
+from vllm_srun.plugins.hookspecs import RegisterFamily
 from vllm_srun.plugins.spec import ModelSpec
 
 from . import package as packages
@@ -70,7 +71,7 @@ class TaskHeadsFamily(Family):
 
 
 @hookimpl
-def register_families(register: Any) -> None:
+def register_families(register: RegisterFamily) -> None:
     """Register the ``task_heads`` family."""
     register(TaskHeadsFamily())
 

@@ -20,9 +20,8 @@ its ``config.json``).
 
 from __future__ import annotations
 
-from typing import Any
-
 from vllm_srun.plugins import Mirror, ModelEntry, hookimpl
+from vllm_srun.plugins.hookspecs import RegisterModel
 
 MINILM = ModelEntry(
     name="sentence-transformers/all-MiniLM-L6-v2",
@@ -84,7 +83,7 @@ BUILTIN_MODELS = (MINILM, RAMPART)
 
 
 @hookimpl
-def register_models(register: Any) -> None:
+def register_models(register: RegisterModel) -> None:
     """Register the built-in models this family loads."""
     for entry in BUILTIN_MODELS:
         register(entry)

@@ -195,7 +195,7 @@ class TextEncoder:
                 return result
             self._truncate(first, second, limit - special)
             result.truncated = True
-        result.offsets = [tuple(o) for o in first.offsets]  # type: ignore[misc]
+        result.offsets = [tuple(o) for o in first.offsets]
         encoding = self.backend.post_process(first, second, add_special_tokens=True)
         kept = len(first) + (len(second) if second is not None else 0)
         result.rows = [self._item(encoding, second is not None)]
@@ -258,7 +258,7 @@ class TextEncoder:
                 "Raise options.max_tokens or shorten the input",
             )
             return result
-        result.offsets = [tuple(o) for o in first.offsets]  # type: ignore[misc]
+        result.offsets = [tuple(o) for o in first.offsets]
         ids = list(first.ids)
         head = len(self.prefix)
         for start, end in plan_windows(len(ids), room, overlap):

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import base64
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from vllm_srun.plugins.loaded import HeadCard, LoadedModel, ModelCard, Plan
 from vllm_srun.plugins.spans import decode_spans
 from vllm_srun.plugins.spec import (
     EncoderBatch,
@@ -37,7 +39,7 @@ PROBE_TEXTS = (
 
 
 @dataclass
-class TaskPlan:
+class TaskPlan(Plan):
     """A planned request: its inputs, the rows they need, and what finishing needs."""
 
     surface: str
@@ -88,7 +90,7 @@ def _error(index: int, code: str, message: str) -> dict[str, Any]:
     return {"index": index, "error": code, "message": message}
 
 
-class TaskModel:
+class TaskModel(LoadedModel[TaskPlan]):
     """A task-head model behind the loaded-model verbs (``plan``, ``run``, ``finish``).
 
     Args:
@@ -111,10 +113,10 @@ class TaskModel:
         return {"rerank"} if any(h.kind == "pooled" for h in self.description.heads) else set()
 
     # -- the card -------------------------------------------------------------------------
-    def card(self) -> dict[str, Any]:
+    def card(self) -> ModelCard:
         """The family's part of the ``/v1/models`` card: heads, embedding, limits."""
         pooling = self.description.pooling
-        heads = [
+        heads: list[HeadCard] = [
             {
                 "name": h.name,
                 "kind": h.kind,
@@ -149,7 +151,7 @@ class TaskModel:
         }
 
     # -- plan -------------------------------------------------------------------------------
-    def plan(self, surface: str, request: dict[str, Any]) -> TaskPlan:
+    def plan(self, surface: str, request: Mapping[str, Any]) -> TaskPlan:
         """Validate and tokenise a request for ``surface``.
 
         Raises:
@@ -180,7 +182,7 @@ class TaskModel:
     ) -> list[EncodedInput]:
         return [self.encoder.encode(t, p, policy) for t, p in zip(texts, pairs, strict=True)]
 
-    def _plan_embeddings(self, request: dict[str, Any], policy: InputPolicy) -> TaskPlan:
+    def _plan_embeddings(self, request: Mapping[str, Any], policy: InputPolicy) -> TaskPlan:
         texts, pairs = _texts(request.get("input"), "input", allow_pairs=False)
         pooling = self.description.pooling
         assert pooling is not None
@@ -208,7 +210,7 @@ class TaskModel:
         )
 
     def _plan_classify(
-        self, request: dict[str, Any], options: dict[str, Any], policy: InputPolicy
+        self, request: Mapping[str, Any], options: dict[str, Any], policy: InputPolicy
     ) -> TaskPlan:
         classify = [h for h in self.description.heads if h.surface == "classify"]
         name = request.get("head")
@@ -251,7 +253,7 @@ class TaskModel:
             options={"threshold": threshold, "aggregation": aggregation},
         )
 
-    def _plan_rerank(self, request: dict[str, Any], policy: InputPolicy) -> TaskPlan:
+    def _plan_rerank(self, request: Mapping[str, Any], policy: InputPolicy) -> TaskPlan:
         query = request.get("query")
         documents = request.get("documents")
         if not isinstance(query, str):
@@ -460,10 +462,10 @@ class TaskModel:
             (r for r in results if "error" not in r),
             key=lambda r: (-r["relevance_score"], r["index"]),
         )
-        failed = [r for r in results if "error" in r]
+        unscored = [r for r in results if "error" in r]
         if plan.options["return_documents"]:
             for r in ranked:
                 r["document"] = documents[r["index"]]
-        ordered = ranked + failed  # failed documents after every scored one
-        top_n = plan.options["top_n"]
+        ordered = ranked + unscored  # failed documents after every scored one
+        top_n: int | None = plan.options["top_n"]
         return ordered if top_n is None else ordered[:top_n]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_srun.plugins import GoldenReference, hookimpl, read_reference_file
+from vllm_srun.plugins.hookspecs import RegisterGoldenReference
 
 from . import package as packages
 
@@ -78,7 +79,7 @@ def generic_requests(package: Path) -> tuple[dict[str, Any], ...]:
 
 
 @hookimpl
-def register_golden_references(register: Any) -> None:
+def register_golden_references(register: RegisterGoldenReference) -> None:
     """Register the built-in models' golden references (``golden/*.json``)."""
     for reference in golden_references():
         register(reference)

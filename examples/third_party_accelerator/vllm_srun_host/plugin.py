@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from vllm_srun.plugins import Accelerator, DeviceInfo, ExecutionProvider, hookimpl
+from vllm_srun.plugins.hookspecs import RegisterAccelerator
 
 
 def _memory() -> tuple[int | None, int | None]:
@@ -60,6 +61,6 @@ class HostAccelerator(Accelerator):
 
 
 @hookimpl
-def register_accelerators(register: Any) -> None:
+def register_accelerators(register: RegisterAccelerator) -> None:
     """Add the ``host`` accelerator."""
     register(HostAccelerator())

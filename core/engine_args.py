@@ -1,0 +1,264 @@
+"""Per-model engine arguments, defined once.
+
+:class:`EngineArgs` is the one place an option a model can take is written:
+its default, its check and its help. From it come the ``vllm-srun serve``
+command-line options (:func:`add_engine_arguments`), the checks of a models
+file entry (:func:`check_entry_value`, the same rules and messages as the
+command line) and the card's ``engine_args`` (:meth:`EngineArgs.card`). A
+models-file entry is an :class:`EngineArgs` plus the model it names
+(:class:`vllm_srun.serve.config.ModelConfig`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+"""``--dtype`` values: ``auto`` is the precision the model was released in."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How one engine argument is checked and shown.
+
+    Attributes:
+        kind: ``text``, ``choice``, ``count`` (an int of at least 1),
+            ``count0`` (an int of 0 or more), ``amount`` (a finite number
+            above 0), ``amount0`` (a finite number of 0 or more) or ``switch``
+            (a bool; ``--x`` / ``--no-x`` on the command line).
+        help: the command line's help text.
+        flag: the command-line option (``--memory-budget``); by default the
+            field name with dashes.
+        metavar: the placeholder the help shows for the value.
+        choices: the accepted values of a ``choice``.
+        on_card: whether the card's ``engine_args`` shows the value in effect.
+    """
+
+    kind: str
+    help: str
+    flag: str | None = None
+    metavar: str | None = None
+    choices: tuple[str, ...] = ()
+    on_card: bool = False
+
+
+def _arg(default: Any, **rule: Any) -> Any:
+    return dataclasses.field(default=default, metadata={"rule": Rule(**rule)})
+
+
+@dataclass(kw_only=True)
+class EngineArgs:
+    """The options one served model takes; what a models-file entry leaves out takes
+    the command line's value, and what the command line leaves out takes these defaults
+    (the command reference's)."""
+
+    device: str = _arg("auto", kind="text", help="auto, or cpu, cuda[:N], rocm[:N], ...")
+    engine: str = _arg(
+        "auto", kind="text", help="auto, or an installed engine (see `vllm-srun plugins`)"
+    )
+    family: str | None = _arg(None, kind="text", help="force a model-family plugin")
+    memory_budget_gib: float | None = _arg(
+        None,
+        kind="amount",
+        flag="--memory-budget",
+        metavar="GIB",
+        help="refuse to load a model whose estimated size is above this many GiB",
+    )
+    max_model_len: int | None = _arg(
+        None,
+        kind="count",
+        on_card=True,
+        help="decision models: most tokens of one question (state, instructions and options); "
+        "a longer question answers max_length_exceeded",
+    )
+    max_num_seqs: int = _arg(
+        8192,
+        kind="count",
+        on_card=True,
+        help="most rows in one forward, across requests (1 runs each row alone)",
+    )
+    max_num_batched_tokens: int = _arg(
+        65536,
+        kind="count",
+        on_card=True,
+        help="most padded tokens in one forward (rows times the longest row)",
+    )
+    batch_window_ms: float = _arg(
+        2.0,
+        kind="amount0",
+        on_card=True,
+        help="how long a busy worker waits after the oldest queued request for more",
+    )
+    dtype: str = _arg(
+        "auto",
+        kind="choice",
+        choices=DTYPES,
+        help="auto: the precision the model was released in; float16 runs on GPUs only",
+    )
+    enable_shared_context: bool | None = _arg(
+        None,
+        kind="switch",
+        on_card=True,
+        help="decision models: compute a multi-question request's shared state once "
+        "(default: by model family)",
+    )
+
+    def card(self) -> dict[str, Any]:
+        """The values in effect of the arguments the card shows (``engine_args``)."""
+        return {f.name: getattr(self, f.name) for f in engine_fields() if rule(f).on_card}
+
+    def engine_args(self) -> EngineArgs:
+        """Only the engine arguments (a models-file entry carries more)."""
+        return EngineArgs(**{f.name: getattr(self, f.name) for f in engine_fields()})
+
+
+def engine_fields() -> tuple[dataclasses.Field[Any], ...]:
+    """The fields of :class:`EngineArgs`, in declaration order."""
+    return dataclasses.fields(EngineArgs)
+
+
+def rule(field: dataclasses.Field[Any]) -> Rule:
+    """The :class:`Rule` of an :class:`EngineArgs` field."""
+    found: Rule = field.metadata["rule"]
+    return found
+
+
+# -- the command line ------------------------------------------------------------------------
+def positive_int(text: str) -> int:
+    """An argparse type: an int of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: an int of 0 or more."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number above 0."""
+    value = float(text)
+    if not value > 0 or value == math.inf:
+        raise argparse.ArgumentTypeError(f"must be a number above 0, not {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse type: a number of 0 or more."""
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
+
+
+ARGPARSE_TYPES: dict[str, Callable[[str], Any]] = {
+    "count": positive_int,
+    "count0": non_negative_int,
+    "amount": positive_float,
+    "amount0": non_negative_float,
+}
+
+
+def flag(field: dataclasses.Field[Any]) -> str:
+    """The command-line option of a field (``--max-num-seqs``)."""
+    return rule(field).flag or "--" + field.name.replace("_", "-")
+
+
+def add_engine_arguments(
+    parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None
+) -> None:
+    """Add the engine arguments (every one, or those named in ``only``) to ``parser``
+    as options with their defaults and help."""
+    for field in engine_fields():
+        if only is not None and field.name not in only:
+            continue
+        spec = rule(field)
+        options: dict[str, Any] = {"dest": field.name, "default": field.default, "help": spec.help}
+        if spec.kind == "switch":
+            options["action"] = argparse.BooleanOptionalAction
+        elif spec.kind == "choice":
+            options["choices"] = spec.choices
+        elif spec.kind in ARGPARSE_TYPES:
+            options["type"] = ARGPARSE_TYPES[spec.kind]
+        if spec.metavar:
+            options["metavar"] = spec.metavar
+        parser.add_argument(flag(field), **options)
+
+
+def from_namespace(args: argparse.Namespace) -> EngineArgs:
+    """The :class:`EngineArgs` parsed by :func:`add_engine_arguments`."""
+    return EngineArgs(**{f.name: getattr(args, f.name) for f in engine_fields()})
+
+
+# -- a models file ---------------------------------------------------------------------------
+TYPES = {
+    "text": (str,),
+    "choice": (str,),
+    "count": (int,),
+    "count0": (int,),
+    "amount": (int, float),
+    "amount0": (int, float),
+    "switch": (bool,),
+}
+"""The YAML types each kind accepts (a bool is never a number here)."""
+
+
+class EntryValueError(ValueError):
+    """A models-file value of the wrong type or out of range; the message names the key."""
+
+
+def check_entry_value(key: str, value: Any) -> Any:
+    """``value`` for the engine argument ``key`` of a models-file entry, checked as the
+    command line checks it.
+
+    Raises:
+        EntryValueError: ``KEY must be int`` (or the other types),
+            ``KEY must be at least 1, not V``, ``KEY must be a number above 0,
+            not V``, ``KEY must be 0 or more, not V``, ``KEY must be one of
+            ..., not V``.
+        KeyError: ``key`` is not an engine argument.
+    """
+    spec = rule({f.name: f for f in engine_fields()}[key])
+    types = TYPES[spec.kind]
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        raise EntryValueError(f"{key} must be {' or '.join(t.__name__ for t in types)}")
+    if spec.kind in ("text", "choice", "switch"):
+        if spec.kind == "choice" and value not in spec.choices:
+            raise EntryValueError(f"{key} must be one of {', '.join(spec.choices)}, not {value!r}")
+        return value
+    number = cast(float, value)
+    if spec.kind == "count" and number < 1:
+        raise EntryValueError(f"{key} must be at least 1, not {value}")
+    if spec.kind == "count0" and number < 0:
+        raise EntryValueError(f"{key} must be 0 or more, not {value}")
+    if spec.kind == "amount" and not 0 < number < math.inf:
+        raise EntryValueError(f"{key} must be a number above 0, not {value}")
+    if spec.kind == "amount0" and not 0 <= number < math.inf:
+        raise EntryValueError(f"{key} must be 0 or more, not {value}")
+    return value
+
+
+__all__ = [
+    "DTYPES",
+    "EngineArgs",
+    "EntryValueError",
+    "Rule",
+    "add_engine_arguments",
+    "check_entry_value",
+    "engine_fields",
+    "from_namespace",
+    "non_negative_float",
+    "non_negative_int",
+    "positive_float",
+    "positive_int",
+]
