@@ -9,8 +9,10 @@ During ``warming`` the runtime runs :func:`check` on each loaded model:
   device's reference keys (most specific first; with a ``--dtype`` other
   than ``auto`` every key ends ``@<dtype>``), the first that has recorded
   answers; that key alone is compared, at the tolerance of its device class
-  (the part of the key before the first ``:`` or ``@``), with no fallback to
-  another key and no relaxed tolerance;
+  (the part of the key before the first ``:`` or ``@``, the accelerator's
+  name): the reference file's for that class, else the one the accelerator
+  declares (:attr:`~vllm_srun.plugins.Accelerator.golden_tolerance`), with no
+  fallback to another key and no relaxed tolerance;
 - without a recorded key, or for a model that is not built in, the model is
   ``unverified``: its golden requests (the reference's, else the family's
   ``golden(package)``) run twice and must be well formed (finite numbers, no
@@ -30,25 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from vllm_srun.loader import ServedModel
-from vllm_srun.plugins import Catalog, GoldenReference, read_reference_file
+from vllm_srun.plugins import Accelerator, Catalog, GoldenReference, read_reference_file
 from vllm_srun.plugins.golden import write_reference_answers
 from vllm_srun.plugins.spec import RequestError
-
-DEFAULT_TOLERANCES = {
-    "cpu": 1e-5,
-    "cuda": 1e-3,
-    "rocm": 1e-3,
-    "xpu": 1e-3,
-    "npu": 1e-3,
-    "mps": 1e-3,
-}
-"""Tolerance ``record`` writes for a device class a reference file has none for.
-
-CPU: 1e-5, the batch-invariance bound of DESIGN §6 (a row alone and in a batch
-differ by about 1e-6 on the same machine). GPUs: 1e-3, because their kernels
-reduce in an order that varies with the launch configuration and TF32/bf16
-accumulation; recorded GPU references may tighten it in their file.
-"""
 
 _KEY_CLASS = re.compile(r"[:@]")
 
@@ -109,6 +95,14 @@ class Recorded:
     path: Path
     answers: int
     tolerance: float | None
+
+
+def tolerance_for(reference: GoldenReference, klass: str, accelerator: Accelerator) -> float:
+    """The absolute tolerance answers under a key of device class ``klass`` are held to:
+    the reference file's for the class, else the accelerator's declared
+    :attr:`~vllm_srun.plugins.Accelerator.golden_tolerance` (``klass`` is its name)."""
+    recorded = reference.tolerances.get(klass)
+    return float(recorded) if recorded is not None else accelerator.golden_tolerance
 
 
 def device_class(key: str) -> str:
@@ -294,18 +288,7 @@ def check(served: ServedModel, catalog: Catalog) -> GoldenResult:
             return GoldenResult("unverified", checked=True, matched=None, reference="")
         recorded = reference.answers[key]
         klass = device_class(key)
-        tolerance = reference.tolerances.get(klass)
-        if tolerance is None:
-            return GoldenResult(
-                "failed",
-                checked=False,
-                matched=False,
-                reference=key,
-                reason=(
-                    f"golden reference of {reference.model} records answers for {key} but no "
-                    f"tolerance for device class {klass}; add one to the reference"
-                ),
-            )
+        tolerance = tolerance_for(reference, klass, served.placement.accelerator)
         answers = run_requests(served, requests)
     except Exception as err:
         reason = (
@@ -344,7 +327,8 @@ def record(
     model's dtype) in the reference file: ``path``, else the file the
     registered reference was read from. The requests run twice and must be
     well formed and equal, so a flaky answer is never recorded. A device
-    class without a tolerance in the file gets :data:`DEFAULT_TOLERANCES`'.
+    class without a tolerance in the file gets the one its accelerator declares
+    (:attr:`~vllm_srun.plugins.Accelerator.golden_tolerance`).
 
     Raises:
         GoldenError: no reference file for ``identity``, a file for another
@@ -368,16 +352,14 @@ def record(
     key = reference_keys(served)[0]
     answers = _well_formed_and_deterministic(served, list(reference.requests))
     klass = device_class(key)
-    default = DEFAULT_TOLERANCES.get(klass)
     write_reference_answers(
-        reference.source, key, answers, None if default is None else (klass, default)
+        reference.source, key, answers, (klass, served.placement.accelerator.golden_tolerance)
     )
     tolerance = read_reference_file(reference.source).tolerances.get(klass)
     return Recorded(identity, key, reference.source, len(answers), tolerance)
 
 
 __all__ = [
-    "DEFAULT_TOLERANCES",
     "PENDING",
     "GoldenError",
     "GoldenResult",

@@ -10,8 +10,8 @@ This is the Python API the serving layer puts behind HTTP::
 For each model the families say which one recognises the package (exactly one;
 ``family=`` forces the choice), the accelerators where to place it, the
 engines which one can run it there (``engine="auto"``: the first, by
-ascending ``auto_priority``, whose ``supports`` accepts it); the kernel
-registry chooses bit-exact kernels for the accelerator.
+ascending ``auto_priority``, whose ``supports`` accepts it); the engine
+chooses its kernels from the registry (bit-exact ones under ``exact``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from vllm_srun.placement import (
     place,
     required_bytes,
 )
-from vllm_srun.plugins import Catalog, Engine, Family, load_catalog, select_kernel
+from vllm_srun.plugins import Catalog, Engine, Family, load_catalog
 from vllm_srun.plugins.loaded import LoadedModel
 from vllm_srun.plugins.spec import ModelSpec, RequestError, RowOutput, WorkItem
 from vllm_srun.probes import measure_batch_invariance, measure_forward_cost
@@ -75,7 +75,7 @@ class ServedModel:
     placement: Placement
     spec: ModelSpec
     loaded: LoadedModel[Any]
-    attention: str
+    kernels: dict[str, str]
     identity: str | None = None
     batch_invariance: dict[str, Any] = field(default_factory=dict)
     forward_cost: dict[str, Any] = field(default_factory=dict)
@@ -96,7 +96,8 @@ class ServedModel:
             "accelerator": self.placement.accelerator.name,
             "device": self.placement.device.device,
             "dtype": self.spec.dtype,
-            "attention": self.attention,
+            "attention": self.kernels.get("attention"),
+            "kernels": dict(self.kernels),
             "batch_invariance": dict(self.batch_invariance),
             "forward_cost": dict(self.forward_cost),
             **family_card,
@@ -287,7 +288,7 @@ def load_model(
         raise LoadError(
             "max_model_len applies to Decision models only: the "
             f"{chosen_family.name} family answers no decisions itself (an embedder that "
-            "answers them through similarity_readout reads its own input limit); drop "
+            "answers them through a surface extension reads its own input limit); drop "
             "max_model_len for this model"
         )
     try:
@@ -330,14 +331,20 @@ def load_model(
             "or serve a smaller model"
         )
     chosen_engine = choose_engine(catalog, spec, placement, engine)
-    kernel = select_kernel(
-        catalog.layer("kernels").values(), "attention", placement.accelerator.name
-    )
+    try:
+        kernels = chosen_engine.select_kernels(
+            catalog.layer("kernels").values(), placement.accelerator.name
+        )
+    except LookupError as err:
+        raise LoadError(
+            f"engine {chosen_engine.name} cannot run on {placement.accelerator.name}: {err}; "
+            "install a plugin that registers that kernel, or choose another --engine"
+        ) from err
     options = {
         "torch_device": placement.accelerator.torch_device(placement.device.index),
         "providers": placement.accelerator.onnx_providers(placement.device),
         "threads": threads,
-        "attention": kernel.implementation,
+        "kernels": kernels,
     }
     try:
         engine_model = chosen_engine.load(spec, placement.device, options)
@@ -374,7 +381,7 @@ def load_model(
         placement=placement,
         spec=spec,
         loaded=loaded,
-        attention=str(kernel.implementation),
+        kernels={slot: k.name for slot, k in kernels.items()},
         identity=prepared.entry.name if prepared.entry is not None else None,
         prepared=prepared,
         max_num_seqs=max_num_seqs,

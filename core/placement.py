@@ -215,7 +215,7 @@ def weight_bytes(spec: ModelSpec, cpu: bool) -> int:
     An ONNX graph counts its file size (graphs run at their exported
     precision); safetensors files count their size scaled from the released
     dtype to the one served (``--dtype``; under ``auto``, a float16 release
-    runs as float32 on a CPU, as the native engine does).
+    runs as float32 on a CPU, as engines serve it there).
     """
     if spec.onnx is not None:
         graph = spec.package / spec.onnx

@@ -160,6 +160,7 @@ class NativeEngine(Engine):
 
     name = "native"
     auto_priority = 10
+    kernel_slots = ("attention",)
 
     def supports(self, spec: Any, device: DeviceInfo) -> str | None:
         """``None`` when transformers has the model type built in and the package has weights
@@ -198,8 +199,11 @@ class NativeEngine(Engine):
 
         Options:
             torch_device: the ``torch.device`` to run on (default CPU).
-            attention: the transformers ``attn_implementation`` the selected
-                attention kernel names (default ``eager``).
+            kernels: the runtime's choice per slot (:meth:`select_kernels`);
+                the ``attention`` kernel's implementation is the transformers
+                ``attn_implementation``.
+            attention: an ``attn_implementation`` to use instead (tests and
+                direct use); ``eager``, the reference, when neither is given.
 
         Raises:
             ValueError: :meth:`supports` refuses the spec.
@@ -223,13 +227,21 @@ class NativeEngine(Engine):
             trust_remote_code=False,
             local_files_only=True,
             use_safetensors=not legacy,
-            attn_implementation=options.get("attention", "eager"),
+            attn_implementation=_attention(options),
             dtype=dtype,
         )
         model.to(target).eval()
         if spec.task == "causal_lm":
             return NativeDecoder(model, spec, target)
         return NativeEncoder(model, spec, target)
+
+
+def _attention(options: Mapping[str, Any]) -> str:
+    """The ``attn_implementation`` of the load options (see :meth:`NativeEngine.load`)."""
+    if "attention" in options:
+        return str(options["attention"])
+    chosen = options.get("kernels", {}).get("attention")
+    return "eager" if chosen is None else str(chosen.implementation)
 
 
 def check_pickles(package: Any, names: tuple[str, ...]) -> None:

@@ -8,10 +8,11 @@ states (encoders) or logits at gathered positions (decoders).
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from vllm_srun.plugins.accelerator import DeviceInfo
+from vllm_srun.plugins.kernel import Kernel, select_kernel
 from vllm_srun.plugins.spec import DecoderModel, EncoderModel, ModelSpec
 
 
@@ -22,10 +23,32 @@ class Engine(abc.ABC):
         name: the engine's name, as ``--engine NAME`` selects it.
         auto_priority: position in ``--engine auto``, ascending (the built-in
             ``native`` comes first); ``None`` means only when named.
+        kernel_slots: the op slots (``attention``) whose implementation this
+            engine takes from the kernel registry; the runtime asks
+            :meth:`select_kernels` for them and passes the choice to
+            :meth:`load` as ``options["kernels"]``. An engine that runs a
+            whole graph (no slots) leaves it empty.
     """
 
     name: ClassVar[str]
     auto_priority: ClassVar[int | None] = None
+    kernel_slots: ClassVar[tuple[str, ...]] = ()
+
+    def select_kernels(
+        self, kernels: Iterable[Kernel], accelerator: str, profile: str = "exact"
+    ) -> dict[str, Kernel]:
+        """The implementation of each of :attr:`kernel_slots` on ``accelerator``.
+
+        The default takes, per slot, a bit-exact implementation made for the
+        accelerator, else the slot's reference (:func:`select_kernel`).
+
+        Raises:
+            LookupError: a slot has no implementation the profile admits.
+        """
+        available = list(kernels)
+        return {
+            slot: select_kernel(available, slot, accelerator, profile) for slot in self.kernel_slots
+        }
 
     @abc.abstractmethod
     def supports(self, spec: ModelSpec, device: DeviceInfo) -> str | None:

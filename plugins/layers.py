@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +64,14 @@ def _prioritised_violations(obj: Any, kind: str) -> list[str]:
     return problems
 
 
+def _accelerator_violations(accelerator: Accelerator) -> list[str]:
+    problems = _prioritised_violations(accelerator, "accelerator")
+    tolerance = getattr(accelerator, "golden_tolerance", None)
+    if type(tolerance) is not float or not 0 < tolerance < math.inf:
+        problems.append(f"accelerator golden_tolerance must be a float above 0, not {tolerance!r}")
+    return problems
+
+
 def _family_violations(family: Family) -> list[str]:
     problems = _named_violations(family, "family")
     surfaces = getattr(family, "surfaces", None)
@@ -89,7 +98,7 @@ LAYERS: tuple[Layer, ...] = (
         "register_accelerators",
         Accelerator,
         lambda o: o.name,
-        lambda o: _prioritised_violations(o, "accelerator"),
+        _accelerator_violations,
     ),
     Layer("kernels", "register_kernels", Kernel, lambda o: o.key, kernel_violations),
     Layer(

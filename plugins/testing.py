@@ -32,16 +32,19 @@ import torch
 
 from vllm_srun.plugins.accelerator import DeviceInfo
 from vllm_srun.plugins.discovery import DiscoveredPlugin, discover
+from vllm_srun.plugins.loaded import LoadedModel
 from vllm_srun.plugins.manager import Catalog, build_catalog
 
 
 @dataclass
 class Finding:
-    """The outcome of one check: ``ok`` and what was found."""
+    """The outcome of one check: ``ok`` and what was found; a ``warning`` passes the
+    check but says what the plugin loses (it never fails the report)."""
 
     check: str
     ok: bool
     message: str
+    warning: bool = False
 
 
 @dataclass
@@ -61,24 +64,36 @@ class ConformanceReport:
         """Whether the plugin passed every check."""
         return not self.violations
 
-    def add(self, check: str, ok: bool, message: str) -> None:
+    @property
+    def warnings(self) -> list[Finding]:
+        """The findings that passed with a warning."""
+        return [f for f in self.findings if f.warning]
+
+    def add(self, check: str, ok: bool, message: str, warning: bool = False) -> None:
         """Record one finding."""
-        self.findings.append(Finding(check, ok, message))
+        self.findings.append(Finding(check, ok, message, warning and ok))
 
     def to_json(self) -> dict[str, Any]:
-        """The report as JSON: ``{"plugin", "ok", "findings": [{"check", "ok", "message"}]}``."""
+        """The report as JSON: ``{"plugin", "ok", "findings": [{"check", "ok", "warning",
+        "message"}]}``."""
         return {
             "plugin": self.plugin,
             "ok": self.ok,
             "findings": [
-                {"check": f.check, "ok": f.ok, "message": f.message} for f in self.findings
+                {"check": f.check, "ok": f.ok, "warning": f.warning, "message": f.message}
+                for f in self.findings
             ],
         }
 
     def to_text(self) -> str:
-        """One line per finding, then a verdict line."""
-        lines = [f"{'ok  ' if f.ok else 'FAIL'} {f.check}: {f.message}" for f in self.findings]
+        """One line per finding (``ok``, ``WARN`` or ``FAIL``), then a verdict line."""
+        lines = [
+            f"{'FAIL' if not f.ok else 'WARN' if f.warning else 'ok  '} {f.check}: {f.message}"
+            for f in self.findings
+        ]
         verdict = "conforms" if self.ok else f"{len(self.violations)} violation(s)"
+        if self.ok and self.warnings:
+            verdict += f", {len(self.warnings)} warning(s)"
         lines.append(f"plugin {self.plugin}: {verdict}")
         return "\n".join(lines)
 
@@ -162,14 +177,28 @@ def _check_behaviour(catalog: Catalog, report: ConformanceReport) -> None:
             report.add(f"accelerator {name}: {check}", problem is None, problem or "as specified")
     for name, family in catalog.layer("families").items():
         for check, problem in _family_problems(family):
-            report.add(f"family {name}: {check}", problem is None, problem or "as specified")
+            warning = problem is not None and problem.startswith(WARNING)
+            report.add(
+                f"family {name}: {check}",
+                problem is None or warning,
+                (problem or "as specified").removeprefix(WARNING),
+                warning=warning,
+            )
 
 
 CPU = DeviceInfo("cpu", None, "cpu", None, None, {})
 
 
+WARNING = "warning: "
+"""Prefix of a family finding that passes with a warning."""
+
+
 def _family_problems(family: Any) -> list[tuple[str, str | None]]:
-    """Run the family's own fixture through a surface with an installed engine on the CPU."""
+    """Run the family's own fixture through a surface with an installed engine on the CPU.
+
+    A problem starting with :data:`WARNING` passes with a warning: the model
+    works but loses something (no probe rows: no cross-request batching).
+    """
     with tempfile.TemporaryDirectory(prefix="vllm-srun-kit-") as tmp:
         try:
             fixture = family.fixture(Path(tmp))
@@ -191,10 +220,22 @@ def _family_problems(family: Any) -> list[tuple[str, str | None]]:
             if engine is None:
                 return [*steps, ("engine", "no installed engine runs the fixture: " + reasons)]
             loaded = family.load(package, spec, engine.load(spec, CPU, {}))
+            if not isinstance(loaded, LoadedModel):
+                return [*steps, ("load()", "must return a vllm_srun.plugins.LoadedModel")]
             plan = loaded.plan(surface, request)
             body = loaded.finish(plan, loaded.run(list(plan.items)))
             json.dumps(body, allow_nan=False)
             steps.append((f"{surface} through {engine.name}", None))
+            steps.append(
+                (
+                    "probe_items()",
+                    None
+                    if loaded.probe_items()
+                    else WARNING + "yields no probe rows, so its models never batch rows of "
+                    "different requests together (each request runs in forwards of its own); "
+                    "return rows of several lengths from probe_items()",
+                )
+            )
         except Exception as err:
             steps.append(("fixture run", f"raised {type(err).__name__}: {err}"))
         return steps

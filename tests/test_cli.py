@@ -104,6 +104,7 @@ def test_plugins_check_json(capsys):
     assert report["findings"][0] == {
         "check": "entry point",
         "ok": True,
+        "warning": False,
         "message": "vllm_srun.accelerators.cpu from vllm-srun",
     }
 

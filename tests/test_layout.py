@@ -4,6 +4,7 @@ package in its import layout, and the checks those contracts cannot express."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -124,12 +125,18 @@ def test_a_broken_rule_is_caught(tmp_path, where, source, contract):
     assert contract in broken, result.stdout
 
 
+BUILTIN_NAMES = re.compile(r"\b(native|onnxruntime|task_heads|causal_readout|similarity_readout)\b")
+"""The built-in families, engines and extensions by their entry-point names."""
+
+
 @pytest.mark.parametrize("path", sorted((REPO / "core").rglob("*.py")), ids=lambda p: p.name)
-def test_core_never_names_a_builtin_plugin_module(path):
-    """Not even in a string: the core finds plugins through entry points."""
+def test_core_never_names_a_builtin_plugin(path):
+    """Not even in a string, a message or help: the core finds plugins through entry
+    points, and must read the same without the built-in ones installed."""
     text = path.read_text()
     for package in BUILTIN_PACKAGES:
         assert package not in text, f"{path.name} names {package}"
+    assert not BUILTIN_NAMES.findall(text), f"{path.name} names {BUILTIN_NAMES.findall(text)}"
 
 
 def test_typed_tree_matches_the_makefile(tmp_path):

@@ -351,3 +351,32 @@ def test_weights_digest(tmp_path):
     assert weights_digest(both) == weights_digest(swapped) != weights_digest(one)
     pinned = ModelSpec(tmp_path, "BertModel", "bert", "encoder", weights_digest="abc")
     assert weights_digest(pinned) == "abc"
+
+
+def test_a_model_loads_and_answers_with_the_native_engine_disabled():
+    """The core selects no kernel of its own: without ``native`` (and so without any
+    registered kernel) the Rampart graph still loads on ``onnxruntime`` and answers."""
+    from vllm_srun.loader import load_model
+    from vllm_srun.plugins import load_catalog
+
+    catalog = load_catalog({"VLLM_SRUN_DISABLE_PLUGINS": "native"})
+    assert "native" not in catalog.layer("engines")
+    assert not catalog.layer("kernels")
+    served = load_model("arcjet/rampart-pii", catalog=catalog, device="cpu", offline=True)
+    assert served.engine.name == "onnxruntime"
+    card = served.card()
+    assert (card["engine"], card["kernels"], card["attention"]) == ("onnxruntime", {}, None)
+    text = "Contact Dana Whitfield at dana.whitfield@example.org or 212-555-0147."
+    [item] = served.answer("classify", {"input": text})["results"]
+    assert [(s["start"], s["end"], s["label"]) for s in item["spans"]] == [
+        (8, 12, "GIVEN_NAME"),
+        (13, 22, "SURNAME"),
+        (26, 52, "EMAIL"),
+        (56, 68, "PHONE"),
+    ]
+    assert [s["text"] for s in item["spans"]] == [
+        text[8:12],
+        text[13:22],
+        "dana.whitfield@example.org",
+        "212-555-0147",
+    ]

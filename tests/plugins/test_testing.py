@@ -141,3 +141,31 @@ def test_the_kit_checks_one_plugin_alone(make_distribution):
     make_distribution("twin-one", "twin_one", accelerator_source("twin"))
     make_distribution("twin-two", "twin_two", accelerator_source("twin"))
     assert check_plugin("twin_one").ok
+
+
+def test_a_family_whose_models_give_no_probe_rows_passes_with_a_warning():
+    from vllm_srun.families.task_heads import TaskHeadsFamily
+
+    class Unprobed(TaskHeadsFamily):
+        name = "unprobed"
+
+        def load(self, package, spec, engine_model):
+            model = super().load(package, spec, engine_model)
+            model.probe_items = list  # no rows: the probes cannot vouch for batching
+            return model
+
+    module = types.ModuleType("unprobed_family")
+
+    @hookimpl
+    def register_families(register):
+        register(Unprobed())
+
+    module.register_families = register_families
+    report = check_plugin(module)
+    assert report.ok and not report.violations
+    [warning] = report.warnings
+    assert warning.check == "family unprobed: probe_items()"
+    assert warning.message.startswith("yields no probe rows, so its models never batch rows")
+    assert "WARN family unprobed: probe_items()" in report.to_text()
+    assert report.to_text().endswith("plugin unprobed_family: conforms, 1 warning(s)")
+    assert check_plugin("task_heads").warnings == []
