@@ -33,6 +33,7 @@ import torch
 from vllm_srun.plugins.accelerator import DeviceInfo
 from vllm_srun.plugins.discovery import DiscoveredPlugin, discover
 from vllm_srun.plugins.loaded import LoadedModel
+from vllm_srun.plugins.spec import RowOutput
 from vllm_srun.plugins.manager import Catalog, build_catalog
 
 
@@ -223,7 +224,8 @@ def _family_problems(family: Any) -> list[tuple[str, str | None]]:
             if not isinstance(loaded, LoadedModel):
                 return [*steps, ("load()", "must return a vllm_srun.plugins.LoadedModel")]
             plan = loaded.plan(surface, request)
-            body = loaded.finish(plan, loaded.run(list(plan.items)))
+            outputs: list[RowOutput] = list(loaded.run(list(plan.items)))
+            body = loaded.finish(plan, outputs)
             json.dumps(body, allow_nan=False)
             steps.append((f"{surface} through {engine.name}", None))
             steps.append(
