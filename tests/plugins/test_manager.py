@@ -327,7 +327,7 @@ def test_an_unknown_hook_message_lists_every_hook():
 
 
 def test_every_problem_of_a_plugin_is_listed():
-    module = types.ModuleType("two_problems")
+    module = types.ModuleType("three_problems")
 
     @hookimpl(wrapper=True)
     def register_accelerators(register):
@@ -337,12 +337,18 @@ def test_every_problem_of_a_plugin_is_listed():
     def register_gpus(register):
         pass
 
+    @hookimpl
+    def register_tpus(register):
+        pass
+
     module.register_accelerators = register_accelerators
     module.register_gpus = register_gpus
-    catalog = build_catalog([DiscoveredPlugin("two", "two_problems", "d", "1", module)])
+    module.register_tpus = register_tpus
+    catalog = build_catalog([DiscoveredPlugin("three", "three_problems", "d", "1", module)])
     assert catalog.plugins[0].error == (
         "register_accelerators is a hook wrapper; implement it as a plain hook; "
-        f"implements unknown hook 'register_gpus'; the hooks are {HOOKS}"
+        f"implements unknown hook 'register_gpus'; the hooks are {HOOKS}; "
+        f"implements unknown hook 'register_tpus'; the hooks are {HOOKS}"
     )
     assert catalog.layer("accelerators") == {}
 
