@@ -23,7 +23,7 @@ from vllm_srun.families.task_heads.readouts import (
 )
 from vllm_srun.loader import load_model
 from vllm_srun.plugins import load_catalog
-from vllm_srun.plugins.spec import RequestError
+from vllm_srun.plugins.spec import RequestError, RowError
 
 from ..fixtures import HEAD_LABELS, write_task_package
 
@@ -642,3 +642,243 @@ def test_a_lone_surrogate_in_either_text_is_an_item_error(models):
         "the text has a lone surrogate U+D800 at code point 2;"
     )
     assert body["usage"] == {"prompt_tokens": 0, "total_tokens": 0}
+
+
+# -- responses --------------------------------------------------------------------------------
+def task_model(model):
+    """The family's TaskModel (under a surface extension, the host it wraps)."""
+    return getattr(model.loaded, "host", model.loaded)
+
+
+def finish_with_failures(model, surface, request, failures):
+    """Plan and run ``request``, replace the outputs of rows ``failures`` by row errors."""
+    loaded = task_model(model)
+    plan = loaded.plan(surface, request)
+    outputs = loaded.run(plan.items)
+    for row, code in failures.items():
+        outputs[row] = RowError(code, f"row {row} failed")
+    return loaded.finish(plan, outputs)
+
+
+class FixedLogits:
+    """An engine model answering the given ``[rows, labels]`` logits, whatever the rows."""
+
+    def __init__(self, logits):
+        self.logits = torch.tensor(logits, dtype=torch.float32)
+
+    def encode(self, batch):
+        assert batch.input_ids.shape[0] == self.logits.shape[0]
+        return self.logits.clone()
+
+
+class Nan:
+    """An engine model whose outputs are NaN."""
+
+    def __init__(self, real):
+        self.real = real
+
+    def encode(self, batch):
+        return torch.full_like(self.real.encode(batch), float("nan"))
+
+
+def with_engine(model, engine):
+    from vllm_srun.families.task_heads.model import TaskModel
+
+    loaded = task_model(model)
+    return TaskModel(loaded.description, loaded.encoder, engine)
+
+
+def answer(loaded, surface, request):
+    plan = loaded.plan(surface, request)
+    return loaded.finish(plan, loaded.run(plan.items))
+
+
+def test_cards_describe_each_head_kind(models):
+    sequence = task_model(models["sequence"]).card()
+    assert sequence == {
+        "surfaces": ["classify"],
+        "heads": [
+            {
+                "name": "sequence",
+                "kind": "sequence",
+                "labels": ["negative", "neutral", "positive"],
+                "inputs": ["text", "text_pair"],
+                "overflow": ["reject", "truncate", "window"],
+                "window": {"tokens": 64, "overlap": 31},
+                "reduction": "max per label over windows",
+            }
+        ],
+        "embedding": None,
+        "limits": {"max_tokens": 64},
+    }
+    scores = task_model(models["scores"]).card()["heads"][0]
+    assert scores["inputs"] == ["text", "text_pair"] and scores["kind"] == "scores"
+    token = task_model(models["token"]).card()["heads"][0]
+    assert token["inputs"] == ["text"]
+    assert token["reduction"] == "most-central window per token"
+    pooled = task_model(models["pooled"]).card()
+    assert pooled["surfaces"] == ["embeddings", "rerank"]
+    assert pooled["heads"][0]["reduction"] == "content-token-weighted mean"
+    assert pooled["heads"][0]["window"] == {"tokens": 48, "overlap": 23}
+    assert pooled["embedding"] == {
+        "dimensions": 32,
+        "normalized": True,
+        "pooling": "mean",
+        "max_tokens": 48,
+    }
+    assert task_model(models["relevance"]).card()["surfaces"] == ["rerank"]
+
+
+def test_responses_have_their_documented_shape(models):
+    body = models["pooled"].answer("embeddings", {"input": ["good", words(47)]})
+    assert body["object"] == "list" and set(body) == {"model", "object", "data", "usage"}
+    assert [set(item) for item in body["data"]] == [
+        {"object", "index", "embedding", "input"},
+        {"object", "index", "error", "message"},
+    ]
+    assert body["data"][0]["object"] == "embedding" and body["data"][0]["index"] == 0
+    # usage counts the tokens that ran: 3 for "good", nothing for the rejected input
+    assert body["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
+    classified = models["sequence"].answer("classify", {"input": ["good", words(4)]})
+    assert set(classified) == {"model", "head", "kind", "labels", "results", "usage"}
+    assert (classified["head"], classified["kind"]) == ("sequence", "sequence")
+    assert classified["usage"] == {"prompt_tokens": 3 + 6, "total_tokens": 3 + 6}
+    assert [r["index"] for r in classified["results"]] == [0, 1]
+    reranked = models["relevance"].answer("rerank", {"query": "good", "documents": ["bad"]})
+    assert set(reranked) == {"model", "results", "usage"}
+    assert reranked["usage"] == {"prompt_tokens": 5, "total_tokens": 5}
+    bi = models["pooled"].answer("rerank", {"query": "good", "documents": ["bad", "okay"]})
+    assert bi["usage"] == {"prompt_tokens": 3 * 3, "total_tokens": 3 * 3}  # query counted
+    assert models["pooled"].answer("rerank", {"query": "good", "documents": []})["results"] == []
+
+
+def test_a_batch_of_singles_and_pairs_answers_each_as_alone(models, reference, tokenizer):
+    inputs = [words(5), {"text": "good", "text_pair": words(9, shift=1)}, {"text": "bad film"}]
+    body = models["sequence"].answer("classify", {"input": inputs})
+    good, pair = content_ids(tokenizer, "good"), content_ids(tokenizer, words(9, shift=1))
+    rows = [
+        ([CLS, *content_ids(tokenizer, words(5)), SEP], None),
+        ([CLS, *good, SEP, *pair, SEP], [0] * 3 + [1] * 10),
+        ([CLS, *content_ids(tokenizer, "bad film"), SEP], None),
+    ]
+    for (ids, types), result in zip(rows, body["results"], strict=True):
+        want = torch.softmax(forward(reference("sequence"), ids, types), dim=-1)
+        assert close(result["probabilities"], want)
+
+
+def test_a_failed_row_answers_for_its_input_only(models):
+    text = words(20)
+    windowed = {"input": ["good", text, "bad"], "options": {"overflow": "window"}}
+    windowed["options"]["window"] = {"tokens": 10, "overlap": 4}  # the middle input: rows 1-4
+    body = finish_with_failures(models["pooled"], "embeddings", windowed, {2: "deadline_exceeded"})
+    assert body["data"][1] == {
+        "object": "embedding",
+        "index": 1,
+        "error": "deadline_exceeded",
+        "message": "row 2 failed",
+    }
+    assert "embedding" in body["data"][0] and "embedding" in body["data"][2]
+    classified = finish_with_failures(
+        models["sequence"], "classify", windowed, {4: "internal_error"}
+    )
+    assert classified["results"][1] == {
+        "index": 1,
+        "error": "internal_error",
+        "message": "row 4 failed",
+    }
+    assert "probabilities" in classified["results"][2]
+    tokens = finish_with_failures(models["token"], "classify", windowed, {0: "internal_error"})
+    assert tokens["results"][0]["error"] == "internal_error" and "spans" in tokens["results"][1]
+
+
+def test_a_failed_cross_encoder_row_ranks_after_every_scored_document(models):
+    request = {"query": "good", "documents": ["bad", "okay", "film"], "return_documents": True}
+    body = finish_with_failures(models["relevance"], "rerank", request, {0: "deadline_exceeded"})
+    assert [r["index"] for r in body["results"]][-1] == 0
+    assert body["results"][-1] == {
+        "index": 0,
+        "error": "deadline_exceeded",
+        "message": "row 0 failed",
+    }
+    assert [r["document"] for r in body["results"][:2]] == [
+        request["documents"][r["index"]] for r in body["results"][:2]
+    ]
+
+
+def test_a_failed_query_row_fails_every_bi_encoder_document(models):
+    request = {"query": "good", "documents": ["bad", "okay"]}
+    body = finish_with_failures(models["pooled"], "rerank", request, {0: "deadline_exceeded"})
+    assert body["results"] == [
+        {"index": 0, "error": "deadline_exceeded", "message": "row 0 failed"},
+        {"index": 1, "error": "deadline_exceeded", "message": "row 0 failed"},
+    ]
+    one = finish_with_failures(models["pooled"], "rerank", request, {1: "internal_error"})
+    assert [r["index"] for r in one["results"]] == [1, 0]
+    assert one["results"][1] == {"index": 0, "error": "internal_error", "message": "row 1 failed"}
+    assert "relevance_score" in one["results"][0]
+
+
+def test_bi_encoder_rerank_of_a_document_too_long_fails_that_document_only(models):
+    body = models["pooled"].answer(
+        "rerank", {"query": "good", "documents": [words(50), "okay"], "return_documents": True}
+    )
+    assert [r["index"] for r in body["results"]] == [1, 0]
+    assert body["results"][1]["error"] == "max_length_exceeded"
+    assert "document" not in body["results"][1] and body["results"][0]["document"] == "okay"
+    with pytest.raises(RequestError) as raised:
+        models["pooled"].answer("rerank", {"query": words(50), "documents": ["okay"]})
+    assert raised.value.code == "invalid_request"
+    assert raised.value.message.startswith("query: input has 52 tokens; the limit is 48.")
+    cut = models["pooled"].answer(
+        "rerank",
+        {"query": words(50), "documents": ["okay"], "options": {"overflow": "truncate"}},
+    )
+    assert "relevance_score" in cut["results"][0]
+
+
+def test_identical_query_and_document_score_one_at_most(models):
+    body = models["pooled"].answer("rerank", {"query": words(7), "documents": [words(7), "bad"]})
+    best = body["results"][0]
+    assert best["index"] == 0 and best["relevance_score"] == pytest.approx(1.0, abs=1e-6)
+    assert -1.0 <= body["results"][1]["relevance_score"] <= 1.0
+    assert all(-1.0 <= r["relevance_score"] <= 1.0 for r in body["results"])
+
+
+def test_rerank_ties_keep_the_document_order(models):
+    documents = ["okay", "bad", "okay", "bad", "okay"]
+    for key in ("pooled", "relevance"):
+        body = models[key].answer("rerank", {"query": "good", "documents": documents})
+        results = body["results"]
+        scores = [r["relevance_score"] for r in results]
+        assert scores == sorted(scores, reverse=True)
+        groups = {}
+        for r in results:
+            groups.setdefault(documents[r["index"]], []).append(r["index"])
+        assert groups == {"okay": [0, 2, 4], "bad": [1, 3]}
+
+
+def test_cross_encoder_scores_saturate_without_overflow(models):
+    loaded = with_engine(models["relevance"], FixedLogits([[-1000.0], [-700.0], [-699.0], [800.0]]))
+    body = answer(loaded, "rerank", {"query": "q", "documents": ["a", "b", "c", "d"]})
+    by_index = {r["index"]: r for r in body["results"]}
+    assert by_index[3]["relevance_score"] == 1.0 and by_index[3]["logit"] == 800.0
+    assert by_index[2]["relevance_score"] == pytest.approx(1 / (1 + math.exp(699)), rel=1e-9)
+    assert by_index[2]["relevance_score"] > 0
+    assert by_index[1]["relevance_score"] == 0.0 and by_index[0]["relevance_score"] == 0.0
+    assert [r["index"] for r in body["results"]] == [3, 2, 0, 1]
+
+
+@pytest.mark.parametrize(
+    ("key", "surface", "request_body", "message"),
+    [
+        ("scores", "classify", {"input": ["okay"]}, "the model's output is not finite"),
+        ("pooled", "rerank", {"query": "q", "documents": ["okay"]}, "the score is not finite"),
+        ("relevance", "rerank", {"query": "q", "documents": ["okay"]}, "the logit is not finite"),
+        ("pooled", "embeddings", {"input": ["okay"]}, "the embedding is not finite"),
+    ],
+)
+def test_non_finite_outputs_are_item_errors(models, key, surface, request_body, message):
+    loaded = with_engine(models[key], Nan(task_model(models[key]).engine_model))
+    body = answer(loaded, surface, request_body)
+    [item] = body.get("results") or body.get("data")
+    assert (item["error"], item["message"]) == ("invalid_model_output", message)
