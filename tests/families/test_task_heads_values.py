@@ -882,3 +882,278 @@ def test_non_finite_outputs_are_item_errors(models, key, surface, request_body, 
     body = answer(loaded, surface, request_body)
     [item] = body.get("results") or body.get("data")
     assert (item["error"], item["message"]) == ("invalid_model_output", message)
+
+
+def reference_spans(text, offsets, logits, tags, **options):
+    from vllm_srun.plugins.spans import decode_spans
+
+    probabilities = torch.softmax(logits, dim=-1)
+    return [s.to_json() for s in decode_spans(text, offsets, probabilities, tags, **options)]
+
+
+def same_spans(got, want) -> bool:
+    keys = ("start", "end", "text", "label")
+    return [[s[k] for k in keys] for s in got] == [[s[k] for k in keys] for s in want] and all(
+        abs(a["probability"] - b["probability"]) < 1e-5 for a, b in zip(got, want, strict=True)
+    )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"aggregation": "first"}, {"aggregation": "none", "threshold": 0.3}, {"threshold": 0.5}],
+)
+def test_token_spans_read_the_token_logits(models, reference, packages, options):
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(packages["token"])
+    text = "dana whitfield from new york and london"
+    encoded = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+    logits = forward(reference("token"), [CLS, *ids, SEP])[1:-1]
+    tags = list(HEAD_LABELS["token"])
+    want = reference_spans(text, offsets, logits, tags, **options)
+    assert want  # the fixture finds something to compare
+    [result] = models["token"].answer("classify", {"input": text, "options": options})["results"]
+    assert same_spans(result["spans"], want)
+
+
+def test_windowed_token_spans_take_each_token_from_its_most_central_window(
+    models, reference, packages
+):
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(packages["token"])
+    text = words(20, shift=5)
+    encoded = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+    windows = [(0, 8), (4, 12), (8, 16), (12, 20)]
+    # a token goes to the window where it is farthest from an edge (ties: the earlier)
+    chosen = [0] * 6 + [1] * 4 + [2] * 4 + [3] * 6
+    rows = [forward(reference("token"), [CLS, *ids[s:e], SEP]) for s, e in windows]
+    logits = torch.stack(
+        [rows[w][1 + i - windows[w][0]] for i, w in enumerate(chosen)]  # +1: [CLS]
+    )
+    options = {"overflow": "window", "window": {"tokens": 10, "overlap": 4}, "threshold": 0.0}
+    [result] = models["token"].answer("classify", {"input": text, "options": options})["results"]
+    want = reference_spans(text, offsets, logits, list(HEAD_LABELS["token"]), threshold=0.0)
+    assert want and same_spans(result["spans"], want)
+    assert result["input"]["windows"] == 4
+
+
+def test_scores_heads_select_only_when_asked_or_configured(models):
+    from dataclasses import replace
+
+    from vllm_srun.families.task_heads.model import TaskModel
+
+    loaded = task_model(models["scores"])
+    head = replace(loaded.description.heads[0], thresholds=None)
+    bare = TaskModel(
+        replace(loaded.description, heads=(head,)), loaded.encoder, loaded.engine_model
+    )
+    [plain] = answer(bare, "classify", {"input": "good movie"})["results"]
+    assert "selected" not in plain and len(plain["scores"]) == 3
+    [asked] = answer(bare, "classify", {"input": "good movie", "options": {"threshold": 0.5}})[
+        "results"
+    ]
+    assert asked["selected"] == [
+        label for label, s in zip(HEAD_LABELS["scores"], asked["scores"], strict=True) if s >= 0.5
+    ]
+    [none] = answer(bare, "classify", {"input": "good movie", "options": {"threshold": 1}})[
+        "results"
+    ]
+    assert none["selected"] == []
+    [every] = answer(bare, "classify", {"input": "good movie", "options": {"threshold": 0}})[
+        "results"
+    ]
+    assert every["selected"] == ["toxic", "insult", "threat"]
+
+
+def test_a_model_with_several_classify_heads_asks_which(models):
+    from dataclasses import replace
+
+    from vllm_srun.families.task_heads.model import TaskModel
+    from vllm_srun.families.task_heads.package import Head
+
+    loaded = task_model(models["sequence"])
+    heads = (
+        *loaded.description.heads,
+        Head("second", "scores", ("x", "y", "z"), ("x", "y", "z")),
+        Head("pooled", "pooled"),
+    )
+    multi = TaskModel(replace(loaded.description, heads=heads), loaded.encoder, loaded.engine_model)
+    assert multi.surfaces == ("classify", "embeddings", "rerank")
+    with pytest.raises(RequestError) as raised:
+        multi.plan("classify", {"input": "good"})
+    assert raised.value.message == "name the head: one of sequence, second"
+    assert multi.plan("classify", {"input": "good", "head": "second"}).head.name == "second"
+    assert multi.plan("classify", {"input": "good", "head": "sequence"}).head.kind == "sequence"
+    with pytest.raises(RequestError) as raised:
+        multi.plan("classify", {"input": "good", "head": "pooled"})
+    assert raised.value.message == "unknown head 'pooled'; this model has sequence, second"
+
+
+@pytest.mark.parametrize(
+    ("key", "surface", "request_body", "code", "message"),
+    [
+        (
+            "pooled",
+            "classify",
+            {"input": "x"},
+            "unsupported_surface",
+            "this model serves embeddings, rerank, not classify",
+        ),
+        ("sequence", "classify", [], "invalid_request", "the request must be a JSON object"),
+        (
+            "sequence",
+            "classify",
+            {"input": "x", "options": "window"},
+            "invalid_request",
+            "options must be an object",
+        ),
+        (
+            "sequence",
+            "classify",
+            {"input": {"text": "x"}},
+            "invalid_request",
+            "input must be a string or a non-empty list",
+        ),
+        (
+            "sequence",
+            "classify",
+            {"input": ["ok", {"text": "a", "text_pair": 3}]},
+            "invalid_request",
+            "input[1].text_pair must be a string",
+        ),
+        (
+            "sequence",
+            "classify",
+            {"input": ["ok", {"text_pair": "b"}]},
+            "invalid_request",
+            "input[1] must be a string or {text, text_pair}",
+        ),
+        (
+            "pooled",
+            "embeddings",
+            {"input": ["ok", {"text": "a"}]},
+            "invalid_request",
+            "input[1] must be a string",
+        ),
+        (
+            "pooled",
+            "embeddings",
+            {"input": "x", "dimensions": True},
+            "invalid_request",
+            "dimensions must be an integer from 1 to 32, not True",
+        ),
+        (
+            "token",
+            "classify",
+            {"input": ["a", "b", {"text": "a", "text_pair": "b"}]},
+            "invalid_request",
+            "input[2] has a text_pair; the token head reads single texts",
+        ),
+        (
+            "sequence",
+            "classify",
+            {"input": "x", "options": {"threshold": 1.5}},
+            "invalid_request",
+            "options.threshold must be a number from 0 to 1",
+        ),
+        (
+            "sequence",
+            "classify",
+            {"input": "x", "options": {"threshold": -0.1}},
+            "invalid_request",
+            "options.threshold must be a number from 0 to 1",
+        ),
+        (
+            "sequence",
+            "classify",
+            {"input": "x", "options": {"threshold": "0.5"}},
+            "invalid_request",
+            "options.threshold must be a number from 0 to 1",
+        ),
+        (
+            "sequence",
+            "classify",
+            {"input": "x", "options": {"threshold": True}},
+            "invalid_request",
+            "options.threshold must be a number from 0 to 1",
+        ),
+        (
+            "sequence",
+            "classify",
+            {"input": "x", "options": {"aggregation": "mean"}},
+            "invalid_request",
+            "options.aggregation must be one of max, first, average, none, not 'mean'",
+        ),
+        (
+            "sequence",
+            "classify",
+            {"input": "x", "head": "nope"},
+            "invalid_request",
+            "unknown head 'nope'; this model has sequence",
+        ),
+        ("relevance", "rerank", {"documents": ["d"]}, "invalid_request", "query must be a string"),
+        (
+            "relevance",
+            "rerank",
+            {"query": "q", "documents": "d"},
+            "invalid_request",
+            "documents must be a list of strings",
+        ),
+        (
+            "relevance",
+            "rerank",
+            {"query": "q", "documents": ["d", 1]},
+            "invalid_request",
+            "documents must be a list of strings",
+        ),
+        (
+            "relevance",
+            "rerank",
+            {"query": "q", "documents": ["d"], "top_n": True},
+            "invalid_request",
+            "top_n must be an integer >= 1, not True",
+        ),
+        (
+            "relevance",
+            "rerank",
+            {"query": "q", "documents": ["d"], "return_documents": 1},
+            "invalid_request",
+            "return_documents must be true or false",
+        ),
+    ],
+)
+def test_malformed_requests_say_what_is_wrong(models, key, surface, request_body, code, message):
+    with pytest.raises(RequestError) as raised:
+        task_model(models[key]).plan(surface, request_body)
+    assert (raised.value.code, raised.value.message) == (code, message)
+
+
+def test_request_values_at_their_bounds_are_accepted(models):
+    pooled = models["pooled"]
+    for dimensions in (1, 32):
+        [item] = pooled.answer("embeddings", {"input": "good", "dimensions": dimensions})["data"]
+        assert len(item["embedding"]) == dimensions
+    [item] = pooled.answer("embeddings", {"input": "good", "encoding_format": None})["data"]
+    assert isinstance(item["embedding"], list)
+    plan = task_model(models["sequence"]).plan(
+        "classify", {"input": [{"text": "good"}], "options": None}
+    )
+    assert plan.options == {"threshold": None, "aggregation": "max"}
+    assert plan.items[0].token_type_ids is None  # {text} alone is a single text
+    for threshold in (0, 1, 0.5):
+        plan = task_model(models["sequence"]).plan(
+            "classify", {"input": "x", "options": {"threshold": threshold}}
+        )
+        assert plan.options["threshold"] == threshold
+    for aggregation in ("max", "first", "average", "none"):
+        plan = task_model(models["token"]).plan(
+            "classify", {"input": "x", "options": {"aggregation": aggregation}}
+        )
+        assert plan.options["aggregation"] == aggregation
+    top = models["relevance"].answer("rerank", {"query": "q", "documents": ["a", "b"], "top_n": 1})
+    assert len(top["results"]) == 1
+    plan = task_model(models["relevance"]).plan("rerank", {"query": "q", "documents": ["a"]})
+    assert plan.options == {"top_n": None, "return_documents": False}
