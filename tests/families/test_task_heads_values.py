@@ -204,6 +204,9 @@ def test_token_probabilities_come_from_the_most_central_window():
         softmax(4, 0),  # token 5: window 1, row position 4
     ]
     assert torch.allclose(got, torch.tensor(want), atol=1e-6)
+    row = torch.tensor([[0.0, 3.0], [1.0, 0.0], [0.0, 9.0]])  # [CLS], one token, [SEP]
+    single = token_probabilities([row], [[1]], [(0, 1)], 1)
+    assert torch.allclose(single, torch.tensor([softmax(1, 0)]), atol=1e-6)
     empty = token_probabilities([torch.zeros((2, 5))], [[]], [(0, 0)], 0)
     assert empty.shape == (0, 5) and empty.dtype == torch.float32
 
@@ -476,7 +479,9 @@ def test_truncating_a_pair_cuts_the_longer_text_first(models, tokenizer):
 
     # 3 special tokens; 9 content tokens -> budget 6: the longer first text loses 3
     assert planned(9) == [CLS, *a[:3], SEP, *b, SEP]
-    # budget 4: 6+3 -> 3+3 -> tie cuts the first text -> 2+2... (longest first, first on ties)
+    # budget 5: 6+3 -> 3+3, a tie: the first text loses the token
+    assert planned(8) == [CLS, *a[:2], SEP, *b, SEP]
+    # budget 4: then the second text, now the longer
     assert planned(7) == [CLS, *a[:2], SEP, *b[:2], SEP]
     assert planned(12) == [CLS, *a, SEP, *b, SEP]
     [result] = model.answer(
@@ -1157,3 +1162,34 @@ def test_request_values_at_their_bounds_are_accepted(models):
     assert len(top["results"]) == 1
     plan = task_model(models["relevance"]).plan("rerank", {"query": "q", "documents": ["a"]})
     assert plan.options == {"top_n": None, "return_documents": False}
+
+
+def test_row_keys_differ_with_ids_or_segments():
+    from vllm_srun.families.task_heads.inputs import row_key
+
+    ids = [2, 40, 41, 3, 42, 3]
+    keys = {
+        row_key(ids, None),
+        row_key(ids, [0, 0, 0, 0, 1, 1]),
+        row_key(ids, [0, 0, 0, 1, 1, 1]),
+        row_key([2, 40, 41, 3, 42, 4], None),
+        row_key([2, 40, 41, 3, 42], None),
+    }
+    assert len(keys) == 5
+    assert row_key(list(ids), None) == row_key(tuple(ids), None)
+    assert row_key(ids, [0] * 6) == row_key(list(ids), [0] * 6)
+
+
+def test_the_default_scan_budget_is_32768_content_tokens(models):
+    loaded = task_model(models["sequence"])
+    options = {"overflow": "window"}
+    [at] = loaded.plan("classify", {"input": "good " * 32768, "options": options}).inputs
+    assert at.error is None and at.content_tokens == 32768
+    assert len(at.rows) == 1 + -(-(32768 - 62) // 31)  # step 31 after the first window
+    [over] = loaded.plan("classify", {"input": "good " * 32769, "options": options}).inputs
+    assert over.error == (
+        "scan_budget_exceeded",
+        "input has 32769 content tokens; the scan budget is 32768. "
+        "Raise options.max_tokens or shorten the input",
+    )
+    assert over.rows == []
