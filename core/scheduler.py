@@ -61,7 +61,8 @@ class Job:
         items: the rows the request needs.
         on_done: called once, on the worker thread, with one output or
             :class:`RowError` per item, when every row is settled.
-        deadline: ``time.monotonic()`` after which queued rows expire, or ``None``.
+        deadline: the scheduler's clock (``time.monotonic()`` unless it was
+            given another) after which queued rows expire, or ``None``.
         weight: how many requests it counts as against ``--max-queue`` (a
             decisions request counts each of its ``states`` entries).
     """
@@ -197,6 +198,9 @@ class ModelScheduler:
         run: computes one forward: rows in, one output per row out.
         limits: queue bounds, batch bounds and cache size.
         metrics: where counts and durations go.
+        clock: the monotonic clock, in seconds, that admission times, the
+            batch window and deadlines are read from (tests pass a fake one);
+            the grace of :meth:`stop` is real time.
     """
 
     def __init__(
@@ -205,11 +209,13 @@ class ModelScheduler:
         run: RunRows,
         limits: SchedulerLimits,
         metrics: SchedulerMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
         self.run = run
         self.limits = limits
         self.metrics = metrics or SchedulerMetrics()
+        self.clock = clock
         self._cond = threading.Condition()
         self._queue: collections.deque[Job] = collections.deque()
         self._unanswered = 0
@@ -245,7 +251,7 @@ class ModelScheduler:
                     f"{self._unanswered_tokens} tokens queued (limits {self.limits.max_queue} "
                     f"and {self.limits.max_queued_tokens}); retry later"
                 )
-            now = time.monotonic()
+            now = self.clock()
             for job in jobs:
                 job.enqueued = now
                 self._unanswered += job.weight
@@ -314,7 +320,7 @@ class ModelScheduler:
                     while (
                         self._queued_rows < self.limits.max_num_seqs
                         and not self._stopping
-                        and (wait := until - time.monotonic()) > 0
+                        and (wait := until - self.clock()) > 0
                     ):
                         self._cond.wait(timeout=wait)
                 batch = self._take()
@@ -325,7 +331,7 @@ class ModelScheduler:
 
     def _take(self) -> list[tuple[Job, int]]:
         """Rows for one forward, round-robin over queued jobs, within the batch bounds."""
-        now = time.monotonic()
+        now = self.clock()
         expired = RowError(
             "deadline_exceeded", "the request's deadline passed before this input ran"
         )

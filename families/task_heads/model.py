@@ -453,10 +453,11 @@ class TaskModel(LoadedModel[TaskPlan]):
                     results.append(_error(index, failed.code, failed.message))
                     continue
                 doc = torch.nn.functional.normalize(self._pooled(encoded, rows), dim=0)
-                cosine = min(1.0, max(-1.0, float(torch.dot(query, doc))))
-                if not math.isfinite(cosine):
+                cosine = float(torch.dot(query, doc))
+                if not math.isfinite(cosine):  # before clamping: max(-1.0, nan) is -1.0
                     results.append(_error(index, "invalid_model_output", "the score is not finite"))
                     continue
+                cosine = min(1.0, max(-1.0, cosine))
                 results.append({"index": index, "relevance_score": cosine, "logit": cosine})
         ranked = sorted(
             (r for r in results if "error" not in r),

@@ -9,6 +9,7 @@ from vllm_srun.plugins import (
     Accelerator,
     DiscoveredPlugin,
     GoldenReference,
+    Kernel,
     ModelEntry,
     build_catalog,
     discover,
@@ -164,3 +165,118 @@ def test_a_flood_of_refusals_is_counted_not_listed():
     refused = catalog.plugins[0].refused
     assert len(refused) == 21
     assert refused[-1].reason == "and 4980 more refused objects"
+
+
+def test_an_attribute_that_raises_does_not_hide_the_hooks_after_it():
+    class Plugin:
+        @property
+        def a_broken_attribute(self):  # listed before register_accelerators
+            raise RuntimeError("lazy import failed")
+
+        @hookimpl
+        def register_accelerators(self, register):
+            register(make_accelerator("after"))
+
+    catalog = build_catalog([DiscoveredPlugin("p", "x:Plugin", "d", "1", Plugin())])
+    assert catalog.plugins[0].error is None
+    assert list(catalog.layer("accelerators")) == ["after"]
+
+
+def test_a_module_attribute_that_raises_on_every_lookup_does_not_break_its_plugin():
+    class LazyProxy:  # a lazily loaded submodule, say: any attribute lookup raises
+        def __getattr__(self, attr):
+            raise RuntimeError(f"cannot load {attr}")
+
+    module = types.ModuleType("with_proxy")
+    module.lazy = LazyProxy()
+
+    @hookimpl
+    def register_accelerators(register):
+        register(make_accelerator("proxied"))
+
+    module.register_accelerators = register_accelerators
+    catalog = build_catalog([DiscoveredPlugin("proxy", "with_proxy", "d", "1", module)])
+    assert catalog.plugins[0].error is None
+    assert list(catalog.layer("accelerators")) == ["proxied"]
+
+
+def test_an_object_without_a_name_is_refused_under_its_type_name():
+    class Gadget:
+        pass
+
+    catalog = build_catalog([plugin("p", object(), Gadget())])
+    assert [(r.name, r.reason) for r in catalog.plugins[0].refused] == [
+        ("object", "object is not an instance of vllm_srun.plugins.accelerator.Accelerator"),
+        (
+            "test_an_object_without_a_name_is_refused_under_its_type_name.<locals>.Gadget",
+            "test_an_object_without_a_name_is_refused_under_its_type_name.<locals>.Gadget "
+            "is not an instance of vllm_srun.plugins.accelerator.Accelerator",
+        ),
+    ]
+
+
+def test_a_registry_name_that_is_not_a_non_empty_str_is_refused():
+    class NumberedKernel(Kernel):
+        @property
+        def key(self):
+            return 7
+
+    class BlankKernel(Kernel):
+        @property
+        def key(self):
+            return ""
+
+    numbered = NumberedKernel("attention", "numbered", "eager", bit_exact=True)
+    blank = BlankKernel("attention", "blank", "eager", bit_exact=True)
+    good = Kernel("attention", "good", "eager", bit_exact=True)
+    catalog = build_catalog([plugin("k", numbered, blank, good, hook="register_kernels")])
+    assert list(catalog.layer("kernels")) == ["attention.good"]
+    assert [r.to_json() for r in catalog.plugins[0].refused] == [
+        {
+            "layer": "kernels",
+            "name": "numbered",
+            "reason": "registry name must be a non-empty str, not int",
+        },
+        {
+            "layer": "kernels",
+            "name": "blank",
+            "reason": "registry name must be a non-empty str, not str",
+        },
+    ]
+
+
+def test_a_hook_that_raises_is_one_refusal_of_the_whole_layer():
+    def explode():
+        raise RuntimeError("driver missing")
+
+    catalog = build_catalog([plugin("boom", explode)])
+    assert [r.to_json() for r in catalog.plugins[0].refused] == [
+        {
+            "layer": "accelerators",
+            "name": "*",
+            "reason": "register_accelerators raised RuntimeError: driver missing",
+        }
+    ]
+
+
+def test_every_broken_rule_of_one_object_is_in_its_reason():
+    catalog = build_catalog([plugin("p", make_accelerator("Bad", priority=True))])
+    [refusal] = catalog.plugins[0].refused
+    assert refusal.reason == (
+        "accelerator name 'Bad' must match ^[a-z][a-z0-9_]*$; "
+        "accelerator auto_priority must be an int or None, not True"
+    )
+
+
+def test_twenty_refusals_are_all_listed_and_the_twenty_first_is_counted():
+    twenty = build_catalog([plugin("twenty", *[object() for _ in range(20)])])
+    assert len(twenty.plugins[0].refused) == 20
+    assert all(r.name == "object" for r in twenty.plugins[0].refused)
+    flood = build_catalog([plugin("flood", *[object() for _ in range(21)])])
+    refused = flood.plugins[0].refused
+    assert len(refused) == 21
+    assert refused[-1].to_json() == {
+        "layer": "accelerators",
+        "name": "*",
+        "reason": "and 1 more refused objects",
+    }

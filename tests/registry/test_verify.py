@@ -11,7 +11,7 @@ import pytest
 from tests.registry.conftest import NAME, REVISION, digests, write_cache
 from vllm_srun.loader import LoadError
 from vllm_srun.registry import identity, prepare, verify_package
-from vllm_srun.registry.verify import is_loadable, link_root
+from vllm_srun.registry.verify import count_parameters, is_loadable, link_root
 
 
 def test_an_intact_package_is_pinned_with_its_weights_digest(package, entry):
@@ -77,6 +77,75 @@ def test_an_unlisted_config_the_family_reads_is_refused(package, entry):
         verify_package(package, entry=entry)
 
 
+def test_several_unlisted_files_are_all_named(package, entry):
+    (package / "pytorch_model.bin").write_bytes(b"one")
+    (package / "modeling_evil.py").write_bytes(b"two")
+    with pytest.raises(LoadError) as raised:
+        verify_package(package, entry=entry, source="the Hugging Face cache")
+    assert str(raised.value) == (
+        "the package holds a file the built-in table does not list: modeling_evil.py, "
+        f"pytorch_model.bin in {NAME} from the Hugging Face cache would load unverified. "
+        f"Remove them from {package.resolve()}, or serve a clean copy (a separate "
+        "--cache-dir, or the mirror distribution)"
+    )
+
+
+def test_one_unlisted_file_says_remove_it(package, entry):
+    (package / "scaler.pkl").write_bytes(b"pickle")
+    with pytest.raises(LoadError) as raised:
+        verify_package(package, entry=entry)
+    assert str(raised.value) == (
+        f"the package holds a file the built-in table does not list: scaler.pkl in {NAME} "
+        f"would load unverified. Remove it from {package.resolve()}, or serve a clean copy "
+        "(a separate --cache-dir, or the mirror distribution)"
+    )
+
+
+def test_several_missing_files_are_all_named(package, entry):
+    (package / "vocab.txt").unlink()
+    (package / "tokenizer.json").unlink()
+    with pytest.raises(LoadError) as raised:
+        verify_package(package, entry=entry)
+    assert str(raised.value) == (
+        f"a file the model needs is missing: tokenizer.json, vocab.txt of {NAME} (the copy is "
+        "incomplete or damaged). Replace the package with an intact copy and start again"
+    )
+
+
+@pytest.mark.parametrize("source", ["", "mirror acme-tiny 1.0", "/srv/models/tiny"])
+def test_a_mismatch_outside_the_cache_says_to_replace_the_package(package, entry, source):
+    """The cache fix is only for the cache, the mirror fix only for an entry with a mirror."""
+    (package / "vocab.txt").write_bytes(b"changed\n")
+    changed = hashlib.sha256(b"changed\n").hexdigest()
+    with pytest.raises(LoadError) as raised:
+        verify_package(package, entry=entry, source=source)
+    message = str(raised.value)
+    where = f" from {source}" if source else ""
+    assert message == (
+        f"a file hash does not match: vocab.txt of {NAME}{where} has SHA-256 "
+        f"{changed}, the built-in table pins "
+        f"{entry.files['vocab.txt']}. The copy is damaged or the repository changed. "
+        "Replace the package with an intact copy and start again"
+    )
+
+
+def test_parameters_count_float_and_bfloat_weights_only(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    save_file(
+        {
+            "dense.weight": torch.zeros(3, 4, dtype=torch.bfloat16),
+            "dense.bias": torch.zeros(5, dtype=torch.float16),
+            "norm.weight": torch.zeros(2, 3, dtype=torch.float32),
+            "position_ids": torch.zeros(1, 7, dtype=torch.int64),
+        },
+        tmp_path / "model.safetensors",
+    )
+    assert count_parameters(tmp_path, {"model.safetensors": "0" * 64}) == 12 + 5 + 6
+    assert count_parameters(tmp_path, {"onnx/model.onnx": "0" * 64}) is None
+
+
 def test_a_missing_listed_file_is_an_error(package, entry):
     (package / "tokenizer.json").unlink()
     with pytest.raises(LoadError) as raised:
@@ -91,7 +160,21 @@ def test_a_snapshot_may_link_into_its_blobs(tiny_package, entry, tmp_path):
     snapshot = write_cache(tmp_path / "cache", NAME, REVISION, tiny_package)
     assert (snapshot / "config.json").is_symlink()
     assert link_root(snapshot) == (tmp_path / "cache" / "models--acme--tiny-ner").resolve()
-    assert verify_package(snapshot, entry=entry).status == "pinned"
+    found = verify_package(snapshot, entry=entry)
+    assert found.status == "pinned"
+    weights = hashlib.sha256((tiny_package / "model.safetensors").read_bytes()).hexdigest()
+    assert found.model_sha256 == weights
+    assert found.files == {
+        name: hashlib.sha256((tiny_package / name).read_bytes()).hexdigest()
+        for name in (
+            "config.json",
+            "model.safetensors",
+            "special_tokens_map.json",
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "vocab.txt",
+        )
+    }
 
 
 def test_a_link_escaping_the_snapshot_is_refused(tiny_package, entry, tmp_path):
@@ -103,9 +186,12 @@ def test_a_link_escaping_the_snapshot_is_refused(tiny_package, entry, tmp_path):
     (snapshot / "config.json").symlink_to(outside)
     with pytest.raises(LoadError) as raised:
         verify_package(snapshot, entry=entry)
-    assert str(raised.value).startswith(
+    assert str(raised.value) == (
         f"a link leaves the package: config.json points to {outside.resolve()}, outside "
-        f"{(tmp_path / 'cache' / 'models--acme--tiny-ner').resolve()}."
+        f"{(tmp_path / 'cache' / 'models--acme--tiny-ner').resolve()}. Links may only point "
+        "inside the package directory (or, in the Hugging Face cache, inside the "
+        "repository's models--owner--name folder); replace the link with the file itself or "
+        "delete the model from the cache and start again"
     )
 
 
@@ -116,6 +202,90 @@ def test_a_link_into_another_repository_of_the_cache_is_refused(tiny_package, en
     (snapshot / "vocab.txt").symlink_to(os.path.realpath(other / "vocab.txt"))
     with pytest.raises(LoadError, match=r"^a link leaves the package: vocab\.txt points to"):
         verify_package(snapshot, entry=entry)
+
+
+def test_a_sibling_repository_of_the_cache_is_outside_the_repository(tiny_package, entry, tmp_path):
+    """A relative link from one ``models--owner--name`` folder into a sibling one (here one
+    whose name starts with the same letters) leaves the repository: refused, though the
+    bytes are the ones the table pins."""
+    cache = tmp_path / "cache"
+    write_cache(cache, "acme/tiny-ner-v2", REVISION, tiny_package)
+    snapshot = write_cache(cache, NAME, REVISION, tiny_package)
+    blob = hashlib.sha256((tiny_package / "vocab.txt").read_bytes()).hexdigest()
+    (snapshot / "vocab.txt").unlink()
+    (snapshot / "vocab.txt").symlink_to(f"../../../models--acme--tiny-ner-v2/blobs/{blob}")
+    assert (snapshot / "vocab.txt").read_bytes() == (tiny_package / "vocab.txt").read_bytes()
+    with pytest.raises(LoadError) as raised:
+        verify_package(snapshot, entry=entry, source="the Hugging Face cache")
+    target = cache.resolve() / "models--acme--tiny-ner-v2" / "blobs" / blob
+    assert str(raised.value).startswith(
+        f"a link leaves the package: vocab.txt points to {target}, outside "
+        f"{cache.resolve() / 'models--acme--tiny-ner'}. "
+    )
+
+
+def test_only_a_snapshot_inside_a_models_folder_may_link_into_its_parent(tmp_path):
+    hub = tmp_path / "models--acme--x" / "snapshots" / "abc"
+    dataset = tmp_path / "datasets--acme--x" / "snapshots" / "abc"
+    refs = tmp_path / "models--acme--x" / "refs" / "abc"
+    for folder in (hub, dataset, refs):
+        folder.mkdir(parents=True)
+    assert link_root(hub) == (tmp_path / "models--acme--x").resolve()
+    assert link_root(dataset) == dataset.resolve()
+    assert link_root(refs) == refs.resolve()
+    # so a link from the dataset snapshot up into its own folder is refused
+    (tmp_path / "datasets--acme--x" / "vocab.txt").write_text("a\n")
+    (dataset / "vocab.txt").symlink_to("../../vocab.txt")
+    with pytest.raises(LoadError, match=r"^a link leaves the package: vocab\.txt points to"):
+        verify_package(dataset, entry=None)
+
+
+def test_a_folder_linked_inside_the_repository_is_walked(tiny_package, tmp_path):
+    snapshot = write_cache(tmp_path / "cache", NAME, REVISION, tiny_package)
+    pooling = snapshot.parent.parent / "pooling"
+    pooling.mkdir()
+    (pooling / "config.json").write_bytes(b'{"pooling_mode_mean_tokens": true}')
+    (snapshot / "1_Pooling").symlink_to("../../pooling", target_is_directory=True)
+    found = verify_package(snapshot, entry=None, status="revision")
+    assert found.status == "revision"
+    assert sorted(found.files) == [
+        "1_Pooling/config.json",
+        "config.json",
+        "model.safetensors",
+        "special_tokens_map.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vocab.txt",
+    ]
+    assert (
+        found.files["1_Pooling/config.json"]
+        == hashlib.sha256(b'{"pooling_mode_mean_tokens": true}').hexdigest()
+    )
+    assert (
+        found.files["vocab.txt"]
+        == hashlib.sha256((tiny_package / "vocab.txt").read_bytes()).hexdigest()
+    )
+
+
+def test_each_real_folder_is_walked_once_even_through_links_back_up(package):
+    for folder in ("a", "b"):
+        (package / folder).mkdir()
+        (package / folder / "config.json").write_text(folder)
+        (package / folder / "up").symlink_to("..", target_is_directory=True)
+    found = verify_package(package, entry=None)
+    assert sorted(found.files) == [
+        "a/config.json",
+        "b/config.json",
+        "config.json",
+        "model.safetensors",
+        "special_tokens_map.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vocab.txt",
+    ]
+    assert found.files["a/config.json"] == hashlib.sha256(b"a").hexdigest()
+    assert found.files["b/config.json"] == hashlib.sha256(b"b").hexdigest()
+    assert found.extra_files == ()
 
 
 def test_a_linked_folder_leaving_a_local_package_is_refused(package, tmp_path):
@@ -182,6 +352,8 @@ def test_a_local_copy_of_a_built_in_model_is_that_model(package, entry):
         ("model.gguf", True),
         ("sentencepiece.bpe.model", True),
         ("1_Pooling/config.json", True),
+        ("models/2_Dense/config.json", True),
+        ("a/b/tokenizer.json", True),
         ("tokenizer_config.json", True),
         ("README.md", False),
         ("LICENSE", False),

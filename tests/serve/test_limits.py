@@ -54,11 +54,28 @@ def test_a_body_at_the_limit_is_served(limited):
     prefix, suffix = b'{"model": "pooled", "input": "', b'"}'
     body = prefix + b"a " * ((LIMIT - len(prefix) - len(suffix)) // 2) + suffix
     assert len(body) == LIMIT
-    response = make_client(limited).post(
+    client = make_client(limited)
+    response = client.post(
         "/v1/embeddings", content=body, headers={"content-type": "application/json"}
     )
     assert response.status_code == 200
-    assert response.json()["data"][0]["error"] == "max_length_exceeded"
+    # 1008 words "a" between [CLS] and [SEP]: over the model's 48 tokens, answered per item
+    assert response.json()["data"] == [
+        {
+            "object": "embedding",
+            "index": 0,
+            "error": "max_length_exceeded",
+            "message": "input has 1010 tokens; the limit is 48. Shorten it, or send "
+            "options.overflow truncate (keep the beginning) or window",
+        }
+    ]
+    assert response.json()["usage"] == {"prompt_tokens": 0, "total_tokens": 0}
+    # one byte more is refused
+    over = prefix + b"a " * ((LIMIT - len(prefix) - len(suffix)) // 2) + b" " + suffix
+    assert len(over) == LIMIT + 1
+    assert_too_large(
+        client.post("/v1/embeddings", content=over, headers={"content-type": "application/json"})
+    )
 
 
 def read_response(sock) -> tuple[int, dict]:
@@ -89,7 +106,10 @@ def test_the_413_comes_before_the_body_is_sent(limited, live_server):
             b"content-length: 100000000\r\n\r\n" + b"[" + b" " * 100
         )
         status, body = read_response(sock)
-    assert status == 413 and body["error"]["code"] == "request_too_large"
+    assert status == 413
+    assert body == {
+        "error": {"code": "request_too_large", "message": f"the body is over {LIMIT} bytes"}
+    }
 
     with server.connect() as sock:
         sock.sendall(
@@ -99,4 +119,7 @@ def test_the_413_comes_before_the_body_is_sent(limited, live_server):
         for _ in range(3):  # 3 KiB sent of a body that never ends
             sock.sendall(b"400\r\n" + b" " * 1024 + b"\r\n")
         status, body = read_response(sock)
-    assert status == 413 and body["error"]["code"] == "request_too_large"
+    assert status == 413
+    assert body == {
+        "error": {"code": "request_too_large", "message": f"the body is over {LIMIT} bytes"}
+    }

@@ -189,7 +189,9 @@ def test_a_request_past_its_deadline_answers_deadline_exceeded(make_runtime, liv
         expired = pool.submit(post, server, "/v1/embeddings", late)
         expired_bundle = pool.submit(post, server, "/v1/bundle", bundle)
         wait_until(lambda: unanswered(runtime, "pooled") == 3, 10, "three admitted requests")
-        time.sleep(0.1)
+        # both arrived before now: their 50 ms deadlines end before now + 50 ms
+        passed = time.monotonic() + 0.05
+        wait_until(lambda: time.monotonic() > passed, 1, "the deadlines to pass")
         forward.release()
         assert blocker.result(30).status_code == 200
         response, bundled = expired.result(30), expired_bundle.result(30)

@@ -11,7 +11,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..fixtures import HEAD_LABELS
+from . import reference
 from .conftest import HEADS, PHASES, control, make_client, server_timing
+from .reference import close
 
 LONG = " ".join(["good movie"] * 60)  # 120 content tokens: over every fixture's limit
 
@@ -43,13 +45,15 @@ def test_a_surface_the_model_does_not_serve_is_422(client):
     )
 
 
-def test_the_model_may_be_left_out_only_while_one_is_served(make_runtime):
+def test_the_model_may_be_left_out_only_while_one_is_served(make_runtime, packages):
     several = make_client(make_runtime(("pooled", "sequence")))
     message = error_of(several.post("/v1/embeddings", json={"input": "x"}), 400, "invalid_request")
     assert message == "name the model: one of pooled, sequence"
     one = make_client(make_runtime(("pooled",)))
     response = one.post("/v1/embeddings", json={"input": "good"})
     assert response.status_code == 200 and response.json()["model"] == "pooled"
+    [item] = response.json()["data"]
+    assert close(item["embedding"], reference.embedding(packages["pooled"], "good"))
 
 
 @pytest.mark.parametrize(
@@ -194,20 +198,31 @@ def test_each_bad_field_is_400_with_a_precise_message(client, path, body, messag
     assert error_of(client.post(path, json=body), 400, "invalid_request") == message
 
 
-def test_unknown_openai_fields_are_ignored_on_embeddings(client):
+def test_unknown_openai_fields_are_ignored_on_embeddings(client, packages):
     body = {"model": "pooled", "input": "good", "user": "someone"}
-    assert client.post("/v1/embeddings", json=body).status_code == 200
+    response = client.post("/v1/embeddings", json=body)
+    assert response.status_code == 200
+    [item] = response.json()["data"]
+    assert close(item["embedding"], reference.embedding(packages["pooled"], "good"))
+    # [CLS] good [SEP]
+    assert response.json()["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
 
 
 def test_an_unknown_route_answers_an_error_document(client):
     response = client.get("/v1/nothing")
     assert response.status_code == 404
-    assert response.json()["error"]["message"] == "GET /v1/nothing: Not Found"
-    assert client.get("/v1/embeddings").status_code == 405
+    assert response.json() == {
+        "error": {"code": "invalid_request", "message": "GET /v1/nothing: Not Found"}
+    }
+    wrong_method = client.get("/v1/embeddings")
+    assert wrong_method.status_code == 405
+    assert wrong_method.json() == {
+        "error": {"code": "invalid_request", "message": "GET /v1/embeddings: Method Not Allowed"}
+    }
 
 
 # -- per-item errors and answers ------------------------------------------------------------
-def test_an_input_over_the_limit_fails_alone_beside_its_siblings(client):
+def test_an_input_over_the_limit_fails_alone_beside_its_siblings(client, packages):
     body = {"model": "pooled", "input": ["good movie", LONG, "okay"]}
     response = client.post("/v1/embeddings", json=body)
     assert response.status_code == 200
@@ -220,16 +235,30 @@ def test_an_input_over_the_limit_fails_alone_beside_its_siblings(client):
         "message": "input has 122 tokens; the limit is 48. Shorten it, or send options.overflow "
         "truncate (keep the beginning) or window",
     }
-    for item in (data[0], data[2]):
-        assert len(item["embedding"]) == 32
-        assert item["input"]["truncated"] is False
-    usage = response.json()["usage"]
-    assert usage["prompt_tokens"] == data[0]["input"]["tokens"] + data[2]["input"]["tokens"]
+    # [CLS] good movie [SEP] and [CLS] okay [SEP]: 4 and 3 tokens; the failed input counts none
+    for item, text, count in ((data[0], "good movie", 4), (data[2], "okay", 3)):
+        assert close(item["embedding"], reference.embedding(packages["pooled"], text))
+        assert reference.tokens(packages["pooled"], text) == count
+        assert item["input"] == {
+            "tokens": count,
+            "processed_tokens": count,
+            "truncated": False,
+            "windows": 1,
+        }
+    assert response.json()["usage"] == {"prompt_tokens": 7, "total_tokens": 7}
 
     classify = client.post("/v1/classify", json={"model": "sequence", "input": [LONG, "good"]})
     results = classify.json()["results"]
-    assert results[0]["error"] == "max_length_exceeded" and results[0]["index"] == 0
-    assert results[1]["label"] in HEAD_LABELS["sequence"]
+    assert results[0] == {
+        "index": 0,
+        "error": "max_length_exceeded",
+        "message": "input has 122 tokens; the limit is 64. Shorten it, or send options.overflow "
+        "truncate (keep the beginning) or window",
+    }
+    want = reference.probabilities(packages["sequence"], "good")
+    assert close(results[1]["probabilities"], want)
+    assert results[1]["label"] == HEAD_LABELS["sequence"][want.index(max(want))]
+    assert classify.json()["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
 
     truncated = client.post(
         "/v1/embeddings",
@@ -237,9 +266,13 @@ def test_an_input_over_the_limit_fails_alone_beside_its_siblings(client):
     )
     [item] = truncated.json()["data"]
     assert item["input"] == {"tokens": 122, "processed_tokens": 48, "truncated": True, "windows": 1}
+    # the embedding of the first 48 tokens ([CLS], 46 content tokens, [SEP])
+    want = reference.embedding(packages["pooled"], LONG, max_tokens=48)
+    assert close(item["embedding"], want)
+    assert truncated.json()["usage"] == {"prompt_tokens": 48, "total_tokens": 48}
 
 
-def test_duplicate_inputs_get_the_same_answer_at_their_own_index(make_runtime):
+def test_duplicate_inputs_get_the_same_answer_at_their_own_index(make_runtime, packages):
     runtime = make_runtime(("pooled", "token"), result_cache_entries=0)
     client = make_client(runtime)
     texts = ["good movie", "okay", "good movie", "dana from paris", "okay"]
@@ -249,6 +282,8 @@ def test_duplicate_inputs_get_the_same_answer_at_their_own_index(make_runtime):
     assert data[1]["embedding"] == data[4]["embedding"]
     assert data[0]["embedding"] != data[1]["embedding"] != data[3]["embedding"]
     assert len(control(runtime, "pooled").forwards[-1]) == 3  # each distinct row once
+    for item, text in zip(data, texts, strict=True):
+        assert close(item["embedding"], reference.embedding(packages["pooled"], text)), text
     for index, text in enumerate(texts):
         response = client.post("/v1/embeddings", json={"model": "pooled", "input": text})
         [alone] = response.json()["data"]
@@ -263,9 +298,12 @@ def test_duplicate_inputs_get_the_same_answer_at_their_own_index(make_runtime):
     assert results[0]["spans"] == results[2]["spans"] != results[1]["spans"]
 
 
-def test_base64_embeddings_are_little_endian_float32(client):
+def test_base64_embeddings_are_little_endian_float32(client, packages):
     request = {"model": "pooled", "input": ["good movie", "okay"], "dimensions": 16}
     floats = client.post("/v1/embeddings", json=request).json()["data"]
+    for item, text in zip(floats, request["input"], strict=True):
+        want = reference.embedding(packages["pooled"], text, dimensions=16)
+        assert close(item["embedding"], want), text
     encoded = client.post("/v1/embeddings", json={**request, "encoding_format": "base64"}).json()[
         "data"
     ]
@@ -278,7 +316,7 @@ def test_base64_embeddings_are_little_endian_float32(client):
         assert abs(sum(v * v for v in decoded) - 1) < 1e-5  # re-normalised after truncation
 
 
-def test_rerank_orders_by_score_and_puts_failed_documents_last(client):
+def test_rerank_orders_by_score_and_puts_failed_documents_last(client, packages):
     documents = ["good food", LONG, "a movie", "the food was good"]
     body = {"model": "relevance", "query": "good food", "documents": documents}
     results = client.post("/v1/rerank", json={**body, "return_documents": True}).json()["results"]
@@ -289,6 +327,11 @@ def test_rerank_orders_by_score_and_puts_failed_documents_last(client):
     for result in ranked:
         assert result["document"] == documents[result["index"]]
         assert result["relevance_score"] == pytest.approx(1 / (1 + math.exp(-result["logit"])))
+        score, logit = reference.relevance(
+            packages["relevance"], "good food", documents[result["index"]]
+        )
+        assert abs(result["logit"] - logit) <= reference.TOLERANCE
+        assert abs(result["relevance_score"] - score) <= reference.TOLERANCE
     assert failed == [
         {
             "index": 1,
@@ -297,13 +340,35 @@ def test_rerank_orders_by_score_and_puts_failed_documents_last(client):
             "options.overflow truncate (keep the beginning) or window",
         }
     ]
-    top = client.post("/v1/rerank", json={**body, "top_n": 2}).json()["results"]
-    assert [r["index"] for r in top] == [r["index"] for r in ranked[:2]]
-    assert "document" not in top[0]
+    top = client.post("/v1/rerank", json={**body, "top_n": 2})
+    assert [r["index"] for r in top.json()["results"]] == [r["index"] for r in ranked[:2]]
+    assert "document" not in top.json()["results"][0]
+    # every scored pair counts, query and document: 13 + 10 + 15 tokens, the failed one none
+    assert top.json()["usage"] == {"prompt_tokens": 38, "total_tokens": 38}
+
+
+def test_bi_encoder_rerank_orders_by_the_cosine_of_the_embeddings(client, packages):
+    documents = ["a movie", "the food"]
+    body = {"model": "pooled", "query": "good food", "documents": documents}
+    response = client.post("/v1/rerank", json=body)
+    assert response.status_code == 200
+    query = reference.embedding(packages["pooled"], "good food")
+    want = {
+        i: reference.cosine(query, reference.embedding(packages["pooled"], d))
+        for i, d in enumerate(documents)
+    }
+    assert want[1] - want[0] > 0.1  # the reference puts "the food" clearly first
+    results = response.json()["results"]
+    assert [r["index"] for r in results] == [1, 0]
+    for result in results:
+        assert abs(result["relevance_score"] - want[result["index"]]) <= reference.TOLERANCE
+        assert result["logit"] == result["relevance_score"]
+    # [CLS] good f ##o ##o ##d [SEP] (7), [CLS] a movie [SEP] (4), [CLS] the f ##o ##o ##d [SEP] (7)
+    assert response.json()["usage"] == {"prompt_tokens": 18, "total_tokens": 18}
 
 
 # -- bundles --------------------------------------------------------------------------------
-def test_a_bundle_keeps_task_order_and_each_task_its_status(make_runtime):
+def test_a_bundle_keeps_task_order_and_each_task_its_status(make_runtime, packages):
     client = make_client(make_runtime(("pooled", "sequence"), max_bundle_tasks=3))
     tasks = [
         {"id": "first", "embeddings": {"model": "pooled", "input": "good movie"}},
@@ -322,6 +387,10 @@ def test_a_bundle_keeps_task_order_and_each_task_its_status(make_runtime):
         "code": "unsupported_surface",
         "message": "this model serves embeddings, rerank, not classify",
     }
+    [item] = results[0]["embeddings"]["data"]
+    assert close(item["embedding"], reference.embedding(packages["pooled"], "good movie"))
+    for result, text in zip(results[2]["classify"]["results"], ["good", "bad"], strict=True):
+        assert close(result["probabilities"], reference.probabilities(packages["sequence"], text))
     alone = client.post("/v1/embeddings", json=tasks[0]["embeddings"]).json()
     assert results[0]["embeddings"] == alone
     classified = client.post("/v1/classify", json=tasks[2]["classify"]).json()
@@ -329,7 +398,7 @@ def test_a_bundle_keeps_task_order_and_each_task_its_status(make_runtime):
     assert "classify" not in results[1] and "embeddings" not in results[2]
 
 
-def test_a_bundle_reports_unknown_and_invalid_tasks_in_place(make_runtime):
+def test_a_bundle_reports_unknown_and_invalid_tasks_in_place(make_runtime, packages):
     client = make_client(make_runtime(("pooled",)))
     tasks = [
         {"id": "a", "embeddings": {"model": "nope", "input": "good"}},
@@ -338,8 +407,16 @@ def test_a_bundle_reports_unknown_and_invalid_tasks_in_place(make_runtime):
     ]
     results = client.post("/v1/bundle", json={"tasks": tasks}).json()["results"]
     assert [(r["id"], r["status"]) for r in results] == [("a", 404), ("b", 400), ("c", 200)]
-    assert results[0]["error"]["code"] == "model_not_found"
-    assert results[1]["error"]["message"] == "dimensions must be an integer from 1 to 32, not 99"
+    assert results[0]["error"] == {
+        "code": "model_not_found",
+        "message": "model 'nope' is not served here (served: pooled)",
+    }
+    assert results[1]["error"] == {
+        "code": "invalid_request",
+        "message": "dimensions must be an integer from 1 to 32, not 99",
+    }
+    [item] = results[2]["embeddings"]["data"]
+    assert close(item["embedding"], reference.embedding(packages["pooled"], "good"))
 
 
 def test_a_bundle_over_max_bundle_tasks_is_413(make_runtime):
@@ -465,13 +542,16 @@ def test_every_other_response_carries_a_total(client):
         assert "total" in timing and timing["total"] >= 0, response.request.url
 
 
-def test_an_unexpected_failure_is_500_with_timing(runtime, client):
+def test_an_unexpected_failure_is_500_with_timing(runtime, client, packages):
     control(runtime, "sequence").fail_plan = ValueError("tokenizer broke")
     response = client.post("/v1/classify", json={"model": "sequence", "input": "good"})
     assert error_of(response, 500, "internal_error") == "ValueError"
     assert "total" in server_timing(response)
     control(runtime, "sequence").fail_plan = None
-    assert client.post("/v1/classify", json={"model": "sequence", "input": "good"}).is_success
+    recovered = client.post("/v1/classify", json={"model": "sequence", "input": "good"})
+    assert recovered.is_success
+    want = reference.probabilities(packages["sequence"], "good")
+    assert close(recovered.json()["results"][0]["probabilities"], want)
 
 
 def metric_samples(client) -> list:

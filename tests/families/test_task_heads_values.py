@@ -1,0 +1,1195 @@
+"""task_heads answers checked against independent references.
+
+Every expected number here comes from a direct transformers forward over token
+ids the Hugging Face tokenizer writes (windows cut by hand), or is computed by
+hand; none comes from the family's own helpers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+import torch
+
+from vllm_srun.families.task_heads.readouts import (
+    finish_embedding,
+    label_scores,
+    merge_pooled,
+    pool,
+    token_probabilities,
+)
+from vllm_srun.loader import load_model
+from vllm_srun.plugins import load_catalog
+from vllm_srun.plugins.spec import RequestError, RowError
+
+from ..fixtures import HEAD_LABELS, write_task_package
+
+CLS, SEP = 2, 3  # the BERT-style fixture tokenizer's [CLS] and [SEP]
+SINGLE_TOKEN_WORDS = ("good", "bad", "movie", "film", "the", "okay", "great", "love", "city")
+"""Words the fixture tokenizer keeps whole: a text of n of them is n content tokens."""
+
+
+def words(n: int, shift: int = 0) -> str:
+    """``n`` whole-word tokens, varied so that a cut or a window shows in the answer."""
+    return " ".join(SINGLE_TOKEN_WORDS[(i * 7 + shift) % len(SINGLE_TOKEN_WORDS)] for i in range(n))
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog({})
+
+
+AUTO_CLASSES = {"pooled": "AutoModel", "token": "AutoModelForTokenClassification"}
+
+
+def spread_weights(package, head: str) -> None:
+    """Re-initialise a fixture's weights with a wider spread (std 0.5, seeded), so that
+    different inputs get clearly different answers (the default std 0.02 answers
+    nearly the same for every input)."""
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(package)
+    config.initializer_range = 0.5
+    torch.manual_seed(0)
+    auto = getattr(transformers, AUTO_CLASSES.get(head, "AutoModelForSequenceClassification"))
+    auto.from_config(config).save_pretrained(package, safe_serialization=True)
+
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory):
+    root = tmp_path_factory.mktemp("task-values")
+    written = {}
+    for head in ("sequence", "scores", "pooled", "relevance", "token"):
+        written[head] = write_task_package(root, "bert", head)
+        spread_weights(written[head], head)
+    written["roberta-sequence"] = write_task_package(root, "roberta", "sequence")
+    spread_weights(written["roberta-sequence"], "sequence")
+    # The same encoder without sentence-transformers' Normalize step.
+    plain = root / "bert-pooled-plain"
+    shutil.copytree(written["pooled"], plain)
+    modules = json.loads((plain / "modules.json").read_text())
+    (plain / "modules.json").write_text(
+        json.dumps([m for m in modules if not m["type"].endswith(".Normalize")])
+    )
+    written["pooled-plain"] = plain
+    return written
+
+
+@pytest.fixture(scope="module")
+def models(packages, catalog):
+    return {key: load_model(path, catalog=catalog) for key, path in packages.items()}
+
+
+@pytest.fixture(scope="module")
+def tokenizer(packages):
+    import transformers
+
+    return transformers.AutoTokenizer.from_pretrained(packages["sequence"])
+
+
+def content_ids(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+@pytest.fixture(scope="module")
+def reference(packages):
+    """transformers models of the fixture packages (eager attention), by key."""
+    import transformers
+
+    loaded = {}
+
+    def get(key: str):
+        if key not in loaded:
+            head = key.removesuffix("-plain").removeprefix("roberta-")
+            auto = getattr(
+                transformers, AUTO_CLASSES.get(head, "AutoModelForSequenceClassification")
+            )
+            loaded[key] = auto.from_pretrained(packages[key], attn_implementation="eager").eval()
+        return loaded[key]
+
+    return get
+
+
+def forward(model, ids: list[int], types: list[int] | None = None) -> torch.Tensor:
+    """One row through a transformers model: logits, or the last hidden states."""
+    kwargs = {"input_ids": torch.tensor([ids])}
+    if types is not None:
+        kwargs["token_type_ids"] = torch.tensor([types])
+    with torch.inference_mode():
+        out = model(**kwargs)
+    value = out.logits if hasattr(out, "logits") else out.last_hidden_state
+    return value[0].float()
+
+
+def close(got, want, atol: float = 1e-5) -> bool:
+    return torch.allclose(torch.tensor(got, dtype=torch.float32), want, atol=atol)
+
+
+# -- readouts, on hand-computed numbers -------------------------------------------------------
+def test_mean_pool_divides_by_the_row_length():
+    hidden = torch.tensor([[1.0, 2.0], [3.0, 6.0], [5.0, 10.0]])
+    assert pool(hidden, "mean").tolist() == [3.0, 6.0]
+    assert pool(torch.tensor([[2.0, 4.0]]), "mean").tolist() == [2.0, 4.0]
+    assert pool(torch.zeros((0, 2)), "mean").tolist() == [0.0, 0.0]
+
+
+def test_cls_last_and_max_pooling_pick_the_right_values():
+    hidden = torch.tensor([[1.0, -2.0], [7.0, 0.5], [-3.0, 4.0]])
+    assert pool(hidden, "cls").tolist() == [1.0, -2.0]
+    assert pool(hidden, "lasttoken").tolist() == [-3.0, 4.0]
+    assert pool(hidden, "max").tolist() == [7.0, 4.0]
+    with pytest.raises(ValueError, match="unknown pooling mode 'sum'"):
+        pool(hidden, "sum")
+
+
+def test_merged_windows_are_weighted_by_their_content_tokens():
+    a, b, c = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0]), torch.tensor([4.0, 4.0])
+    # (3 * a + 1 * b) / 4, not the plain mean (a + b) / 2
+    assert merge_pooled([a, b], [3, 1]).tolist() == [0.75, 0.25]
+    # (1 * a + 2 * b + 5 * c) / 8
+    assert merge_pooled([a, b, c], [1, 2, 5]).tolist() == [21 / 8, 22 / 8]
+    assert merge_pooled([b], [7]).tolist() == [0.0, 1.0]
+
+
+def test_a_window_without_content_still_counts_once_in_the_merge():
+    a, b = torch.tensor([3.0, 0.0]), torch.tensor([0.0, 3.0])
+    assert merge_pooled([a, b], [0, 2]).tolist() == [1.0, 2.0]
+
+
+def test_finish_embedding_normalises_then_keeps_the_first_dimensions():
+    vector = torch.tensor([3.0, 4.0, 12.0])
+    assert torch.allclose(finish_embedding(vector, True, None), torch.tensor([3, 4, 12]) / 13)
+    assert torch.allclose(finish_embedding(vector, True, 2), torch.tensor([0.6, 0.8]))
+    assert torch.allclose(finish_embedding(vector, True, 3), torch.tensor([3, 4, 12]) / 13)
+    assert finish_embedding(vector, False, None).tolist() == [3.0, 4.0, 12.0]
+    assert finish_embedding(vector, False, 2).tolist() == [3.0, 4.0]
+
+
+def test_label_scores_are_softmax_or_sigmoid_then_the_maximum_per_label():
+    ln3 = math.log(3.0)
+    one = label_scores([torch.tensor([0.0, ln3])], "sequence")
+    assert torch.allclose(one, torch.tensor([0.25, 0.75]))
+    two = label_scores([torch.tensor([0.0, ln3]), torch.tensor([ln3, 0.0])], "sequence")
+    assert torch.allclose(two, torch.tensor([0.75, 0.75]))  # not renormalised
+    sig = label_scores([torch.tensor([0.0, ln3]), torch.tensor([-ln3, 2 * ln3])], "scores")
+    assert torch.allclose(sig, torch.tensor([0.5, 0.9]))
+
+
+def test_token_probabilities_come_from_the_most_central_window():
+    # windows [0, 4) and [2, 6) over 6 tokens: tokens 0-2 from window 0, 3-5 from window 1
+    # (token 2 and 3 tie at margin 1; token 2 goes to the earlier window, 3 sits at
+    # margin 1 in window 1 against 0 in window 0).
+    first = torch.tensor([[0.0, 0.0]] * 6)  # row of [CLS] + 4 tokens + [SEP]
+    second = torch.tensor([[0.0, 0.0]] * 6)
+    for position in range(1, 5):
+        first[position] = torch.tensor([0.0, float(position)])
+        second[position] = torch.tensor([float(position), 0.0])
+    rows = [first, second]
+    content = [[1, 2, 3, 4], [1, 2, 3, 4]]
+    got = token_probabilities(rows, content, [(0, 4), (2, 6)], 6)
+
+    def softmax(x0: float, x1: float) -> list[float]:
+        e0, e1 = math.exp(x0), math.exp(x1)
+        return [e0 / (e0 + e1), e1 / (e0 + e1)]
+
+    want = [
+        softmax(0, 1),  # token 0: window 0, row position 1
+        softmax(0, 2),  # token 1: window 0, row position 2
+        softmax(0, 3),  # token 2: window 0, row position 3 (tie, earlier window)
+        softmax(2, 0),  # token 3: window 1, row position 2
+        softmax(3, 0),  # token 4: window 1, row position 3
+        softmax(4, 0),  # token 5: window 1, row position 4
+    ]
+    assert torch.allclose(got, torch.tensor(want), atol=1e-6)
+    row = torch.tensor([[0.0, 3.0], [1.0, 0.0], [0.0, 9.0]])  # [CLS], one token, [SEP]
+    single = token_probabilities([row], [[1]], [(0, 1)], 1)
+    assert torch.allclose(single, torch.tensor([softmax(1, 0)]), atol=1e-6)
+    empty = token_probabilities([torch.zeros((2, 5))], [[]], [(0, 0)], 0)
+    assert empty.shape == (0, 5) and empty.dtype == torch.float32
+
+
+# -- heads against a direct transformers forward ----------------------------------------------
+def test_mean_pooling_without_normalize_is_the_mean_of_the_hidden_states(
+    models, reference, tokenizer
+):
+    model = models["pooled-plain"]
+    assert model.card()["embedding"]["normalized"] is False
+    text = words(9)
+    [item] = model.answer("embeddings", {"input": text})["data"]
+    hidden = forward(reference("pooled-plain"), [CLS, *content_ids(tokenizer, text), SEP])
+    want = hidden.sum(dim=0) / hidden.shape[0]
+    assert close(item["embedding"], want, atol=1e-6)
+    assert abs(float(want.norm()) - 1.0) > 0.1  # a mean, not a unit vector
+    [short] = model.answer("embeddings", {"input": text, "dimensions": 5})["data"]
+    assert close(short["embedding"], want[:5], atol=1e-6)  # cut, not renormalised
+
+
+def test_windowed_embedding_is_the_mean_of_the_window_means(models, reference, tokenizer):
+    text = words(20)
+    ids = content_ids(tokenizer, text)
+    assert len(ids) == 20
+    windows = [(0, 8), (4, 12), (8, 16), (12, 20)]  # 8 content tokens a window, step 4
+    means = [
+        forward(reference("pooled-plain"), [CLS, *ids[s:e], SEP]).mean(dim=0) for s, e in windows
+    ]
+    want = torch.stack(means).mean(dim=0)
+    options = {"overflow": "window", "window": {"tokens": 10, "overlap": 4}}
+    for key, expected in (
+        ("pooled-plain", want),
+        ("pooled", torch.nn.functional.normalize(want, dim=0)),
+    ):
+        [item] = models[key].answer("embeddings", {"input": text, "options": options})["data"]
+        assert item["input"] == {
+            "tokens": 22,
+            "processed_tokens": 20 + 2 * 4,
+            "truncated": False,
+            "windows": 4,
+        }
+        assert close(item["embedding"], expected, atol=1e-6)
+
+
+def test_sequence_probabilities_are_the_softmax_of_the_logits(models, reference, tokenizer):
+    texts = [words(3), words(11, shift=2), "okay"]
+    body = models["sequence"].answer("classify", {"input": texts})
+    for text, result in zip(texts, body["results"], strict=True):
+        logits = forward(reference("sequence"), [CLS, *content_ids(tokenizer, text), SEP])
+        want = torch.softmax(logits, dim=-1)
+        assert close(result["probabilities"], want)
+        assert result["label"] == HEAD_LABELS["sequence"][int(want.argmax())]
+    labels = {r["label"] for r in body["results"]}
+    assert body["labels"] == list(HEAD_LABELS["sequence"]) and labels
+
+
+def test_scores_are_the_sigmoid_of_the_logits(models, reference, tokenizer):
+    texts = [words(3), words(11, shift=2)]
+    body = models["scores"].answer("classify", {"input": texts})
+    assert body["kind"] == "scores" and body["head"] == "scores"
+    thresholds = (0.5, 0.4, 0.9)  # the fixture's thresholds.json
+    for text, result in zip(texts, body["results"], strict=True):
+        logits = forward(reference("scores"), [CLS, *content_ids(tokenizer, text), SEP])
+        want = torch.sigmoid(logits)
+        assert close(result["scores"], want)
+        assert result["selected"] == [
+            label
+            for label, p, t in zip(HEAD_LABELS["scores"], want.tolist(), thresholds, strict=True)
+            if p >= t
+        ]
+
+
+def test_a_score_equal_to_the_threshold_is_selected(models):
+    model = models["scores"]
+    [first] = model.answer("classify", {"input": "good movie"})["results"]
+    score = first["scores"][1]
+    [again] = model.answer("classify", {"input": "good movie", "options": {"threshold": score}})[
+        "results"
+    ]
+    assert again["scores"] == first["scores"]
+    want = [
+        label for label, s in zip(HEAD_LABELS["scores"], first["scores"], strict=True) if s >= score
+    ]
+    assert "insult" in again["selected"] and again["selected"] == want
+
+
+@pytest.mark.parametrize(("key", "kind"), [("sequence", "sequence"), ("scores", "scores")])
+def test_windowed_answers_are_the_per_label_maximum_over_windows(
+    models, reference, tokenizer, key, kind
+):
+    text = words(20, shift=3)
+    ids = content_ids(tokenizer, text)
+    windows = [(0, 8), (4, 12), (8, 16), (12, 20)]
+    per_window = []
+    for s, e in windows:
+        logits = forward(reference(key), [CLS, *ids[s:e], SEP])
+        per_window.append(
+            torch.softmax(logits, dim=-1) if kind == "sequence" else torch.sigmoid(logits)
+        )
+    want = torch.stack(per_window).max(dim=0).values
+    # the windows disagree: no single window's answer is the maximum on every label
+    assert not any(torch.equal(w, want) for w in per_window)
+    options = {"overflow": "window", "window": {"tokens": 10, "overlap": 4}}
+    [result] = models[key].answer("classify", {"input": text, "options": options})["results"]
+    values = result["probabilities"] if kind == "sequence" else result["scores"]
+    assert close(values, want)
+    assert result["input"]["windows"] == 4
+    if kind == "sequence":
+        assert result["label"] == HEAD_LABELS["sequence"][int(want.argmax())]
+
+
+def test_text_pairs_run_with_segment_ids(models, reference, tokenizer):
+    body = models["sequence"].answer(
+        "classify", {"input": [{"text": "good movie", "text_pair": "bad film okay"}]}
+    )
+    first, second = content_ids(tokenizer, "good movie"), content_ids(tokenizer, "bad film okay")
+    ids = [CLS, *first, SEP, *second, SEP]
+    types = [0] * (len(first) + 2) + [1] * (len(second) + 1)
+    want = torch.softmax(forward(reference("sequence"), ids, types), dim=-1)
+    assert close(body["results"][0]["probabilities"], want)
+    unsegmented = torch.softmax(forward(reference("sequence"), ids), dim=-1)
+    assert not torch.allclose(want, unsegmented, atol=1e-4)
+    assert body["results"][0]["input"]["tokens"] == 8
+
+
+def test_cross_encoder_scores_are_the_sigmoid_of_the_pair_logit(models, reference, tokenizer):
+    documents = ["bad film", "good movie okay", "the city"]
+    body = models["relevance"].answer("rerank", {"query": "good", "documents": documents})
+    query = content_ids(tokenizer, "good")
+    want = {}
+    for index, document in enumerate(documents):
+        doc = content_ids(tokenizer, document)
+        ids = [CLS, *query, SEP, *doc, SEP]
+        types = [0] * (len(query) + 2) + [1] * (len(doc) + 1)
+        logit = float(forward(reference("relevance"), ids, types)[0])
+        want[index] = (logit, 1 / (1 + math.exp(-logit)))
+    ranking = sorted(want, key=lambda i: -want[i][1])
+    assert [r["index"] for r in body["results"]] == ranking
+    for r in body["results"]:
+        assert r["logit"] == pytest.approx(want[r["index"]][0], abs=1e-5)
+        assert r["relevance_score"] == pytest.approx(want[r["index"]][1], abs=1e-5)
+        assert "document" not in r
+
+
+def test_bi_encoder_rerank_ranks_by_cosine_and_returns_each_document(models, reference, tokenizer):
+    documents = ["the city", "good movie", "bad film okay", "good"]
+    query = "good movie okay"
+
+    def embed(text: str) -> torch.Tensor:
+        hidden = forward(reference("pooled"), [CLS, *content_ids(tokenizer, text), SEP])
+        return torch.nn.functional.normalize(hidden.mean(dim=0), dim=0)
+
+    q = embed(query)
+    cosines = [float(torch.dot(q, embed(d))) for d in documents]
+    ranking = sorted(range(len(documents)), key=lambda i: -cosines[i])
+    assert ranking != list(range(len(documents)))  # the ranking reorders the documents
+    body = models["pooled"].answer(
+        "rerank", {"query": query, "documents": documents, "return_documents": True}
+    )
+    assert [r["index"] for r in body["results"]] == ranking
+    for r in body["results"]:
+        assert r["document"] == documents[r["index"]]
+        assert r["relevance_score"] == pytest.approx(cosines[r["index"]], abs=1e-5)
+        assert r["logit"] == r["relevance_score"]
+    top = models["pooled"].answer("rerank", {"query": query, "documents": documents, "top_n": 2})[
+        "results"
+    ]
+    assert [r["index"] for r in top] == ranking[:2]
+    assert all("document" not in r for r in top)
+
+
+# -- overflow: limits and policies ------------------------------------------------------------
+def classify(model, text, **options):
+    body = {"input": text}
+    if options:
+        body["options"] = options
+    return model.answer("classify", body)["results"]
+
+
+def test_an_input_of_exactly_the_limit_runs_whole(models, reference, tokenizer):
+    model = models["sequence"]  # limit 64: 62 content tokens beside [CLS] and [SEP]
+    text = words(62)
+    ids = [CLS, *content_ids(tokenizer, text), SEP]
+    assert len(ids) == 64
+    want = torch.softmax(forward(reference("sequence"), ids), dim=-1)
+    whole = {"tokens": 64, "processed_tokens": 64, "truncated": False, "windows": 1}
+    for overflow in ("reject", "truncate", "window"):
+        [result] = classify(model, text, overflow=overflow)
+        assert result["input"] == whole, overflow
+        assert close(result["probabilities"], want)
+
+
+def test_one_token_over_the_limit_is_rejected_cut_or_windowed(models, reference, tokenizer):
+    model = models["sequence"]
+    text = words(63)
+    ids = content_ids(tokenizer, text)
+    assert len(ids) == 63
+    [rejected] = classify(model, text)
+    assert rejected == {
+        "index": 0,
+        "error": "max_length_exceeded",
+        "message": "input has 65 tokens; the limit is 64. Shorten it, or send "
+        "options.overflow truncate (keep the beginning) or window",
+    }
+    [cut] = classify(model, text, overflow="truncate")
+    assert cut["input"] == {"tokens": 65, "processed_tokens": 64, "truncated": True, "windows": 1}
+    kept = torch.softmax(forward(reference("sequence"), [CLS, *ids[:62], SEP]), dim=-1)
+    assert close(cut["probabilities"], kept)  # the beginning, inside [CLS] ... [SEP]
+    [windowed] = classify(model, text, overflow="window")
+    # 62 content tokens a window: [0, 62) and [1, 63)
+    assert windowed["input"] == {
+        "tokens": 65,
+        "processed_tokens": 63 + 2 * 2,
+        "truncated": False,
+        "windows": 2,
+    }
+    per_window = [
+        torch.softmax(forward(reference("sequence"), [CLS, *ids[s:e], SEP]), dim=-1)
+        for s, e in ((0, 62), (1, 63))
+    ]
+    assert close(windowed["probabilities"], torch.stack(per_window).max(dim=0).values)
+
+
+def test_a_string_and_a_one_element_list_answer_the_same(models):
+    model = models["sequence"]
+    for options in ({}, {"overflow": "truncate"}, {"overflow": "window"}):
+        for text in ("good movie", words(70)):
+            alone = model.answer("classify", {"input": text, "options": options})
+            listed = model.answer("classify", {"input": [text], "options": options})
+            assert alone == listed
+            assert len(alone["results"]) == 1 and alone["results"][0]["index"] == 0
+
+
+def test_max_tokens_lowers_the_limit_but_never_raises_it(models, tokenizer):
+    model = models["sequence"]
+    [fits] = classify(model, words(8), max_tokens=10)
+    assert fits["input"] == {"tokens": 10, "processed_tokens": 10, "truncated": False, "windows": 1}
+    [over] = classify(model, words(9), max_tokens=10)
+    assert over["error"] == "max_length_exceeded"
+    assert over["message"].startswith("input has 11 tokens; the limit is 10.")
+    [cut] = classify(model, words(9), overflow="truncate", max_tokens=10)
+    assert cut["input"] == {"tokens": 11, "processed_tokens": 10, "truncated": True, "windows": 1}
+    [high] = classify(model, words(63), max_tokens=100)
+    assert high["message"].startswith("input has 65 tokens; the limit is 64.")
+    [kept] = classify(model, words(63), overflow="truncate", max_tokens=100)
+    assert kept["input"]["processed_tokens"] == 64
+    [smallest] = classify(model, words(5), overflow="truncate", max_tokens=3)
+    assert smallest["input"] == {
+        "tokens": 7,
+        "processed_tokens": 3,
+        "truncated": True,
+        "windows": 1,
+    }
+    plan = model.loaded.plan(
+        "classify", {"input": words(5), "options": {"overflow": "truncate", "max_tokens": 3}}
+    )
+    assert list(plan.items[0].input_ids) == [CLS, content_ids(tokenizer, words(5))[0], SEP]
+
+
+def test_truncating_a_pair_cuts_the_longer_text_first(models, tokenizer):
+    model = models["sequence"]
+    first, second = words(6), words(3, shift=4)
+    a, b = content_ids(tokenizer, first), content_ids(tokenizer, second)
+    pair = [{"text": first, "text_pair": second}]
+
+    def planned(max_tokens: int) -> list[int]:
+        options = {"overflow": "truncate", "max_tokens": max_tokens}
+        [item] = model.loaded.plan("classify", {"input": pair, "options": options}).items
+        return list(item.input_ids)
+
+    # 3 special tokens; 9 content tokens -> budget 6: the longer first text loses 3
+    assert planned(9) == [CLS, *a[:3], SEP, *b, SEP]
+    # budget 5: 6+3 -> 3+3, a tie: the first text loses the token
+    assert planned(8) == [CLS, *a[:2], SEP, *b, SEP]
+    # budget 4: then the second text, now the longer
+    assert planned(7) == [CLS, *a[:2], SEP, *b[:2], SEP]
+    assert planned(12) == [CLS, *a, SEP, *b, SEP]
+    [result] = model.answer(
+        "classify", {"input": pair, "options": {"overflow": "truncate", "max_tokens": 7}}
+    )["results"]
+    assert result["input"] == {"tokens": 12, "processed_tokens": 7, "truncated": True, "windows": 1}
+
+
+def test_window_rows_wrap_each_slice_in_the_model_envelope(models, packages):
+    import transformers
+
+    text = words(12)
+    options = {"overflow": "window", "window": {"tokens": 8, "overlap": 2}}
+    for key in ("sequence", "roberta-sequence"):
+        tok = transformers.AutoTokenizer.from_pretrained(packages[key])
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        head, tail = [tok.cls_token_id], [tok.sep_token_id]
+        plan = models[key].loaded.plan("classify", {"input": text, "options": options})
+        # 6 content tokens a window, step 4: [0, 6), [4, 10), [6, 12)
+        assert [list(item.input_ids) for item in plan.items] == [
+            head + ids[0:6] + tail,
+            head + ids[4:10] + tail,
+            head + ids[6:12] + tail,
+        ]
+        assert all(item.token_type_ids is None for item in plan.items)
+        [encoded] = plan.inputs
+        assert encoded.windows == [(0, 6), (4, 10), (6, 12)]
+        assert encoded.row_content == [list(range(1, 7))] * 3
+        assert encoded.processed_tokens == 12 + 2 * 3
+
+
+def test_window_overlap_defaults_to_half_a_small_window(models):
+    model = models["sequence"]
+    # 10-token windows hold 8 content tokens: default overlap 4, step 4 over 20 tokens
+    [result] = classify(model, words(20), overflow="window", window={"tokens": 10})
+    assert result["input"]["windows"] == 4
+    # windows of the model's limit hold 62 content tokens: overlap 31, step 31
+    [two] = classify(model, words(93), overflow="window")
+    assert two["input"]["windows"] == 2  # [0, 62), [31, 93)
+    [three] = classify(model, words(94), overflow="window")
+    assert three["input"]["windows"] == 3  # [0, 62), [31, 93), [32, 94)
+    # one content token a window: overlap 0
+    [tiny] = classify(model, words(5), overflow="window", window={"tokens": 3})
+    assert tiny["input"]["windows"] == 5
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            {"window": {"tokens": 65}},
+            "options.window.tokens 65 is above the model's limit 64",
+        ),
+        (
+            {"window": {"tokens": 10, "overlap": 8}},
+            "a window of 10 tokens holds 8 content tokens beside 2 special tokens, "
+            "which must be more than the overlap 8",
+        ),
+        (
+            {"window": {"tokens": 2}},
+            "a window of 2 tokens has no room for content beside 2 special tokens; "
+            "raise options.window.tokens",
+        ),
+        ({"window": {"overlap": -1}}, "options.window.overlap must be an integer >= 0"),
+        ({"window": {"overlap": 2.0}}, "options.window.overlap must be an integer >= 0"),
+        ({"window": {"overlap": True}}, "options.window.overlap must be an integer >= 0"),
+        (
+            {"window": {"tokens": 0}},
+            "options.window.tokens must be a positive integer, not 0",
+        ),
+        ({"max_tokens": 0}, "options.max_tokens must be a positive integer, not 0"),
+        ({"max_tokens": "5"}, "options.max_tokens must be a positive integer, not '5'"),
+        ({"max_tokens": True}, "options.max_tokens must be a positive integer, not True"),
+        ({"window": [8]}, "options.window must be an object {tokens, overlap}"),
+    ],
+)
+def test_bad_window_settings_say_what_to_change(models, options, message):
+    with pytest.raises(RequestError) as raised:
+        classify(models["sequence"], words(3), overflow="window", **options)
+    assert (raised.value.code, raised.value.message) == ("invalid_request", message)
+
+
+def test_window_settings_at_their_bounds_are_accepted(models):
+    model = models["sequence"]
+    [full] = classify(model, words(70), overflow="window", window={"tokens": 64})
+    assert full["input"]["windows"] == 2
+    [most] = classify(model, words(20), overflow="window", window={"tokens": 10, "overlap": 7})
+    assert most["input"]["windows"] == 12 + 1  # step 1: [0, 8) ... [12, 20)
+    [none] = classify(model, words(16), overflow="window", window={"tokens": 10, "overlap": 0})
+    assert none["input"]["windows"] == 2
+
+
+def test_the_scan_budget_counts_content_tokens(models):
+    model = models["sequence"]
+    [at] = classify(model, words(40), overflow="window", max_tokens=40)
+    assert at["input"] == {
+        "tokens": 42,
+        "processed_tokens": 40 + 2,
+        "truncated": False,
+        "windows": 1,
+    }
+    [over] = classify(model, words(41), overflow="window", max_tokens=40)
+    assert over == {
+        "index": 0,
+        "error": "scan_budget_exceeded",
+        "message": "input has 41 content tokens; the scan budget is 40. "
+        "Raise options.max_tokens or shorten the input",
+    }
+    [pair] = model.answer(
+        "classify",
+        {"input": [{"text": "good", "text_pair": "bad"}], "options": {"overflow": "window"}},
+    )["results"]
+    assert pair["error"] == "invalid_input"
+    assert pair["message"] == (
+        "overflow window reads single texts only; send text pairs with reject or truncate"
+    )
+
+
+def test_truncate_needs_room_for_one_content_token(models):
+    model = models["sequence"]
+    with pytest.raises(RequestError, match=r"options\.max_tokens 2 leaves no room beside 2"):
+        classify(model, "good", overflow="truncate", max_tokens=2)
+    with pytest.raises(RequestError, match=r"options\.max_tokens 3 leaves no room beside 3"):
+        model.answer(
+            "classify",
+            {
+                "input": [{"text": "good", "text_pair": "bad"}],
+                "options": {"overflow": "truncate", "max_tokens": 3},
+            },
+        )
+    # reject and window read max_tokens otherwise: no room check
+    [empty] = classify(model, "", max_tokens=2)
+    assert empty["input"] == {"tokens": 2, "processed_tokens": 2, "truncated": False, "windows": 1}
+
+
+def test_an_empty_or_unset_overflow_means_reject(models):
+    model = models["sequence"]
+    for overflow in (None, ""):
+        [result] = model.answer(
+            "classify", {"input": words(63), "options": {"overflow": overflow, "window": None}}
+        )["results"]
+        assert result["error"] == "max_length_exceeded"
+
+
+def test_a_lone_surrogate_in_either_text_is_an_item_error(models):
+    model = models["sequence"]
+    body = model.answer(
+        "classify",
+        {
+            "input": [
+                {"text": "good", "text_pair": "ok \udc00"},
+                {"text": "ab\ud800", "text_pair": "x"},
+            ]
+        },
+    )
+    assert body["results"][0] == {
+        "index": 0,
+        "error": "invalid_input",
+        "message": "the text has a lone surrogate U+DC00 at code point 3; "
+        "send valid Unicode (UTF-8)",
+    }
+    assert body["results"][1]["message"].startswith(
+        "the text has a lone surrogate U+D800 at code point 2;"
+    )
+    assert body["usage"] == {"prompt_tokens": 0, "total_tokens": 0}
+
+
+# -- responses --------------------------------------------------------------------------------
+def task_model(model):
+    """The family's TaskModel (under a surface extension, the host it wraps)."""
+    return getattr(model.loaded, "host", model.loaded)
+
+
+def finish_with_failures(model, surface, request, failures):
+    """Plan and run ``request``, replace the outputs of rows ``failures`` by row errors."""
+    loaded = task_model(model)
+    plan = loaded.plan(surface, request)
+    outputs = loaded.run(plan.items)
+    for row, code in failures.items():
+        outputs[row] = RowError(code, f"row {row} failed")
+    return loaded.finish(plan, outputs)
+
+
+class FixedLogits:
+    """An engine model answering the given ``[rows, labels]`` logits, whatever the rows."""
+
+    def __init__(self, logits):
+        self.logits = torch.tensor(logits, dtype=torch.float32)
+
+    def encode(self, batch):
+        assert batch.input_ids.shape[0] == self.logits.shape[0]
+        return self.logits.clone()
+
+
+class Nan:
+    """An engine model whose outputs are NaN."""
+
+    def __init__(self, real):
+        self.real = real
+
+    def encode(self, batch):
+        return torch.full_like(self.real.encode(batch), float("nan"))
+
+
+def with_engine(model, engine):
+    from vllm_srun.families.task_heads.model import TaskModel
+
+    loaded = task_model(model)
+    return TaskModel(loaded.description, loaded.encoder, engine)
+
+
+def answer(loaded, surface, request):
+    plan = loaded.plan(surface, request)
+    return loaded.finish(plan, loaded.run(plan.items))
+
+
+def test_cards_describe_each_head_kind(models):
+    sequence = task_model(models["sequence"]).card()
+    assert sequence == {
+        "surfaces": ["classify"],
+        "heads": [
+            {
+                "name": "sequence",
+                "kind": "sequence",
+                "labels": ["negative", "neutral", "positive"],
+                "inputs": ["text", "text_pair"],
+                "overflow": ["reject", "truncate", "window"],
+                "window": {"tokens": 64, "overlap": 31},
+                "reduction": "max per label over windows",
+            }
+        ],
+        "embedding": None,
+        "limits": {"max_tokens": 64},
+    }
+    scores = task_model(models["scores"]).card()["heads"][0]
+    assert scores["inputs"] == ["text", "text_pair"] and scores["kind"] == "scores"
+    token = task_model(models["token"]).card()["heads"][0]
+    assert token["inputs"] == ["text"]
+    assert token["reduction"] == "most-central window per token"
+    pooled = task_model(models["pooled"]).card()
+    assert pooled["surfaces"] == ["embeddings", "rerank"]
+    assert pooled["heads"][0]["reduction"] == "content-token-weighted mean"
+    assert pooled["heads"][0]["window"] == {"tokens": 48, "overlap": 23}
+    assert pooled["embedding"] == {
+        "dimensions": 32,
+        "normalized": True,
+        "pooling": "mean",
+        "max_tokens": 48,
+    }
+    assert task_model(models["relevance"]).card()["surfaces"] == ["rerank"]
+
+
+def test_responses_have_their_documented_shape(models):
+    body = models["pooled"].answer("embeddings", {"input": ["good", words(47)]})
+    assert body["object"] == "list" and set(body) == {"model", "object", "data", "usage"}
+    assert [set(item) for item in body["data"]] == [
+        {"object", "index", "embedding", "input"},
+        {"object", "index", "error", "message"},
+    ]
+    assert body["data"][0]["object"] == "embedding" and body["data"][0]["index"] == 0
+    # usage counts the tokens that ran: 3 for "good", nothing for the rejected input
+    assert body["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
+    classified = models["sequence"].answer("classify", {"input": ["good", words(4)]})
+    assert set(classified) == {"model", "head", "kind", "labels", "results", "usage"}
+    assert (classified["head"], classified["kind"]) == ("sequence", "sequence")
+    assert classified["usage"] == {"prompt_tokens": 3 + 6, "total_tokens": 3 + 6}
+    assert [r["index"] for r in classified["results"]] == [0, 1]
+    reranked = models["relevance"].answer("rerank", {"query": "good", "documents": ["bad"]})
+    assert set(reranked) == {"model", "results", "usage"}
+    assert reranked["usage"] == {"prompt_tokens": 5, "total_tokens": 5}
+    bi = models["pooled"].answer("rerank", {"query": "good", "documents": ["bad", "okay"]})
+    assert bi["usage"] == {"prompt_tokens": 3 * 3, "total_tokens": 3 * 3}  # query counted
+    assert models["pooled"].answer("rerank", {"query": "good", "documents": []})["results"] == []
+
+
+def test_a_batch_of_singles_and_pairs_answers_each_as_alone(models, reference, tokenizer):
+    inputs = [words(5), {"text": "good", "text_pair": words(9, shift=1)}, {"text": "bad film"}]
+    body = models["sequence"].answer("classify", {"input": inputs})
+    good, pair = content_ids(tokenizer, "good"), content_ids(tokenizer, words(9, shift=1))
+    rows = [
+        ([CLS, *content_ids(tokenizer, words(5)), SEP], None),
+        ([CLS, *good, SEP, *pair, SEP], [0] * 3 + [1] * 10),
+        ([CLS, *content_ids(tokenizer, "bad film"), SEP], None),
+    ]
+    for (ids, types), result in zip(rows, body["results"], strict=True):
+        want = torch.softmax(forward(reference("sequence"), ids, types), dim=-1)
+        assert close(result["probabilities"], want)
+
+
+def test_a_failed_row_answers_for_its_input_only(models):
+    text = words(20)
+    windowed = {"input": ["good", text, "bad"], "options": {"overflow": "window"}}
+    windowed["options"]["window"] = {"tokens": 10, "overlap": 4}  # the middle input: rows 1-4
+    body = finish_with_failures(models["pooled"], "embeddings", windowed, {2: "deadline_exceeded"})
+    assert body["data"][1] == {
+        "object": "embedding",
+        "index": 1,
+        "error": "deadline_exceeded",
+        "message": "row 2 failed",
+    }
+    assert "embedding" in body["data"][0] and "embedding" in body["data"][2]
+    classified = finish_with_failures(
+        models["sequence"], "classify", windowed, {4: "internal_error"}
+    )
+    assert classified["results"][1] == {
+        "index": 1,
+        "error": "internal_error",
+        "message": "row 4 failed",
+    }
+    assert "probabilities" in classified["results"][2]
+    tokens = finish_with_failures(models["token"], "classify", windowed, {0: "internal_error"})
+    assert tokens["results"][0]["error"] == "internal_error" and "spans" in tokens["results"][1]
+
+
+def test_a_failed_cross_encoder_row_ranks_after_every_scored_document(models):
+    request = {"query": "good", "documents": ["bad", "okay", "film"], "return_documents": True}
+    body = finish_with_failures(models["relevance"], "rerank", request, {0: "deadline_exceeded"})
+    assert [r["index"] for r in body["results"]][-1] == 0
+    assert body["results"][-1] == {
+        "index": 0,
+        "error": "deadline_exceeded",
+        "message": "row 0 failed",
+    }
+    assert [r["document"] for r in body["results"][:2]] == [
+        request["documents"][r["index"]] for r in body["results"][:2]
+    ]
+
+
+def test_a_failed_query_row_fails_every_bi_encoder_document(models):
+    request = {"query": "good", "documents": ["bad", "okay"]}
+    body = finish_with_failures(models["pooled"], "rerank", request, {0: "deadline_exceeded"})
+    assert body["results"] == [
+        {"index": 0, "error": "deadline_exceeded", "message": "row 0 failed"},
+        {"index": 1, "error": "deadline_exceeded", "message": "row 0 failed"},
+    ]
+    one = finish_with_failures(models["pooled"], "rerank", request, {1: "internal_error"})
+    assert [r["index"] for r in one["results"]] == [1, 0]
+    assert one["results"][1] == {"index": 0, "error": "internal_error", "message": "row 1 failed"}
+    assert "relevance_score" in one["results"][0]
+
+
+def test_bi_encoder_rerank_of_a_document_too_long_fails_that_document_only(models):
+    body = models["pooled"].answer(
+        "rerank", {"query": "good", "documents": [words(50), "okay"], "return_documents": True}
+    )
+    assert [r["index"] for r in body["results"]] == [1, 0]
+    assert body["results"][1]["error"] == "max_length_exceeded"
+    assert "document" not in body["results"][1] and body["results"][0]["document"] == "okay"
+    with pytest.raises(RequestError) as raised:
+        models["pooled"].answer("rerank", {"query": words(50), "documents": ["okay"]})
+    assert raised.value.code == "invalid_request"
+    assert raised.value.message.startswith("query: input has 52 tokens; the limit is 48.")
+    cut = models["pooled"].answer(
+        "rerank",
+        {"query": words(50), "documents": ["okay"], "options": {"overflow": "truncate"}},
+    )
+    assert "relevance_score" in cut["results"][0]
+
+
+def test_identical_query_and_document_score_one_at_most(models):
+    body = models["pooled"].answer("rerank", {"query": words(7), "documents": [words(7), "bad"]})
+    best = body["results"][0]
+    assert best["index"] == 0 and best["relevance_score"] == pytest.approx(1.0, abs=1e-6)
+    assert -1.0 <= body["results"][1]["relevance_score"] <= 1.0
+    assert all(-1.0 <= r["relevance_score"] <= 1.0 for r in body["results"])
+
+
+def test_rerank_ties_keep_the_document_order(models):
+    documents = ["okay", "bad", "okay", "bad", "okay"]
+    for key in ("pooled", "relevance"):
+        body = models[key].answer("rerank", {"query": "good", "documents": documents})
+        results = body["results"]
+        scores = [r["relevance_score"] for r in results]
+        assert scores == sorted(scores, reverse=True)
+        groups = {}
+        for r in results:
+            groups.setdefault(documents[r["index"]], []).append(r["index"])
+        assert groups == {"okay": [0, 2, 4], "bad": [1, 3]}
+
+
+def test_cross_encoder_scores_saturate_without_overflow(models):
+    loaded = with_engine(models["relevance"], FixedLogits([[-1000.0], [-700.0], [-699.0], [800.0]]))
+    body = answer(loaded, "rerank", {"query": "q", "documents": ["a", "b", "c", "d"]})
+    by_index = {r["index"]: r for r in body["results"]}
+    assert by_index[3]["relevance_score"] == 1.0 and by_index[3]["logit"] == 800.0
+    assert by_index[2]["relevance_score"] == pytest.approx(1 / (1 + math.exp(699)), rel=1e-9)
+    assert by_index[2]["relevance_score"] > 0
+    assert by_index[1]["relevance_score"] == 0.0 and by_index[0]["relevance_score"] == 0.0
+    assert [r["index"] for r in body["results"]] == [3, 2, 0, 1]
+
+
+@pytest.mark.parametrize(
+    ("key", "surface", "request_body", "message"),
+    [
+        ("scores", "classify", {"input": ["okay"]}, "the model's output is not finite"),
+        ("pooled", "rerank", {"query": "q", "documents": ["okay"]}, "the score is not finite"),
+        ("relevance", "rerank", {"query": "q", "documents": ["okay"]}, "the logit is not finite"),
+        ("pooled", "embeddings", {"input": ["okay"]}, "the embedding is not finite"),
+    ],
+)
+def test_non_finite_outputs_are_item_errors(models, key, surface, request_body, message):
+    loaded = with_engine(models[key], Nan(task_model(models[key]).engine_model))
+    body = answer(loaded, surface, request_body)
+    [item] = body.get("results") or body.get("data")
+    assert (item["error"], item["message"]) == ("invalid_model_output", message)
+
+
+def reference_spans(text, offsets, logits, tags, **options):
+    from vllm_srun.plugins.spans import decode_spans
+
+    probabilities = torch.softmax(logits, dim=-1)
+    return [s.to_json() for s in decode_spans(text, offsets, probabilities, tags, **options)]
+
+
+def same_spans(got, want) -> bool:
+    keys = ("start", "end", "text", "label")
+    return [[s[k] for k in keys] for s in got] == [[s[k] for k in keys] for s in want] and all(
+        abs(a["probability"] - b["probability"]) < 1e-5 for a, b in zip(got, want, strict=True)
+    )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"aggregation": "first"}, {"aggregation": "none", "threshold": 0.3}, {"threshold": 0.5}],
+)
+def test_token_spans_read_the_token_logits(models, reference, packages, options):
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(packages["token"])
+    text = "dana whitfield from new york and london"
+    encoded = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+    logits = forward(reference("token"), [CLS, *ids, SEP])[1:-1]
+    tags = list(HEAD_LABELS["token"])
+    want = reference_spans(text, offsets, logits, tags, **options)
+    assert want  # the fixture finds something to compare
+    [result] = models["token"].answer("classify", {"input": text, "options": options})["results"]
+    assert same_spans(result["spans"], want)
+
+
+def test_windowed_token_spans_take_each_token_from_its_most_central_window(
+    models, reference, packages
+):
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(packages["token"])
+    text = words(20, shift=5)
+    encoded = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+    windows = [(0, 8), (4, 12), (8, 16), (12, 20)]
+    # a token goes to the window where it is farthest from an edge (ties: the earlier)
+    chosen = [0] * 6 + [1] * 4 + [2] * 4 + [3] * 6
+    rows = [forward(reference("token"), [CLS, *ids[s:e], SEP]) for s, e in windows]
+    logits = torch.stack(
+        [rows[w][1 + i - windows[w][0]] for i, w in enumerate(chosen)]  # +1: [CLS]
+    )
+    options = {"overflow": "window", "window": {"tokens": 10, "overlap": 4}, "threshold": 0.0}
+    [result] = models["token"].answer("classify", {"input": text, "options": options})["results"]
+    want = reference_spans(text, offsets, logits, list(HEAD_LABELS["token"]), threshold=0.0)
+    assert want and same_spans(result["spans"], want)
+    assert result["input"]["windows"] == 4
+
+
+def test_scores_heads_select_only_when_asked_or_configured(models):
+    from dataclasses import replace
+
+    from vllm_srun.families.task_heads.model import TaskModel
+
+    loaded = task_model(models["scores"])
+    head = replace(loaded.description.heads[0], thresholds=None)
+    bare = TaskModel(
+        replace(loaded.description, heads=(head,)), loaded.encoder, loaded.engine_model
+    )
+    [plain] = answer(bare, "classify", {"input": "good movie"})["results"]
+    assert "selected" not in plain and len(plain["scores"]) == 3
+    [asked] = answer(bare, "classify", {"input": "good movie", "options": {"threshold": 0.5}})[
+        "results"
+    ]
+    assert asked["selected"] == [
+        label for label, s in zip(HEAD_LABELS["scores"], asked["scores"], strict=True) if s >= 0.5
+    ]
+    [none] = answer(bare, "classify", {"input": "good movie", "options": {"threshold": 1}})[
+        "results"
+    ]
+    assert none["selected"] == []
+    [every] = answer(bare, "classify", {"input": "good movie", "options": {"threshold": 0}})[
+        "results"
+    ]
+    assert every["selected"] == ["toxic", "insult", "threat"]
+
+
+def test_a_model_with_several_classify_heads_asks_which(models):
+    from dataclasses import replace
+
+    from vllm_srun.families.task_heads.model import TaskModel
+    from vllm_srun.families.task_heads.package import Head
+
+    loaded = task_model(models["sequence"])
+    heads = (
+        *loaded.description.heads,
+        Head("second", "scores", ("x", "y", "z"), ("x", "y", "z")),
+        Head("pooled", "pooled"),
+    )
+    multi = TaskModel(replace(loaded.description, heads=heads), loaded.encoder, loaded.engine_model)
+    assert multi.surfaces == ("classify", "embeddings", "rerank")
+    with pytest.raises(RequestError) as raised:
+        multi.plan("classify", {"input": "good"})
+    assert raised.value.message == "name the head: one of sequence, second"
+    assert multi.plan("classify", {"input": "good", "head": "second"}).head.name == "second"
+    assert multi.plan("classify", {"input": "good", "head": "sequence"}).head.kind == "sequence"
+    with pytest.raises(RequestError) as raised:
+        multi.plan("classify", {"input": "good", "head": "pooled"})
+    assert raised.value.message == "unknown head 'pooled'; this model has sequence, second"
+
+
+@pytest.mark.parametrize(
+    ("key", "surface", "request_body", "code", "message"),
+    [
+        (
+            "pooled",
+            "classify",
+            {"input": "x"},
+            "unsupported_surface",
+            "this model serves embeddings, rerank, not classify",
+        ),
+        ("sequence", "classify", [], "invalid_request", "the request must be a JSON object"),
+        (
+            "sequence",
+            "classify",
+            {"input": "x", "options": "window"},
+            "invalid_request",
+            "options must be an object",
+        ),
+        (
+            "sequence",
+            "classify",
+            {"input": {"text": "x"}},
+            "invalid_request",
+            "input must be a string or a non-empty list",
+        ),
+        (
+            "sequence",
+            "classify",
+            {"input": ["ok", {"text": "a", "text_pair": 3}]},
+            "invalid_request",
+            "input[1].text_pair must be a string",
+        ),
+        (
+            "sequence",
+            "classify",
+            {"input": ["ok", {"text_pair": "b"}]},
+            "invalid_request",
+            "input[1] must be a string or {text, text_pair}",
+        ),
+        (
+            "pooled",
+            "embeddings",
+            {"input": ["ok", {"text": "a"}]},
+            "invalid_request",
+            "input[1] must be a string",
+        ),
+        (
+            "pooled",
+            "embeddings",
+            {"input": "x", "dimensions": True},
+            "invalid_request",
+            "dimensions must be an integer from 1 to 32, not True",
+        ),
+        (
+            "token",
+            "classify",
+            {"input": ["a", "b", {"text": "a", "text_pair": "b"}]},
+            "invalid_request",
+            "input[2] has a text_pair; the token head reads single texts",
+        ),
+        (
+            "sequence",
+            "classify",
+            {"input": "x", "options": {"threshold": 1.5}},
+            "invalid_request",
+            "options.threshold must be a number from 0 to 1",
+        ),
+        (
+            "sequence",
+            "classify",
+            {"input": "x", "options": {"threshold": -0.1}},
+            "invalid_request",
+            "options.threshold must be a number from 0 to 1",
+        ),
+        (
+            "sequence",
+            "classify",
+            {"input": "x", "options": {"threshold": "0.5"}},
+            "invalid_request",
+            "options.threshold must be a number from 0 to 1",
+        ),
+        (
+            "sequence",
+            "classify",
+            {"input": "x", "options": {"threshold": True}},
+            "invalid_request",
+            "options.threshold must be a number from 0 to 1",
+        ),
+        (
+            "sequence",
+            "classify",
+            {"input": "x", "options": {"aggregation": "mean"}},
+            "invalid_request",
+            "options.aggregation must be one of max, first, average, none, not 'mean'",
+        ),
+        (
+            "sequence",
+            "classify",
+            {"input": "x", "head": "nope"},
+            "invalid_request",
+            "unknown head 'nope'; this model has sequence",
+        ),
+        ("relevance", "rerank", {"documents": ["d"]}, "invalid_request", "query must be a string"),
+        (
+            "relevance",
+            "rerank",
+            {"query": "q", "documents": "d"},
+            "invalid_request",
+            "documents must be a list of strings",
+        ),
+        (
+            "relevance",
+            "rerank",
+            {"query": "q", "documents": ["d", 1]},
+            "invalid_request",
+            "documents must be a list of strings",
+        ),
+        (
+            "relevance",
+            "rerank",
+            {"query": "q", "documents": ["d"], "top_n": True},
+            "invalid_request",
+            "top_n must be an integer >= 1, not True",
+        ),
+        (
+            "relevance",
+            "rerank",
+            {"query": "q", "documents": ["d"], "return_documents": 1},
+            "invalid_request",
+            "return_documents must be true or false",
+        ),
+    ],
+)
+def test_malformed_requests_say_what_is_wrong(models, key, surface, request_body, code, message):
+    with pytest.raises(RequestError) as raised:
+        task_model(models[key]).plan(surface, request_body)
+    assert (raised.value.code, raised.value.message) == (code, message)
+
+
+def test_request_values_at_their_bounds_are_accepted(models):
+    pooled = models["pooled"]
+    for dimensions in (1, 32):
+        [item] = pooled.answer("embeddings", {"input": "good", "dimensions": dimensions})["data"]
+        assert len(item["embedding"]) == dimensions
+    [item] = pooled.answer("embeddings", {"input": "good", "encoding_format": None})["data"]
+    assert isinstance(item["embedding"], list)
+    plan = task_model(models["sequence"]).plan(
+        "classify", {"input": [{"text": "good"}], "options": None}
+    )
+    assert plan.options == {"threshold": None, "aggregation": "max"}
+    assert plan.items[0].token_type_ids is None  # {text} alone is a single text
+    for threshold in (0, 1, 0.5):
+        plan = task_model(models["sequence"]).plan(
+            "classify", {"input": "x", "options": {"threshold": threshold}}
+        )
+        assert plan.options["threshold"] == threshold
+    for aggregation in ("max", "first", "average", "none"):
+        plan = task_model(models["token"]).plan(
+            "classify", {"input": "x", "options": {"aggregation": aggregation}}
+        )
+        assert plan.options["aggregation"] == aggregation
+    top = models["relevance"].answer("rerank", {"query": "q", "documents": ["a", "b"], "top_n": 1})
+    assert len(top["results"]) == 1
+    plan = task_model(models["relevance"]).plan("rerank", {"query": "q", "documents": ["a"]})
+    assert plan.options == {"top_n": None, "return_documents": False}
+
+
+def test_row_keys_differ_with_ids_or_segments():
+    from vllm_srun.families.task_heads.inputs import row_key
+
+    ids = [2, 40, 41, 3, 42, 3]
+    keys = {
+        row_key(ids, None),
+        row_key(ids, [0, 0, 0, 0, 1, 1]),
+        row_key(ids, [0, 0, 0, 1, 1, 1]),
+        row_key([2, 40, 41, 3, 42, 4], None),
+        row_key([2, 40, 41, 3, 42], None),
+    }
+    assert len(keys) == 5
+    assert row_key(list(ids), None) == row_key(tuple(ids), None)
+    assert row_key(ids, [0] * 6) == row_key(list(ids), [0] * 6)
+
+
+def test_the_default_scan_budget_is_32768_content_tokens(models):
+    loaded = task_model(models["sequence"])
+    options = {"overflow": "window"}
+    [at] = loaded.plan("classify", {"input": "good " * 32768, "options": options}).inputs
+    assert at.error is None and at.content_tokens == 32768
+    assert len(at.rows) == 1 + -(-(32768 - 62) // 31)  # step 31 after the first window
+    [over] = loaded.plan("classify", {"input": "good " * 32769, "options": options}).inputs
+    assert over.error == (
+        "scan_budget_exceeded",
+        "input has 32769 content tokens; the scan budget is 32768. "
+        "Raise options.max_tokens or shorten the input",
+    )
+    assert over.rows == []
