@@ -331,18 +331,20 @@ def run_golden_record(args: argparse.Namespace, catalog: Catalog, out: TextIO) -
     the model does not load, names no golden reference, or answers badly.
     """
     from vllm_srun.golden import GoldenError, record
-    from vllm_srun.loader import LoadError, load_model
+    from vllm_srun.loader import LoadError, LoadOptions, load_model
     from vllm_srun.plugins import ReferenceFileError
 
     try:
         served = load_model(
             args.model,
+            LoadOptions(
+                device=args.device,
+                dtype=args.dtype,
+                engine=args.engine,
+                family=args.family,
+                offline=args.offline,
+            ),
             catalog=catalog,
-            device=args.device,
-            dtype=args.dtype,
-            engine=args.engine,
-            family=args.family,
-            offline=args.offline,
         )
         identity = args.name or served.identity
         if identity is None:

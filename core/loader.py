@@ -19,13 +19,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from vllm_srun.engine_args import EngineArgs
 from vllm_srun.errors import LoadError, is_retryable
 from vllm_srun.extended import attach_extensions
 from vllm_srun.placement import (
@@ -45,6 +45,30 @@ from vllm_srun.plugins.loaded import LoadedModel
 from vllm_srun.plugins.spec import ModelSpec, RequestError, RowOutput, WorkItem
 from vllm_srun.probes import measure_batch_invariance, measure_forward_cost
 from vllm_srun.registry import prepare
+from vllm_srun.scheduler import SchedulerLimits, plan_forwards
+
+
+@dataclass(kw_only=True)
+class LoadOptions(EngineArgs):
+    """How to load one model: its engine arguments (:class:`EngineArgs`: device,
+    engine, family, dtype, batch bounds, ...) and where its bytes come from.
+
+    Attributes:
+        name: the model ID requests use (default: the repository, else the
+            package folder's name).
+        revision: the 40-hex commit of a Hub repository.
+        threads: CPU threads for the engine (``None``: the engine's default).
+        cache_dir: the Hugging Face cache (``None``: ``HF_HUB_CACHE``).
+        offline: use only installed mirrors and the cache; never download.
+        accept_licences: restricted licences the operator accepted.
+    """
+
+    name: str | None = None
+    revision: str | None = None
+    threads: int | None = None
+    cache_dir: str | os.PathLike[str] | None = None
+    offline: bool = False
+    accept_licences: tuple[str, ...] = ()
 
 
 @dataclass
@@ -80,8 +104,7 @@ class ServedModel:
     batch_invariance: dict[str, Any] = field(default_factory=dict)
     forward_cost: dict[str, Any] = field(default_factory=dict)
     prepared: Any = None
-    max_num_seqs: int = 8192
-    max_num_batched_tokens: int = 65536
+    options: LoadOptions = field(default_factory=lambda: LoadOptions())
 
     def card(self) -> dict[str, Any]:
         """The model's ``/v1/models`` card: composition, identity (repo, revision,
@@ -103,34 +126,25 @@ class ServedModel:
             **family_card,
         }
 
-    def batches(self, items: list[WorkItem]) -> list[list[WorkItem]]:
-        """Split rows into forwards within ``max_num_seqs`` rows and
-        ``max_num_batched_tokens`` padded tokens (rows times the longest row);
-        a single row above the token budget still runs alone."""
-        batches: list[list[WorkItem]] = []
-        current: list[WorkItem] = []
-        longest = 0
-        for item in sorted(items, key=lambda i: i.tokens):
-            width = max(longest, item.tokens)
-            if current and (
-                len(current) + 1 > self.max_num_seqs
-                or width * (len(current) + 1) > self.max_num_batched_tokens
-            ):
-                batches.append(current)
-                current, width = [], item.tokens
-            current.append(item)
-            longest = width
-        if current:
-            batches.append(current)
-        return batches
+    def limits(self) -> SchedulerLimits:
+        """The batch bounds of its forwards: the engine arguments it was loaded with, the
+        load-time probes' verdict and the forward cost the length split weighs."""
+        return SchedulerLimits(
+            max_num_seqs=self.options.max_num_seqs,
+            max_num_batched_tokens=self.options.max_num_batched_tokens,
+            batch_window_ms=self.options.batch_window_ms,
+            cross_request_batching=bool(self.batch_invariance.get("cross_request_batching")),
+            forward_overhead_tokens=self.forward_cost.get("overhead_tokens"),
+        )
 
     def run_items(self, items: list[WorkItem]) -> list[RowOutput]:
-        """Outputs for rows, each distinct row (by content key) computed once."""
+        """Outputs for rows, each distinct row (by content key) computed once, in the
+        forwards the model's scheduler would run them in (:func:`plan_forwards`)."""
         unique: dict[str, WorkItem] = {}
         for item in items:
             unique.setdefault(item.key, item)
         results: dict[str, torch.Tensor] = {}
-        for batch in self.batches(list(unique.values())):
+        for batch in plan_forwards(list(unique.values()), self.limits()):
             for item, output in zip(batch, self.loaded.run(batch), strict=True):
                 results[item.key] = output
         return [results[item.key] for item in items]
@@ -228,23 +242,9 @@ def choose_engine(catalog: Catalog, spec: ModelSpec, placement: Placement, force
 
 def load_model(
     model: str | os.PathLike[str],
+    options: LoadOptions | None = None,
     *,
     catalog: Catalog | None = None,
-    name: str | None = None,
-    device: str = "auto",
-    engine: str = "auto",
-    family: str | None = None,
-    dtype: str = "auto",
-    threads: int | None = None,
-    max_num_seqs: int = 8192,
-    max_num_batched_tokens: int = 65536,
-    max_model_len: int | None = None,
-    enable_shared_context: bool | None = None,
-    memory_budget_gib: float | None = None,
-    revision: str | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
-    offline: bool = False,
-    accept_licences: Iterable[str] = (),
 ) -> ServedModel:
     """Load a model through the installed plugins.
 
@@ -260,6 +260,12 @@ def load_model(
     against ``memory_budget_gib`` (``--memory-budget``) and against the
     device's free memory (:func:`required_bytes`).
 
+    Args:
+        model: what to load (above).
+        options: the engine arguments and where the bytes come from
+            (:class:`LoadOptions`; its defaults when ``None``).
+        catalog: the composed plugins (:func:`load_catalog` when ``None``).
+
     Raises:
         LoadError: with the operator phrase (``a revision is required``,
             ``revision must be a 40-hex commit``, ``a file hash does not
@@ -271,14 +277,18 @@ def load_model(
             model``) and what to do; ``retryable`` when the device was out of
             memory or busy.
     """
+    options = options or LoadOptions()
     catalog = catalog or load_catalog()
+    name, device, engine, family = options.name, options.device, options.engine, options.family
+    dtype, threads, revision = options.dtype, options.threads, options.revision
+    max_model_len, memory_budget_gib = options.max_model_len, options.memory_budget_gib
     prepared = prepare(
         model,
         builtins=catalog.layer("models"),
         revision=revision,
-        cache_dir=cache_dir,
-        offline=offline,
-        accept_licences=accept_licences,
+        cache_dir=options.cache_dir,
+        offline=options.offline,
+        accept_licences=options.accept_licences,
     )
     package = prepared.source.path
     if family is None and prepared.entry is not None:
@@ -297,7 +307,7 @@ def load_model(
             chosen_family.describe(package),
             dtype=dtype,
             max_model_len=max_model_len,
-            shared_context=enable_shared_context,
+            shared_context=options.enable_shared_context,
         )
     except LoadError:
         raise
@@ -340,14 +350,14 @@ def load_model(
             f"engine {chosen_engine.name} cannot run on {placement.accelerator.name}: {err}; "
             "install a plugin that registers that kernel, or choose another --engine"
         ) from err
-    options = {
+    engine_options = {
         "torch_device": placement.accelerator.torch_device(placement.device.index),
         "providers": placement.accelerator.onnx_providers(placement.device),
         "threads": threads,
         "kernels": kernels,
     }
     try:
-        engine_model = chosen_engine.load(spec, placement.device, options)
+        engine_model = chosen_engine.load(spec, placement.device, engine_options)
         loaded = attach_extensions(catalog, chosen_family.load(package, spec, engine_model))
         invariance = measure_batch_invariance(loaded)
         forward_cost = measure_forward_cost(loaded)
@@ -384,12 +394,18 @@ def load_model(
         kernels={slot: k.name for slot, k in kernels.items()},
         identity=prepared.entry.name if prepared.entry is not None else None,
         prepared=prepared,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
+        options=options,
     )
     served.batch_invariance = invariance
     served.forward_cost = forward_cost
     return served
 
 
-__all__ = ["LoadError", "RequestError", "ServedModel", "is_retryable", "load_model"]
+__all__ = [
+    "LoadError",
+    "LoadOptions",
+    "RequestError",
+    "ServedModel",
+    "is_retryable",
+    "load_model",
+]

@@ -104,6 +104,43 @@ class SchedulerLimits:
     forward_overhead_tokens: float | None = None
     """The fixed cost of one forward in padded tokens (``None``: never split a batch)."""
 
+    def fits(self, rows: int, longest: int, row: WorkItem) -> bool:
+        """Whether a forward holding ``rows`` rows padded to ``longest`` tokens can take
+        ``row`` within ``max_num_seqs`` rows and ``max_num_batched_tokens`` padded tokens
+        (rows times the longest row, ``row`` counted). An empty forward takes any row:
+        a row above the token bound runs alone."""
+        width = max(longest, row.tokens)
+        return rows == 0 or (
+            rows + 1 <= self.max_num_seqs and width * (rows + 1) <= self.max_num_batched_tokens
+        )
+
+
+def plan_forwards(rows: list[WorkItem], limits: SchedulerLimits) -> list[list[WorkItem]]:
+    """The forwards a model's worker runs for ``rows`` of one request with nothing else
+    queued: taken in order within the batch bounds (:meth:`SchedulerLimits.fits`), each
+    split by length (:func:`split_by_length`). The synchronous Python API
+    (:meth:`vllm_srun.loader.ServedModel.answer`) runs its rows this way.
+
+    Returns:
+        The forwards in the order they run; together they hold every row once.
+    """
+    taken: list[list[WorkItem]] = []
+    current: list[WorkItem] = []
+    longest = 0
+    for row in rows:
+        if not limits.fits(len(current), longest, row):
+            taken.append(current)
+            current, longest = [], 0
+        current.append(row)
+        longest = max(longest, row.tokens)
+    if current:
+        taken.append(current)
+    return [
+        group
+        for forward in taken
+        for group in split_by_length(forward, limits.forward_overhead_tokens)
+    ]
+
 
 def split_by_length(rows: list[WorkItem], overhead_tokens: float | None) -> list[list[WorkItem]]:
     """Group rows into forwards that waste the least on padding.
@@ -350,16 +387,12 @@ class ModelScheduler:
                     jobs.remove(job)
                     continue
                 row = job.items[job.next_row]
-                width = max(longest, row.tokens)
-                if picked and (
-                    len(picked) + 1 > self.limits.max_num_seqs
-                    or width * (len(picked) + 1) > self.limits.max_num_batched_tokens
-                ):
+                if not self.limits.fits(len(picked), longest, row):
                     jobs = []
                     break
                 picked.append((job, job.next_row))
                 job.next_row += 1
-                longest = width
+                longest = max(longest, row.tokens)
                 progressed = True
                 if job.dispatched_at is None:
                     job.dispatched_at = now

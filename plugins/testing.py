@@ -33,8 +33,8 @@ import torch
 from vllm_srun.plugins.accelerator import DeviceInfo
 from vllm_srun.plugins.discovery import DiscoveredPlugin, discover
 from vllm_srun.plugins.loaded import LoadedModel
-from vllm_srun.plugins.spec import RowOutput
 from vllm_srun.plugins.manager import Catalog, build_catalog
+from vllm_srun.plugins.spec import RowOutput
 
 
 @dataclass

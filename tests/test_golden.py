@@ -19,7 +19,7 @@ from vllm_srun.golden import (
     reference_keys,
     select_key,
 )
-from vllm_srun.loader import load_model
+from vllm_srun.loader import LoadOptions, load_model
 from vllm_srun.plugins import Catalog, GoldenReference, load_catalog, read_reference_file
 from vllm_srun.plugins.golden import write_reference_answers
 
@@ -44,7 +44,7 @@ def pooled(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def served(pooled: Path, catalog: Catalog):
-    return load_model(pooled, catalog=catalog, device="cpu")
+    return load_model(pooled, LoadOptions(device="cpu"), catalog=catalog)
 
 
 def answers_of(model, requests=REQUESTS) -> list[dict]:
@@ -304,7 +304,7 @@ def test_the_built_in_references_are_registered_with_recorded_cpu_answers(catalo
 
 @pytest.mark.parametrize("name", BUILT_IN)
 def test_the_built_in_models_match_their_golden_answers_here(name, catalog):
-    model = load_model(name, catalog=catalog, offline=True)
+    model = load_model(name, LoadOptions(offline=True), catalog=catalog)
     assert model.identity == name
     keys = reference_keys(model)
     recorded = select_key(catalog.layer("golden_references")[name], keys)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from vllm_srun.golden import check, record
-from vllm_srun.loader import load_model
+from vllm_srun.loader import LoadOptions, load_model
 from vllm_srun.placement import Placement
 from vllm_srun.plugins import (
     Accelerator,
@@ -58,7 +58,7 @@ def catalog() -> Catalog:
 @pytest.fixture(scope="module")
 def on_abacus(tmp_path_factory: pytest.TempPathFactory, catalog: Catalog):
     package = write_task_package(tmp_path_factory.mktemp("abacus"), "bert", "pooled")
-    served = load_model(package, catalog=catalog, device="cpu")
+    served = load_model(package, LoadOptions(device="cpu"), catalog=catalog)
     abacus = Abacus()
     return dataclasses.replace(
         served, placement=Placement(abacus, abacus.devices()[0]), identity="test/abacus"

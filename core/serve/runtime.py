@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import heapq
 import logging
 import threading
@@ -20,10 +21,10 @@ from typing import Any
 
 from vllm_srun.golden import PENDING, GoldenResult
 from vllm_srun.golden import check as check_golden
-from vllm_srun.loader import LoadError, ServedModel, is_retryable, load_model
+from vllm_srun.loader import LoadError, LoadOptions, ServedModel, is_retryable, load_model
 from vllm_srun.plugins import Catalog, load_catalog
 from vllm_srun.plugins.spec import RequestError, RowOutput
-from vllm_srun.scheduler import Job, ModelScheduler, Overloaded, SchedulerLimits, Stopped
+from vllm_srun.scheduler import Job, ModelScheduler, Overloaded, Stopped
 
 from .config import ModelConfig, ServeConfig
 from .metrics import Metrics
@@ -236,22 +237,16 @@ class Runtime:
         try:
             served = self.loader(
                 cfg.model,
+                LoadOptions(
+                    **dataclasses.asdict(cfg.engine_args()),
+                    name=state.name,
+                    revision=cfg.revision,
+                    threads=self.config.threads,
+                    cache_dir=self.config.cache_dir,
+                    offline=self.config.offline,
+                    accept_licences=self.config.accept_licences,
+                ),
                 catalog=self.catalog,
-                name=state.name,
-                device=cfg.device,
-                engine=cfg.engine,
-                family=cfg.family,
-                dtype=cfg.dtype,
-                threads=self.config.threads,
-                max_num_seqs=cfg.max_num_seqs,
-                max_num_batched_tokens=cfg.max_num_batched_tokens,
-                memory_budget_gib=cfg.memory_budget_gib,
-                revision=cfg.revision,
-                cache_dir=self.config.cache_dir,
-                offline=self.config.offline,
-                accept_licences=self.config.accept_licences,
-                max_model_len=cfg.max_model_len,
-                enable_shared_context=cfg.enable_shared_context,
             )
         except Exception as err:
             cause = (
@@ -293,15 +288,11 @@ class Runtime:
             state.status, state.reason = "failed", "the server shut down before it was ready"
             state.served = None
             return None
-        limits = SchedulerLimits(
+        limits = dataclasses.replace(
+            served.limits(),
             max_queue=self.config.max_queue,
             max_queued_tokens=self.config.max_queued_tokens,
-            max_num_seqs=cfg.max_num_seqs,
-            max_num_batched_tokens=cfg.max_num_batched_tokens,
-            batch_window_ms=cfg.batch_window_ms,
             result_cache_entries=self.config.result_cache_entries,
-            cross_request_batching=bool(served.batch_invariance.get("cross_request_batching")),
-            forward_overhead_tokens=served.forward_cost.get("overhead_tokens"),
         )
         state.served = served
         state.scheduler = ModelScheduler(

@@ -356,13 +356,15 @@ def test_weights_digest(tmp_path):
 def test_a_model_loads_and_answers_with_the_native_engine_disabled():
     """The core selects no kernel of its own: without ``native`` (and so without any
     registered kernel) the Rampart graph still loads on ``onnxruntime`` and answers."""
-    from vllm_srun.loader import load_model
+    from vllm_srun.loader import LoadOptions, load_model
     from vllm_srun.plugins import load_catalog
 
     catalog = load_catalog({"VLLM_SRUN_DISABLE_PLUGINS": "native"})
     assert "native" not in catalog.layer("engines")
     assert not catalog.layer("kernels")
-    served = load_model("arcjet/rampart-pii", catalog=catalog, device="cpu", offline=True)
+    served = load_model(
+        "arcjet/rampart-pii", LoadOptions(device="cpu", offline=True), catalog=catalog
+    )
     assert served.engine.name == "onnxruntime"
     card = served.card()
     assert (card["engine"], card["kernels"], card["attention"]) == ("onnxruntime", {}, None)

@@ -18,7 +18,7 @@ import torch
 from vllm_srun.extended import ExtendedModel
 from vllm_srun.extensions.similarity_readout import SimilarityReadout, calibrate
 from vllm_srun.extensions.similarity_readout.readout import CALIBRATION, read_calibration
-from vllm_srun.loader import load_model
+from vllm_srun.loader import LoadOptions, load_model
 from vllm_srun.plugins.testing import check_plugin
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -31,7 +31,7 @@ TEAMS = {
 
 @pytest.fixture(scope="module")
 def minilm():
-    return load_model(MINILM, offline=True)
+    return load_model(MINILM, LoadOptions(offline=True))
 
 
 def team_question(state):

@@ -15,11 +15,12 @@ import torch
 from vllm_srun.families.causal_readout import CausalReadoutFamily
 from vllm_srun.families.causal_readout.model import ReadoutRow
 from vllm_srun.families.task_heads import TaskHeadsFamily
-from vllm_srun.loader import LoadError, load_model
+from vllm_srun.loader import LoadError, LoadOptions, load_model
 from vllm_srun.plugins import load_catalog
 from vllm_srun.plugins.decisions import answer, parse_request, softmax
 from vllm_srun.plugins.spec import RequestError, RowError
 from vllm_srun.plugins.testing import assert_conforms
+from vllm_srun.scheduler import plan_forwards
 
 from ..fixtures import next_token_logits, write_decoder, write_task_package
 
@@ -61,14 +62,16 @@ def packages(tmp_path_factory):
 @pytest.fixture(scope="module")
 def unshared(packages, catalog):
     return {
-        t: load_model(p, catalog=catalog, device="cpu", enable_shared_context=False)
+        t: load_model(p, LoadOptions(device="cpu", enable_shared_context=False), catalog=catalog)
         for t, p in packages.items()
     }
 
 
 @pytest.fixture(scope="module")
 def shared(packages, catalog):
-    return {t: load_model(p, catalog=catalog, device="cpu") for t, p in packages.items()}
+    return {
+        t: load_model(p, LoadOptions(device="cpu"), catalog=catalog) for t, p in packages.items()
+    }
 
 
 def reference_logits(package, rows):
@@ -226,12 +229,13 @@ def test_rows_equal_a_direct_transformers_forward_bit_for_bit(unshared, packages
 @pytest.mark.parametrize("model_type", DECODERS)
 def test_answers_equal_the_transformers_readout_bit_for_bit(unshared, packages, model_type):
     """Choice, Noul and Score through ``ServedModel.answer``; the reference runs the same
-    rows in the same batch the model formed and applies the documented readout."""
+    rows in the same forwards the model's scheduler forms and applies the documented readout."""
     served = unshared[model_type]
     plan = served.loaded.plan("decisions", REQUEST)
-    [batch] = served.batches(plan.items)
-    reference = reference_logits(packages[model_type], [list(r.input_ids) for r in batch])
-    by_key = {r.key: reference[i][list(r.read_ids)] for i, r in enumerate(batch)}
+    by_key = {}
+    for batch in plan_forwards(plan.items, served.limits()):
+        reference = reference_logits(packages[model_type], [list(r.input_ids) for r in batch])
+        by_key.update({r.key: reference[i][list(r.read_ids)] for i, r in enumerate(batch)})
     body = served.answer("decisions", REQUEST)
     parsed = parse_request(REQUEST)
     assert list(body["answers"]) == ["team", "angry", "urgency"]
@@ -422,7 +426,9 @@ def test_no_label_set_fits_is_unavailable(unshared):
 def test_calibration_temperatures_are_applied(tmp_path, catalog, unshared):
     temperatures = {"choice": 2.0, "noul": 0.5, "score": 3.0}
     package = write_decoder(tmp_path, "qwen3", calibration={"temperature": temperatures})
-    served = load_model(package, catalog=catalog, device="cpu", enable_shared_context=False)
+    served = load_model(
+        package, LoadOptions(device="cpu", enable_shared_context=False), catalog=catalog
+    )
     assert served.card()["decisions"]["temperature"] == temperatures
     assert served.card()["decisions"]["calibrated"] is True
     plan = served.loaded.plan("decisions", REQUEST)
@@ -442,15 +448,17 @@ def test_calibration_temperatures_are_applied(tmp_path, catalog, unshared):
 def test_a_malformed_calibration_fails_the_load(tmp_path, catalog):
     package = write_decoder(tmp_path, "gpt2", calibration={"temperature": {"choice": 0}})
     with pytest.raises(LoadError, match="the choice temperature must be a number above 0"):
-        load_model(package, catalog=catalog, device="cpu")
+        load_model(package, LoadOptions(device="cpu"), catalog=catalog)
 
 
 # -- max_model_len ------------------------------------------------------------------------------
 def test_max_model_len_fails_a_longer_question(packages, catalog):
     short = {"state": "hi", "questions": {"q": NOUL}}
-    probe = load_model(packages["gpt2"], catalog=catalog, device="cpu")
+    probe = load_model(packages["gpt2"], LoadOptions(device="cpu"), catalog=catalog)
     limit = probe.loaded.plan("decisions", short).items[0].tokens
-    served = load_model(packages["gpt2"], catalog=catalog, device="cpu", max_model_len=limit)
+    served = load_model(
+        packages["gpt2"], LoadOptions(device="cpu", max_model_len=limit), catalog=catalog
+    )
     assert served.card()["limits"]["max_tokens"] == limit
     assert served.card()["limits"]["max_model_len"] == limit
     body = served.answer(
@@ -469,7 +477,7 @@ def test_max_model_len_fails_a_longer_question(packages, catalog):
 
 def test_max_model_len_above_the_model_limit_is_refused_at_load(packages, catalog):
     with pytest.raises(LoadError, match=r"^max_model_len 513 is above the model's limit \(512"):
-        load_model(packages["gpt2"], catalog=catalog, device="cpu", max_model_len=513)
+        load_model(packages["gpt2"], LoadOptions(device="cpu", max_model_len=513), catalog=catalog)
 
 
 def test_the_family_refuses_it_too(packages):
@@ -507,7 +515,7 @@ def test_a_template_that_prints_a_date_fixes_it(tmp_path, catalog):
         "{{ message['content'] }}<|im_end|>\n{% endfor %}<|im_start|>assistant\n"
     )
     package = write_decoder(tmp_path, "qwen3", chat_template=dated, name="dated")
-    served = load_model(package, catalog=catalog, device="cpu")
+    served = load_model(package, LoadOptions(device="cpu"), catalog=catalog)
     [row] = served.loaded.plan("decisions", {"state": STATE, "questions": {"q": NOUL}}).items
     text = transformers.AutoTokenizer.from_pretrained(package).decode(row.input_ids)
     assert text.startswith("[26 Jul 2024]<|im_start|>user\nState:\n")
@@ -534,11 +542,11 @@ def test_a_template_that_does_not_place_the_question_once_is_refused(
     control tokens (``<|im_end|>`` inside a state)."""
     package = write_decoder(tmp_path, "qwen3", chat_template=template, name=name)
     with pytest.raises(LoadError) as raised:
-        load_model(package, catalog=catalog, device="cpu")
+        load_model(package, LoadOptions(device="cpu"), catalog=catalog)
     assert f"the chat template places the user message {placed} times" in str(raised.value)
 
 
 def test_a_blank_template_means_the_plain_one(tmp_path, catalog):
     package = write_decoder(tmp_path, "qwen3", chat_template="  ", name="blank")
-    served = load_model(package, catalog=catalog, device="cpu")
+    served = load_model(package, LoadOptions(device="cpu"), catalog=catalog)
     assert served.loaded.card()["decisions"]["template"] == "plain"

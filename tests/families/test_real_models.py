@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vllm_srun.loader import load_model
+from vllm_srun.loader import LoadOptions, load_model
 from vllm_srun.plugins import load_catalog
 
 pytestmark = pytest.mark.slow
@@ -40,12 +40,14 @@ def catalog():
 
 @pytest.fixture(scope="module")
 def minilm(catalog):
-    return load_model(MINILM, catalog=catalog, name="sentence-transformers/all-MiniLM-L6-v2")
+    return load_model(
+        MINILM, LoadOptions(name="sentence-transformers/all-MiniLM-L6-v2"), catalog=catalog
+    )
 
 
 @pytest.fixture(scope="module")
 def rampart(catalog):
-    return load_model(RAMPART, catalog=catalog, name="arcjet/rampart-pii")
+    return load_model(RAMPART, LoadOptions(name="arcjet/rampart-pii"), catalog=catalog)
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +110,7 @@ def test_minilm_on_onnxruntime_through_the_optimum_export(
     catalog, sentence_transformer, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("VLLM_SRUN_CACHE_DIR", str(tmp_path))
-    model = load_model(MINILM, catalog=catalog, engine="onnxruntime")
+    model = load_model(MINILM, LoadOptions(engine="onnxruntime"), catalog=catalog)
     assert model.card()["engine"] == "onnxruntime"
     assert list((tmp_path / "onnx").iterdir())  # the exported graph is cached
     reference = sentence_transformer.encode(TEXTS, convert_to_tensor=True)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from vllm_srun.families.task_heads.package import describe
-from vllm_srun.loader import LoadError, load_model
+from vllm_srun.loader import LoadError, LoadOptions, load_model
 from vllm_srun.plugins import load_catalog
 from vllm_srun.plugins.spec import RequestError
 
@@ -331,7 +331,7 @@ def test_family_choice_errors(tmp_path, catalog):
     with pytest.raises(LoadError, match="no family recognizes the package"):
         load_model(tmp_path, catalog=catalog)
     with pytest.raises(LoadError, match="no family named 'nope' is installed"):
-        load_model(tmp_path, catalog=catalog, family="nope")
+        load_model(tmp_path, LoadOptions(family="nope"), catalog=catalog)
 
 
 def test_engine_choice_lists_every_reason(packages, catalog, tmp_path):
@@ -346,10 +346,12 @@ def test_engine_choice_lists_every_reason(packages, catalog, tmp_path):
         LoadError, match="float16 runs on GPUs only: --dtype float16 cannot be served on cpu"
     ):
         load_model(
-            packages[("bert", "sequence")], catalog=catalog, engine="native", dtype="float16"
+            packages[("bert", "sequence")],
+            LoadOptions(engine="native", dtype="float16"),
+            catalog=catalog,
         )
     with pytest.raises(LoadError, match="device not available"):
-        load_model(packages[("bert", "sequence")], catalog=catalog, device="cuda:3")
+        load_model(packages[("bert", "sequence")], LoadOptions(device="cuda:3"), catalog=catalog)
 
 
 class NanEngine:
@@ -450,6 +452,6 @@ def test_a_model_that_needs_lapack_fails_with_the_operator_phrase(packages, cata
 
     monkeypatch.setattr(NativeEngine, "load", no_lapack)
     with pytest.raises(LoadError) as raised:
-        load_model(packages[("bert", "sequence")], catalog=catalog, engine="native")
+        load_model(packages[("bert", "sequence")], LoadOptions(engine="native"), catalog=catalog)
     assert str(raised.value).startswith("built without LAPACK: the model needs LAPACK on cpu")
     assert raised.value.retryable is False

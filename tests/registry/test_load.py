@@ -9,7 +9,7 @@ import pytest
 from safetensors.torch import load_file
 
 from tests.registry.conftest import NAME, REVISION, digests, write_cache
-from vllm_srun.loader import LoadError, load_model
+from vllm_srun.loader import LoadError, LoadOptions, load_model
 from vllm_srun.plugins import load_catalog
 from vllm_srun.registry import identity
 
@@ -24,7 +24,7 @@ def catalog(entry):
 
 def test_a_local_package_loads_with_its_computed_identity(package, tiny_package):
     (package / "README.md").write_text("# tiny\n")
-    served = load_model(package / ".", catalog=load_catalog(), device="cpu")
+    served = load_model(package / ".", LoadOptions(device="cpu"), catalog=load_catalog())
     card = served.card()
     files = digests(tiny_package)
     assert served.name == "package" and served.identity is None
@@ -39,7 +39,7 @@ def test_a_local_package_loads_with_its_computed_identity(package, tiny_package)
 
 
 def test_a_local_copy_of_a_built_in_model_reports_it_under_its_own_id(package, catalog):
-    served = load_model(package, catalog=catalog, device="cpu")
+    served = load_model(package, LoadOptions(device="cpu"), catalog=catalog)
     card = served.card()
     assert served.name == "package" and served.identity == NAME
     assert (card["repo"], card["revision"], card["verification"]) == (NAME, REVISION, "pinned")
@@ -48,7 +48,9 @@ def test_a_local_copy_of_a_built_in_model_reports_it_under_its_own_id(package, c
 def test_a_built_in_name_loads_from_the_cache_as_pinned(tiny_package, catalog, tmp_path):
     cache = tmp_path / "cache"
     write_cache(cache, NAME, REVISION, tiny_package)
-    served = load_model(NAME, catalog=catalog, device="cpu", cache_dir=cache, offline=True)
+    served = load_model(
+        NAME, LoadOptions(device="cpu", cache_dir=cache, offline=True), catalog=catalog
+    )
     card = served.card()
     assert served.name == NAME and served.identity == NAME
     assert (card["repo"], card["revision"], card["verification"]) == (NAME, REVISION, "pinned")
@@ -71,14 +73,14 @@ def test_a_tampered_cache_fails_before_any_weight_loads(
             type(engine), "load", lambda *a, **k: pytest.fail("weights loaded before the check")
         )
     with pytest.raises(LoadError, match=r"^a file hash does not match: model\.safetensors"):
-        load_model(NAME, catalog=catalog, device="cpu", cache_dir=cache, offline=True)
+        load_model(NAME, LoadOptions(device="cpu", cache_dir=cache, offline=True), catalog=catalog)
 
 
 def test_a_repository_without_a_revision_fails_before_loading(catalog):
     with pytest.raises(LoadError, match=r"^a revision is required: someone/encoder"):
-        load_model("someone/encoder", catalog=catalog, device="cpu")
+        load_model("someone/encoder", LoadOptions(device="cpu"), catalog=catalog)
     with pytest.raises(LoadError, match=r"^revision must be a 40-hex commit, not 'main'"):
-        load_model("someone/encoder", revision="main", catalog=catalog, device="cpu")
+        load_model("someone/encoder", LoadOptions(revision="main", device="cpu"), catalog=catalog)
 
 
 def test_a_built_in_entry_names_its_family(tiny_package, catalog, tmp_path):
@@ -88,4 +90,4 @@ def test_a_built_in_entry_names_its_family(tiny_package, catalog, tmp_path):
         catalog.layers["models"][NAME], family="absent_family"
     )
     with pytest.raises(LoadError, match=r"^no family named 'absent_family' is installed"):
-        load_model(NAME, catalog=catalog, device="cpu", cache_dir=cache, offline=True)
+        load_model(NAME, LoadOptions(device="cpu", cache_dir=cache, offline=True), catalog=catalog)

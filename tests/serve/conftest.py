@@ -31,7 +31,7 @@ with warnings.catch_warnings():  # starlette's notice about httpx2 is not ours t
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
-from vllm_srun.loader import ServedModel, load_model
+from vllm_srun.loader import LoadOptions, ServedModel, load_model
 from vllm_srun.plugins import Catalog, load_catalog
 from vllm_srun.serve.app import build_app
 from vllm_srun.serve.config import ModelConfig, ServeConfig
@@ -132,12 +132,12 @@ def controlled_loader(
 ) -> Callable[..., ServedModel]:
     """A ``Runtime`` loader: the session's model for a path behind a fresh :class:`Controlled`."""
 
-    def loader(model: str, **kwargs: Any) -> ServedModel:
+    def loader(model: str, options: LoadOptions, **kwargs: Any) -> ServedModel:
         if model not in loaded_models:
             loaded_models[model] = load_model(model, catalog=catalog)
         served = loaded_models[model]
         return dataclasses.replace(
-            served, name=kwargs.get("name") or served.name, loaded=Controlled(served.loaded)
+            served, name=options.name or served.name, loaded=Controlled(served.loaded)
         )
 
     return loader

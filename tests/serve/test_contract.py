@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from vllm_srun.loader import LoadOptions
 from vllm_srun.serve.config import ModelConfig
 
 from . import reference
@@ -274,10 +275,10 @@ def served(make_runtime, packages, controlled_loader, live_server):
     """Every head, and ``late``: a model whose loading waits for ``late_loaded``."""
     late_loaded = threading.Event()
 
-    def loader(model: str, **kwargs: Any):
-        if kwargs.get("name") == "late":
+    def loader(model: str, options: LoadOptions, **kwargs: Any):
+        if options.name == "late":
             assert late_loaded.wait(60)
-        return controlled_loader(model, **kwargs)
+        return controlled_loader(model, options, **kwargs)
 
     models = [ModelConfig(model=str(packages[h]), name=h) for h in HEADS]
     models.append(ModelConfig(model=str(packages["sequence"]), name="late"))

@@ -12,7 +12,7 @@ import dataclasses
 import json
 
 from vllm_srun.golden import record, reference_keys
-from vllm_srun.loader import load_model
+from vllm_srun.loader import LoadOptions, load_model
 from vllm_srun.plugins import read_reference_file
 
 from ..fixtures import write_decoder
@@ -47,8 +47,8 @@ def with_reference(catalog, reference):
 def serve(make_runtime, catalog, package, reference_path):
     reference = read_reference_file(reference_path)
 
-    def loader(path, **kwargs):
-        served = load_model(path, catalog=catalog, name=kwargs["name"])
+    def loader(path, options, **kwargs):
+        served = load_model(path, LoadOptions(name=options.name), catalog=catalog)
         return dataclasses.replace(served, identity=IDENTITY)
 
     from vllm_srun.serve.config import ModelConfig
@@ -100,7 +100,7 @@ def test_a_max_model_len_below_the_golden_questions_says_so(tmp_path, catalog):
     from vllm_srun.golden import check
 
     package = write_decoder(tmp_path / "pkg", "qwen3", seed=3)
-    served = load_model(package, catalog=catalog, max_model_len=24)
+    served = load_model(package, LoadOptions(max_model_len=24), catalog=catalog)
     result = check(served, catalog)
     assert result.status == "failed"
     assert result.reason.startswith(

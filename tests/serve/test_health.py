@@ -13,10 +13,10 @@ from .conftest import make_client, wait_until
 def test_health_follows_loading_then_ready(make_runtime, controlled_loader):
     loaded = threading.Event()
 
-    def slow_loader(model, **kwargs):
-        if kwargs["name"] == "sequence":
+    def slow_loader(model, options, **kwargs):
+        if options.name == "sequence":
             assert loaded.wait(30)
-        return controlled_loader(model, **kwargs)
+        return controlled_loader(model, options, **kwargs)
 
     runtime = make_runtime(("pooled", "sequence"), loader=slow_loader, load=False)
     client = make_client(runtime)
@@ -64,10 +64,10 @@ def test_health_follows_loading_then_ready(make_runtime, controlled_loader):
 
 
 def test_a_model_that_fails_to_load_is_reported_and_refused(make_runtime, controlled_loader):
-    def loader(model, **kwargs):
-        if kwargs["name"] == "sequence":
+    def loader(model, options, **kwargs):
+        if options.name == "sequence":
             raise LoadError("no engine can run the model: native: broken weights")
-        return controlled_loader(model, **kwargs)
+        return controlled_loader(model, options, **kwargs)
 
     runtime = make_runtime(("pooled", "sequence"), loader=loader)
     client = make_client(runtime)
@@ -89,7 +89,7 @@ def test_a_model_that_fails_to_load_is_reported_and_refused(make_runtime, contro
 
 
 def test_every_model_failing_is_failed(make_runtime):
-    def loader(model, **kwargs):
+    def loader(model, options, **kwargs):
         raise RuntimeError("out of memory")
 
     runtime = make_runtime(("pooled",), loader=loader, load_attempts=1)  # a passing cause
@@ -116,10 +116,8 @@ def test_a_stopping_runtime_refuses_work_and_reports_it(make_runtime):
 def test_max_model_len_on_an_encoder_model_fails_it_with_the_operator_phrase(make_runtime, catalog):
     from vllm_srun.loader import load_model
 
-    def loader(path, **options):  # the real loader: the check comes before any weight loads
-        return load_model(
-            path, catalog=catalog, name=options["name"], max_model_len=options["max_model_len"]
-        )
+    def loader(path, options, **kwargs):  # the real loader: the check comes before any weight loads
+        return load_model(path, options, catalog=catalog)
 
     runtime = make_runtime(("pooled",), max_model_len=128, loader=loader)
     state = runtime.models["pooled"]

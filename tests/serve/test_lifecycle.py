@@ -32,9 +32,9 @@ def test_a_golden_mismatch_fails_its_model_while_another_stays_ready(
     key = reference_keys(model)[0]
     reference = GoldenReference("fake/pooled", GOLDEN_REQUESTS, {key: (recorded,)}, {"cpu": 1e-5})
 
-    def loader(path, **kwargs):
-        served = controlled_loader(path, **kwargs)
-        if kwargs["name"] == "pooled":
+    def loader(path, options, **kwargs):
+        served = controlled_loader(path, options, **kwargs)
+        if options.name == "pooled":
             return dataclasses.replace(served, identity="fake/pooled")
         return served
 
@@ -84,8 +84,10 @@ def test_a_matching_reference_makes_the_card_say_matched(
     recorded = {k: v for k, v in answer.items() if k != "model"}
     reference = GoldenReference("fake/pooled", GOLDEN_REQUESTS, {"cpu": (recorded,)}, {"cpu": 1e-5})
 
-    def loader(path, **kwargs):
-        return dataclasses.replace(controlled_loader(path, **kwargs), identity="fake/pooled")
+    def loader(path, options, **kwargs):
+        return dataclasses.replace(
+            controlled_loader(path, options, **kwargs), identity="fake/pooled"
+        )
 
     runtime = make_runtime(("pooled",), loader=loader, load=False)
     runtime.catalog = with_reference(catalog, reference)
@@ -105,12 +107,12 @@ def test_a_passing_cause_is_retried_with_doubling_waits_and_says_so(
 ):
     calls: list[tuple[float, str, str | None]] = []
 
-    def loader(path, **kwargs):
+    def loader(path, options, **kwargs):
         state = runtime.models["pooled"]
         calls.append((time.monotonic(), state.status, state.reason))
         if len(calls) < 3:
             raise LoadError(NO_MEMORY, retryable=True)
-        return controlled_loader(path, **kwargs)
+        return controlled_loader(path, options, **kwargs)
 
     runtime = make_runtime(("pooled",), loader=loader, load=False, load_retry_seconds=0.05)
     runtime.start_loading().join(30)
@@ -134,7 +136,7 @@ def test_the_retry_delay_doubles_up_to_300_seconds(make_runtime):
 def test_a_final_cause_fails_at_once(make_runtime):
     calls = []
 
-    def loader(path, **kwargs):
+    def loader(path, options, **kwargs):
         calls.append(path)
         raise LoadError("a file hash does not match: model.safetensors")
 
@@ -148,7 +150,7 @@ def test_a_final_cause_fails_at_once(make_runtime):
 
 
 def test_a_cause_that_never_passes_fails_after_the_last_attempt(make_runtime):
-    def loader(path, **kwargs):
+    def loader(path, options, **kwargs):
         raise RuntimeError("CUDA error: out of memory")
 
     runtime = make_runtime(("pooled",), loader=loader, load_attempts=3, load_retry_seconds=0.01)
@@ -163,10 +165,10 @@ def test_a_cause_that_never_passes_fails_after_the_last_attempt(make_runtime):
 def test_other_models_serve_while_one_waits_to_retry_and_shutdown_ends_the_wait(
     make_runtime, controlled_loader
 ):
-    def loader(path, **kwargs):
-        if kwargs["name"] == "pooled":
+    def loader(path, options, **kwargs):
+        if options.name == "pooled":
             raise LoadError(NO_MEMORY, retryable=True)
-        return controlled_loader(path, **kwargs)
+        return controlled_loader(path, options, **kwargs)
 
     runtime = make_runtime(("pooled", "sequence"), loader=loader, load=False, load_retry_seconds=60)
     thread = runtime.start_loading()
@@ -207,8 +209,8 @@ def test_the_memory_budget_is_applied_and_final(make_runtime):
 def test_warming_is_reported_while_the_golden_check_runs(make_runtime, controlled_loader):
     entered, release = threading.Event(), threading.Event()
 
-    def loader(path, **kwargs):
-        served = controlled_loader(path, **kwargs)
+    def loader(path, options, **kwargs):
+        served = controlled_loader(path, options, **kwargs)
         real = served.answer
 
         def slow_answer(surface, body):
@@ -255,9 +257,9 @@ def test_too_little_free_memory_is_a_passing_cause(make_runtime, catalog):
 
 
 def test_a_golden_check_that_raises_fails_only_its_model(make_runtime, controlled_loader):
-    def loader(path, **kwargs):
-        served = controlled_loader(path, **kwargs)
-        if kwargs["name"] == "pooled":
+    def loader(path, options, **kwargs):
+        served = controlled_loader(path, options, **kwargs)
+        if options.name == "pooled":
             control = served.loaded
             control.fail_run = RuntimeError("kernel exploded")
         return served
