@@ -1,0 +1,83 @@
+"""Responses and request accounting shared by every route."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+from .metrics import Metrics
+from .runtime import Runtime, Timing, requested_model
+
+CLIENT_CLOSED = 499
+"""Status recorded for a request whose client went away (nginx's "client closed request")."""
+
+SURFACE_OF_PATH = {
+    "/v1/embeddings": "embeddings",
+    "/v1/classify": "classify",
+    "/v1/rerank": "rerank",
+    "/v1/decisions": "decisions",
+    "/v1/systemone": "decisions",
+    "/v1/bundle": "bundle",
+}
+"""The ``surface`` label of requests refused before their route ran (400, 413)."""
+
+
+class JSON(Response):
+    """A JSON response rendered with orjson (no NaN can appear: families refuse it first)."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        """Serialise ``content``.
+
+        orjson refuses a lone surrogate (a client may send ``"\\ud800"`` as a
+        key or a name that comes back in an answer or an error message); the
+        standard encoder then writes it as the same ``\\ud800`` escape.
+        """
+        try:
+            return orjson.dumps(content)
+        except TypeError:
+            return json.dumps(content, ensure_ascii=True, allow_nan=False).encode("ascii")
+
+
+def respond(
+    status: int, body: Any, timing: Timing | None = None, extra: dict[str, str] | None = None
+) -> JSON:
+    """A JSON response with ``Server-Timing`` from ``timing`` and any ``extra`` headers."""
+    headers = {"server-timing": timing.header()} if timing is not None else {}
+    return JSON(body, status_code=status, headers={**headers, **(extra or {})})
+
+
+class Accounting:
+    """Counts every answered request in ``/metrics`` under a served model's ID.
+
+    Args:
+        runtime: the models; a request naming none of them counts as ``-``
+            (or as the only model, when one is served), never as text the
+            client chose.
+    """
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.metrics: Metrics = runtime.metrics
+
+    def model_label(self, payload: Any) -> str:
+        """A request's ``model`` label: a served model's ID, never text the client chose."""
+        name = requested_model(payload)
+        if name is None and len(self.runtime.models) == 1:
+            return next(iter(self.runtime.models))
+        return name if name in self.runtime.models else "-"
+
+    def count(self, name: str, surface: str, status: int, seconds: float) -> None:
+        """One request of ``surface`` answered ``status`` after ``seconds``."""
+        self.metrics.requests.labels(model=name, surface=surface, status=str(status)).inc()
+        self.metrics.request_duration.labels(model=name, surface=surface).observe(seconds)
+
+    def refused(self, path: str, status: int, seconds: float) -> None:
+        """Count a request answered before its route ran (a bad body, one too large)."""
+        surface = SURFACE_OF_PATH.get(path)
+        if surface is not None:
+            self.count(self.model_label({}), surface, status, seconds)
