@@ -17,7 +17,7 @@ from vllm_srun.plugins import (
     DeviceInfo,
     ExecutionProvider,
     hookimpl,
-    torch_memory_info,
+    torch_devices,
 )
 from vllm_srun.plugins.hookspecs import RegisterAccelerator
 
@@ -42,20 +42,7 @@ class CudaAccelerator(Accelerator):
         """Every visible GPU, with memory from ``cudaMemGetInfo`` and its compute capability."""
         if not self.available():
             return []
-        found = []
-        for index in range(torch.cuda.device_count()):
-            props = torch.cuda.get_device_properties(index)
-            total, free = torch_memory_info(torch.cuda, index, int(props.total_memory))
-            major, minor = int(props.major), int(props.minor)
-            capabilities: dict[str, Any] = {
-                "compute_capability": f"{major}.{minor}",
-                "sm": f"sm_{major}{minor}",
-                "bf16": "bf16_native" if major >= BF16_NATIVE_MAJOR else "bf16_emulated",
-                "multiprocessors": int(getattr(props, "multi_processor_count", 0)),
-                "cuda_version": torch.version.cuda,
-            }
-            found.append(DeviceInfo("cuda", index, str(props.name), total, free, capabilities))
-        return found
+        return torch_devices("cuda", torch.cuda, _capabilities)
 
     def torch_device(self, index: int | None) -> torch.device:
         """``torch.device("cuda", index)``."""
@@ -75,6 +62,17 @@ class CudaAccelerator(Accelerator):
             ("CUDAExecutionProvider", {"device_id": device.index or 0}),
             ("CPUExecutionProvider", {}),
         ]
+
+
+def _capabilities(props: Any, name: str) -> dict[str, Any]:
+    major, minor = int(props.major), int(props.minor)
+    return {
+        "compute_capability": f"{major}.{minor}",
+        "sm": f"sm_{major}{minor}",
+        "bf16": "bf16_native" if major >= BF16_NATIVE_MAJOR else "bf16_emulated",
+        "multiprocessors": int(getattr(props, "multi_processor_count", 0)),
+        "cuda_version": torch.version.cuda,
+    }
 
 
 @hookimpl

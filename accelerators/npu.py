@@ -18,7 +18,7 @@ from vllm_srun.plugins import (
     ExecutionProvider,
     hookimpl,
     slug,
-    torch_memory_info,
+    torch_devices,
 )
 from vllm_srun.plugins.hookspecs import RegisterAccelerator
 
@@ -51,17 +51,13 @@ class NpuAccelerator(Accelerator):
         backend = _backend()
         if backend is None or not self.available():
             return []
-        found = []
-        for index in range(backend.device_count()):
-            name = str(backend.get_device_name(index))
-            try:
-                fallback: int | None = int(backend.get_device_properties(index).total_memory)
-            except Exception:
-                fallback = None
-            total, free = torch_memory_info(backend, index, fallback)
-            capabilities: dict[str, Any] = {"soc": slug(name), "bf16": "bf16_native"}
-            found.append(DeviceInfo("npu", index, name, total, free, capabilities))
-        return found
+        return torch_devices(
+            "npu",
+            backend,
+            lambda props, name: {"soc": slug(name), "bf16": "bf16_native"},
+            name=lambda index, props: str(backend.get_device_name(index)),
+            optional_properties=True,
+        )
 
     def torch_device(self, index: int | None) -> torch.device:
         """``torch.device("npu", index)`` (the device type ``torch_npu`` registers)."""

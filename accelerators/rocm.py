@@ -16,7 +16,7 @@ from vllm_srun.plugins import (
     DeviceInfo,
     ExecutionProvider,
     hookimpl,
-    torch_memory_info,
+    torch_devices,
 )
 from vllm_srun.plugins.hookspecs import RegisterAccelerator
 
@@ -47,21 +47,7 @@ class RocmAccelerator(Accelerator):
         """Every visible GPU, with its memory and gfx architecture."""
         if not self.available():
             return []
-        found = []
-        for index in range(torch.cuda.device_count()):
-            props = torch.cuda.get_device_properties(index)
-            total, free = torch_memory_info(torch.cuda, index, int(props.total_memory))
-            arch = gfx_arch(props)
-            capabilities: dict[str, Any] = {
-                "gfx_arch": arch,
-                "bf16": "bf16_native"
-                if arch.startswith(BF16_NATIVE_ARCH_PREFIXES)
-                else "bf16_emulated",
-                "compute_units": int(getattr(props, "multi_processor_count", 0)),
-                "hip_version": torch.version.hip,
-            }
-            found.append(DeviceInfo("rocm", index, str(props.name), total, free, capabilities))
-        return found
+        return torch_devices("rocm", torch.cuda, _capabilities)
 
     def torch_device(self, index: int | None) -> torch.device:
         """``torch.device("cuda", index)``: HIP devices keep CUDA's device type."""
@@ -83,6 +69,16 @@ class RocmAccelerator(Accelerator):
             ("ROCMExecutionProvider", dict(options)),
             ("CPUExecutionProvider", {}),
         ]
+
+
+def _capabilities(props: Any, name: str) -> dict[str, Any]:
+    arch = gfx_arch(props)
+    return {
+        "gfx_arch": arch,
+        "bf16": "bf16_native" if arch.startswith(BF16_NATIVE_ARCH_PREFIXES) else "bf16_emulated",
+        "compute_units": int(getattr(props, "multi_processor_count", 0)),
+        "hip_version": torch.version.hip,
+    }
 
 
 @hookimpl

@@ -16,7 +16,7 @@ from vllm_srun.plugins import (
     ExecutionProvider,
     hookimpl,
     slug,
-    torch_memory_info,
+    torch_devices,
 )
 from vllm_srun.plugins.hookspecs import RegisterAccelerator
 
@@ -39,21 +39,7 @@ class XpuAccelerator(Accelerator):
         """Every visible Intel GPU, with its memory."""
         if not self.available():
             return []
-        found = []
-        for index in range(torch.xpu.device_count()):
-            props = torch.xpu.get_device_properties(index)
-            total, free = torch_memory_info(torch.xpu, index, int(props.total_memory))
-            name = str(props.name)
-            capabilities: dict[str, Any] = {
-                "device_key": slug(name),
-                "bf16": "bf16_native"
-                if getattr(props, "has_bfloat16_conversions", False)
-                else "bf16_emulated",
-                "fp64": bool(getattr(props, "has_fp64", False)),
-                "driver_version": str(getattr(props, "driver_version", "")),
-            }
-            found.append(DeviceInfo("xpu", index, name, total, free, capabilities))
-        return found
+        return torch_devices("xpu", torch.xpu, _capabilities)
 
     def torch_device(self, index: int | None) -> torch.device:
         """``torch.device("xpu", index)``."""
@@ -73,6 +59,17 @@ class XpuAccelerator(Accelerator):
             ("OpenVINOExecutionProvider", {"device_type": f"GPU.{device.index or 0}"}),
             ("CPUExecutionProvider", {}),
         ]
+
+
+def _capabilities(props: Any, name: str) -> dict[str, Any]:
+    return {
+        "device_key": slug(name),
+        "bf16": "bf16_native"
+        if getattr(props, "has_bfloat16_conversions", False)
+        else "bf16_emulated",
+        "fp64": bool(getattr(props, "has_fp64", False)),
+        "driver_version": str(getattr(props, "driver_version", "")),
+    }
 
 
 @hookimpl

@@ -5,6 +5,11 @@
 - contracts: :class:`Accelerator` and :class:`DeviceInfo`, :class:`Engine`,
   :class:`Family`, :class:`SurfaceExtension`, :class:`Kernel`,
   :class:`GoldenReference`, :class:`ModelEntry`;
+- what flows between them: :class:`ModelSpec` (a family's description of a
+  package), the engine models (:class:`EncoderModel`, :class:`DecoderModel`
+  and their batches), :class:`LoadedModel` and :class:`Plan` (a family's
+  loaded model and its planned requests), :class:`WorkItem` (one row),
+  :class:`RowError` and :class:`RequestError`, :class:`ModelCard`;
 - discovery and composition: :func:`discover`, :func:`build_catalog`,
   :func:`load_catalog`;
 - the conformance kit: :mod:`vllm_srun.plugins.testing`.
@@ -16,11 +21,12 @@ from vllm_srun.plugins.accelerator import (
     DeviceInfo,
     ExecutionProvider,
     slug,
+    torch_devices,
     torch_memory_info,
 )
 from vllm_srun.plugins.discovery import ENV_DISABLE, ENV_ONLY, GROUP, DiscoveredPlugin, discover
 from vllm_srun.plugins.engine import Engine
-from vllm_srun.plugins.extension import SurfaceExtension
+from vllm_srun.plugins.extension import SurfaceExtension, SurfaceModel
 from vllm_srun.plugins.family import Family
 from vllm_srun.plugins.golden import (
     GoldenReference,
@@ -31,6 +37,7 @@ from vllm_srun.plugins.golden import (
 from vllm_srun.plugins.hookspecs import hookimpl, hookspec
 from vllm_srun.plugins.kernel import Kernel, select_kernel
 from vllm_srun.plugins.layers import LAYERS, Layer
+from vllm_srun.plugins.loaded import EmbeddingCard, HeadCard, LoadedModel, ModelCard, Plan
 from vllm_srun.plugins.manager import (
     Catalog,
     Clash,
@@ -40,6 +47,17 @@ from vllm_srun.plugins.manager import (
     load_catalog,
 )
 from vllm_srun.plugins.models import Mirror, ModelEntry
+from vllm_srun.plugins.spec import (
+    DecoderBatch,
+    DecoderModel,
+    EncoderBatch,
+    EncoderModel,
+    ModelSpec,
+    RequestError,
+    RowError,
+    RowOutput,
+    WorkItem,
+)
 
 __all__ = [
     "DTYPES",
@@ -50,20 +68,35 @@ __all__ = [
     "Accelerator",
     "Catalog",
     "Clash",
+    "DecoderBatch",
+    "DecoderModel",
     "DeviceInfo",
     "DiscoveredPlugin",
+    "EmbeddingCard",
+    "EncoderBatch",
+    "EncoderModel",
     "Engine",
     "ExecutionProvider",
     "Family",
     "GoldenReference",
+    "HeadCard",
     "Kernel",
     "Layer",
+    "LoadedModel",
     "Mirror",
+    "ModelCard",
     "ModelEntry",
+    "ModelSpec",
+    "Plan",
     "PluginRecord",
     "ReferenceFileError",
     "Refusal",
+    "RequestError",
+    "RowError",
+    "RowOutput",
     "SurfaceExtension",
+    "SurfaceModel",
+    "WorkItem",
     "build_catalog",
     "discover",
     "hookimpl",
@@ -72,6 +105,7 @@ __all__ = [
     "read_reference_file",
     "select_kernel",
     "slug",
+    "torch_devices",
     "torch_memory_info",
     "write_reference_answers",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -169,3 +169,48 @@ def torch_memory_info(
     except Exception:
         return total_fallback, None
     return int(total), int(free)
+
+
+def torch_devices(
+    accelerator: str,
+    backend: Any,
+    capabilities: Callable[[Any, str], dict[str, Any]],
+    *,
+    name: Callable[[int, Any], str] | None = None,
+    optional_properties: bool = False,
+) -> list[DeviceInfo]:
+    """Every device of a torch device module (``torch.cuda``, ``torch.xpu``, ``torch.npu``),
+    the loop GPU accelerators share.
+
+    For each ordinal below ``backend.device_count()``: the device properties
+    (``backend.get_device_properties(index)``), its name (``props.name``
+    unless ``name(index, props)`` says otherwise), its memory
+    (:func:`torch_memory_info`, the properties' ``total_memory`` as the
+    fallback total) and ``capabilities(props, name)``.
+
+    Args:
+        accelerator: the accelerator's name, as every :class:`DeviceInfo` carries it.
+        backend: the torch device module.
+        capabilities: the capability facts of one device (golden keys and
+            numerics depend on them).
+        name: the device name, when the properties do not carry it.
+        optional_properties: a device whose properties cannot be read is
+            still listed (``props`` is then ``None``, the total unknown);
+            otherwise the error propagates.
+
+    Returns:
+        The devices in index order.
+    """
+    found = []
+    for index in range(backend.device_count()):
+        try:
+            props = backend.get_device_properties(index)
+        except Exception:
+            if not optional_properties:
+                raise
+            props = None
+        label = name(index, props) if name is not None else str(props.name)
+        fallback = getattr(props, "total_memory", None)
+        total, free = torch_memory_info(backend, index, None if fallback is None else int(fallback))
+        found.append(DeviceInfo(accelerator, index, label, total, free, capabilities(props, label)))
+    return found
