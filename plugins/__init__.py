@@ -47,6 +47,7 @@ from vllm_srun.plugins.manager import (
     load_catalog,
 )
 from vllm_srun.plugins.models import Mirror, ModelEntry
+from vllm_srun.plugins.package import PackageError, read_config, read_json
 from vllm_srun.plugins.spec import (
     DecoderBatch,
     DecoderModel,
@@ -87,6 +88,7 @@ __all__ = [
     "ModelCard",
     "ModelEntry",
     "ModelSpec",
+    "PackageError",
     "Plan",
     "PluginRecord",
     "ReferenceFileError",
@@ -102,6 +104,8 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "load_catalog",
+    "read_config",
+    "read_json",
     "read_reference_file",
     "select_kernel",
     "slug",

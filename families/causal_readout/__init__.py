@@ -15,6 +15,7 @@ from typing import Any
 
 from vllm_srun.plugins import Family, hookimpl
 from vllm_srun.plugins.hookspecs import RegisterFamily
+from vllm_srun.plugins.package import PackageError
 from vllm_srun.plugins.spec import ModelSpec
 
 from . import package as packages
@@ -73,7 +74,7 @@ class CausalReadoutFamily(Family):
         try:
             Renderer(package)  # reads the tokenizer files and checks the chat template
         except (ValueError, OSError) as err:
-            raise packages.PackageError(str(err)) from err
+            raise PackageError(str(err)) from err
 
     def describe(self, package: Path) -> ModelSpec:
         """The engine-facing spec: task ``causal_lm``, ``token_limit`` the model's limit."""

@@ -6,13 +6,13 @@ Only configuration files are read here (``config.json``, ``calibration.json``,
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vllm_srun.plugins.decisions import QUESTION_TYPES
+from vllm_srun.plugins.package import PackageError, read_config, read_json
 from vllm_srun.plugins.spec import ModelSpec, weight_files
 
 CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
@@ -49,10 +49,6 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 """Files any of which makes a tokenizer transformers can load without remote code."""
 
 
-class PackageError(Exception):
-    """The package cannot be served by this family; the message says why and what to do."""
-
-
 @dataclass(frozen=True)
 class Description:
     """Everything the family knows about a decoder package before loading it.
@@ -74,14 +70,6 @@ class Description:
     config: dict[str, Any] = field(default_factory=dict)
 
 
-def read_json(path: Path) -> Any:
-    """Parse a JSON file; a broken one is a :class:`PackageError` naming it."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise PackageError(f"{path.name} cannot be read: {err}") from err
-
-
 def _architecture(config: Any) -> str | None:
     if not isinstance(config, dict):
         return None
@@ -96,14 +84,12 @@ def _architecture(config: Any) -> str | None:
 def detect(package: Path) -> bool:
     """Whether ``package`` is a decoder: ``config.json`` names a ``*ForCausalLM`` or
     ``*LMHeadModel`` architecture of a model type that is not an encoder."""
-    path = package / "config.json"
-    if not path.is_file():
-        return False
-    try:
-        config = read_json(path)
-    except PackageError:
-        return False
-    return _architecture(config) is not None and config.get("model_type") not in ENCODER_MODEL_TYPES
+    config = read_config(package)
+    return (
+        config is not None
+        and _architecture(config) is not None
+        and config.get("model_type") not in ENCODER_MODEL_TYPES
+    )
 
 
 def _token_limit(package: Path, config: dict[str, Any]) -> int:

@@ -13,6 +13,7 @@ from typing import Any
 
 from vllm_srun.plugins import Family, hookimpl
 from vllm_srun.plugins.hookspecs import RegisterFamily
+from vllm_srun.plugins.package import PackageError
 from vllm_srun.plugins.spec import ModelSpec
 
 from . import package as packages
@@ -44,12 +45,12 @@ class TaskHeadsFamily(Family):
         """
         spec = packages.describe(package).spec
         if not spec.weights and spec.onnx is None:
-            raise packages.PackageError(
+            raise PackageError(
                 "the package has no weights: neither safetensors (or pickled "
                 "pytorch_model*.bin) nor an ONNX graph"
             )
         if not any((package / name).is_file() for name in TOKENIZER_FILES):
-            raise packages.PackageError("the package has no tokenizer (tokenizer.json or vocab)")
+            raise PackageError("the package has no tokenizer (tokenizer.json or vocab)")
 
     def describe(self, package: Path) -> ModelSpec:
         """The engine-facing spec of the package (see :mod:`.package`)."""

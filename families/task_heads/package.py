@@ -6,11 +6,11 @@ sentence-transformers files, the tokenizer's config); no weights load.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vllm_srun.plugins.package import PackageError, read_config, read_json
 from vllm_srun.plugins.spec import ModelSpec, weight_files
 
 ENCODER_MODEL_TYPES = frozenset(
@@ -48,10 +48,6 @@ POOLING_MODES = {
 
 THRESHOLDS_FILE = "thresholds.json"
 """Optional per-label thresholds of a multi-label head: ``{"label": 0.5, ...}``."""
-
-
-class PackageError(Exception):
-    """The package cannot be served by this family; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -101,14 +97,6 @@ class Description:
     config: dict[str, Any]
 
 
-def read_json(path: Path) -> Any:
-    """Parse a JSON file; a broken one is a :class:`PackageError` naming it."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise PackageError(f"{path.name} cannot be read: {err}") from err
-
-
 def sentence_transformers_modules(package: Path) -> list[str]:
     """The module types of ``modules.json`` (``sentence_transformers.models.Pooling``, ...)."""
     path = package / "modules.json"
@@ -119,14 +107,8 @@ def sentence_transformers_modules(package: Path) -> list[str]:
 
 def detect(package: Path) -> bool:
     """Whether ``package`` is an encoder this family serves; reads ``config.json`` only."""
-    path = package / "config.json"
-    if not path.is_file():
-        return False
-    try:
-        config = read_json(path)
-    except PackageError:
-        return False
-    return isinstance(config, dict) and config.get("model_type") in ENCODER_MODEL_TYPES
+    config = read_config(package)
+    return config is not None and config.get("model_type") in ENCODER_MODEL_TYPES
 
 
 def _task(architecture: str) -> str:

@@ -1,0 +1,46 @@
+"""Reading a model package's files: what every family's ``detect`` and ``describe`` share.
+
+A family reads the package format (configuration, tokenizer, heads) and
+never loads weights itself. These helpers read its JSON files with errors that
+name the file, so an operator knows which one to fix.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+class PackageError(Exception):
+    """A package a family cannot serve; the message names the file or the missing part
+    and what to do."""
+
+
+def read_json(path: Path) -> Any:
+    """The parsed JSON of ``path``.
+
+    Raises:
+        PackageError: ``<name> cannot be read: <reason>`` (missing, unreadable,
+            not valid UTF-8 or JSON).
+    """
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise PackageError(f"{path.name} cannot be read: {err}") from err
+
+
+def read_config(package: Path) -> dict[str, Any] | None:
+    """``package/config.json`` as an object, or ``None`` when it is absent, unreadable or
+    not an object: what a cheap ``detect`` reads (it never raises)."""
+    path = package / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        config = read_json(path)
+    except PackageError:
+        return None
+    return config if isinstance(config, dict) else None
+
+
+__all__ = ["PackageError", "read_config", "read_json"]
