@@ -25,8 +25,10 @@ from vllm_srun.plugins.spec import RequestError
 from . import schemas
 from .bundle import answer_bundle
 from .envelope import Envelope, install_error_handlers
+from .requests import ApiError, ClientGone, Timing
 from .responses import CLIENT_CLOSED, Accounting, respond
-from .runtime import ApiError, ClientGone, Runtime, Timing
+from .runtime import Runtime
+from .status import cards, health_document
 
 SURFACE_REQUESTS = {
     "embeddings": schemas.EmbeddingsRequest,
@@ -216,7 +218,7 @@ def build_app(runtime: Runtime) -> FastAPI:
                     "max_request_bytes": runtime.config.max_request_bytes,
                 },
                 "plugins": plugins,
-                "data": runtime.cards(),
+                "data": cards(runtime),
             },
         )
 
@@ -227,8 +229,8 @@ def build_app(runtime: Runtime) -> FastAPI:
     )
     async def health() -> Response:
         """200 only when every model is ready; 503 with per-model states otherwise."""
-        status, body = runtime.health()
-        return respond(status, body)
+        code, body = health_document(runtime)
+        return respond(code, body)
 
     @app.get("/health/live", response_model=None, responses={200: {"model": schemas.LiveResponse}})
     async def live() -> Response:

@@ -26,8 +26,9 @@ from vllm_srun.plugins.decisions import (
 from vllm_srun.plugins.spec import RequestError
 
 from . import schemas
+from .requests import ApiError, ClientGone, Timing
 from .responses import CLIENT_CLOSED, Accounting, respond
-from .runtime import ApiError, ClientGone, Planned, Runtime, Timing
+from .runtime import Planned, Runtime
 
 BUNDLE_SURFACES = ("embeddings", "classify", "rerank", "decisions")
 """The surface keys a bundle task may carry (exactly one)."""

@@ -16,8 +16,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .requests import ApiError, Timing
 from .responses import Accounting, respond
-from .runtime import ApiError, Runtime, Timing
+from .runtime import Runtime
 
 RETRY_AFTER = {429: {"retry-after": "1"}, 503: {"retry-after": "5"}}
 """429: the queue drains within a forward or two; 503: loading or draining takes longer."""

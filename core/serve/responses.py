@@ -9,7 +9,8 @@ import orjson
 from starlette.responses import Response
 
 from .metrics import Metrics
-from .runtime import Runtime, Timing, requested_model
+from .requests import Timing, requested_model
+from .runtime import Runtime
 
 CLIENT_CLOSED = 499
 """Status recorded for a request whose client went away (nginx's "client closed request")."""

@@ -28,68 +28,13 @@ from vllm_srun.scheduler import Job, ModelScheduler, Overloaded, Stopped
 
 from .config import ModelConfig, ServeConfig
 from .metrics import Metrics
-from .schemas import API_VERSION
+from .requests import ApiError, ClientGone, Timing, requested_deadline, requested_model
 
 log = logging.getLogger(__name__)
 
 MAX_RETRY_SECONDS = 300.0
 """Longest wait between two loads of a model (the command reference: "then doubling,
 at most 300 s")."""
-
-STATUS_OF_CODE = {
-    "invalid_request": 400,
-    "model_not_found": 404,
-    "request_too_large": 413,
-    "unsupported_surface": 422,
-    "overloaded": 429,
-    "internal_error": 500,
-    "not_ready": 503,
-}
-
-
-class ClientGone(Exception):
-    """The client disconnected while its request waited; its queued rows were dropped."""
-
-
-class ApiError(Exception):
-    """A request-level failure: an HTTP status with ``{"error": {"code", "message"}}``."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.status = STATUS_OF_CODE[code]
-
-    def body(self) -> dict[str, Any]:
-        """The error document."""
-        return {"error": {"code": self.code, "message": self.message}}
-
-
-@dataclass
-class Timing:
-    """``Server-Timing`` phases of one request, in seconds.
-
-    Attributes:
-        started: ``time.perf_counter()`` when the request arrived (phase durations).
-        arrived: ``time.monotonic()`` when it arrived: ``options.deadline_ms``
-            counts from here, so parsing and tokenising spend the deadline too.
-    """
-
-    started: float = field(default_factory=time.perf_counter)
-    arrived: float = field(default_factory=time.monotonic)
-    phases: dict[str, float] = field(default_factory=dict)
-
-    def add(self, phase: str, seconds: float) -> None:
-        """Accumulate ``seconds`` into ``phase``."""
-        self.phases[phase] = self.phases.get(phase, 0.0) + seconds
-
-    def header(self) -> str:
-        """``parse;dur=0.12, tokenize;dur=0.31, ..., total;dur=2.4`` (milliseconds)."""
-        total = time.perf_counter() - self.started
-        order = ("parse", "tokenize", "queue", "forward", "post")
-        parts = [f"{p};dur={self.phases.get(p, 0.0) * 1000:.3f}" for p in order]
-        parts.append(f"total;dur={total * 1000:.3f}")
-        return ", ".join(parts)
 
 
 @dataclass
@@ -106,7 +51,7 @@ class ModelState:
         served: the loaded model while it warms or serves.
         scheduler: its scheduler once ready.
         attempts: loads started so far.
-        golden: the golden self-check's result (:data:`vllm_srun.vllm_srun.golden.PENDING`
+        golden: the golden self-check's result (:data:`vllm_srun.golden.PENDING`
             until it ran).
         details: the card fields of a model that loaded and then failed its
             self-check (its weights are released, its card keeps them).
@@ -326,65 +271,6 @@ class Runtime:
         return finished
 
     # -- health -----------------------------------------------------------------------------
-    def health(self) -> tuple[int, dict[str, Any]]:
-        """``/health``: 200 only when every model is ready."""
-        models = {n: {"status": s.status, "reason": s.reason} for n, s in self.models.items()}
-        states = {s.status for s in self.models.values()}
-        reason = None
-        if not self.accepting:
-            status, reason = "failed", "shutting down"
-        elif not self.started:
-            status = "starting"
-        elif states == {"ready"}:
-            status = "ready"
-        elif states == {"failed"}:
-            status, reason = "failed", "every model failed to load"
-        elif "loading" in states:
-            status = "loading"
-        elif "warming" in states:
-            status = "warming"
-        else:
-            status, reason = "degraded", "some models failed to load"
-        body = {"status": status, "api_version": API_VERSION, "reason": reason, "models": models}
-        return (200 if status == "ready" else 503), body
-
-    def cards(self) -> list[dict[str, Any]]:
-        """Every model's ``/v1/models`` card."""
-        cards = []
-        for state in self.models.values():
-            card: dict[str, Any] = {
-                "id": state.name,
-                "family": None,
-                "repo": None,
-                "revision": state.config.revision,
-                "model_sha256": None,
-                "verification": None,
-                "surfaces": [],
-                "question_types": [],
-                "heads": [],
-                "embedding": None,
-                "limits": {},
-                "licence": None,
-                "profile": "exact",
-                "profiles": ["exact"],
-                "engine": None,
-                "accelerator": None,
-                "device": None,
-                "dtype": state.config.dtype,
-                "parameters": None,
-                "status": state.status,
-                "reason": state.reason,
-                "golden": state.golden.card(),
-                "extensions": [],
-                "engine_args": state.config.card(),
-            }
-            details = state.served.card() if state.served is not None else state.details
-            if details is not None:
-                card.update(details)
-                card["id"] = state.name
-            cards.append(card)
-        return cards
-
     # -- answering --------------------------------------------------------------------------
     def resolve(self, name: str | None) -> ModelState:
         """The model a request names (optional while one model is served).
@@ -503,21 +389,6 @@ class Runtime:
                 assert item.state.scheduler is not None
                 item.state.scheduler.cancel(item.job)
                 raise ClientGone()
-
-
-def requested_model(body: Any) -> str | None:
-    """The ``model`` a request names: a dict's key or a parsed request's attribute."""
-    if isinstance(body, dict):
-        return body.get("model")
-    return getattr(body, "model", None)
-
-
-def requested_deadline(body: Any) -> float | None:
-    """``options.deadline_ms`` of a request (a dict or a parsed request), or ``None``."""
-    if isinstance(body, dict):
-        options = body.get("options") or {}
-        return options.get("deadline_ms") if isinstance(options, dict) else None
-    return getattr(body, "deadline_ms", None)
 
 
 def _resolve(future: asyncio.Future[Any] | None, body: Any) -> None:

@@ -1,0 +1,80 @@
+"""What one HTTP request carries through the serving runtime: its ``Server-Timing``
+phases, the request-level errors and their statuses, and the fields every surface
+body may name (``model``, ``options.deadline_ms``)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+STATUS_OF_CODE = {
+    "invalid_request": 400,
+    "model_not_found": 404,
+    "request_too_large": 413,
+    "unsupported_surface": 422,
+    "overloaded": 429,
+    "internal_error": 500,
+    "not_ready": 503,
+}
+"""The HTTP status of each request-level error code (DESIGN §5)."""
+
+
+class ClientGone(Exception):
+    """The client disconnected while its request waited; its queued rows were dropped."""
+
+
+class ApiError(Exception):
+    """A request-level failure: an HTTP status with ``{"error": {"code", "message"}}``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = STATUS_OF_CODE[code]
+
+    def body(self) -> dict[str, Any]:
+        """The error document."""
+        return {"error": {"code": self.code, "message": self.message}}
+
+
+@dataclass
+class Timing:
+    """``Server-Timing`` phases of one request, in seconds.
+
+    Attributes:
+        started: ``time.perf_counter()`` when the request arrived (phase durations).
+        arrived: ``time.monotonic()`` when it arrived: ``options.deadline_ms``
+            counts from here, so parsing and tokenising spend the deadline too.
+    """
+
+    started: float = field(default_factory=time.perf_counter)
+    arrived: float = field(default_factory=time.monotonic)
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def add(self, phase: str, seconds: float) -> None:
+        """Accumulate ``seconds`` into ``phase``."""
+        self.phases[phase] = self.phases.get(phase, 0.0) + seconds
+
+    def header(self) -> str:
+        """``parse;dur=0.12, tokenize;dur=0.31, ..., total;dur=2.4`` (milliseconds)."""
+        total = time.perf_counter() - self.started
+        order = ("parse", "tokenize", "queue", "forward", "post")
+        parts = [f"{p};dur={self.phases.get(p, 0.0) * 1000:.3f}" for p in order]
+        parts.append(f"total;dur={total * 1000:.3f}")
+        return ", ".join(parts)
+
+
+def requested_model(body: Any) -> str | None:
+    """The ``model`` a request names: a dict's key or a parsed request's attribute."""
+    if isinstance(body, dict):
+        return body.get("model")
+    return getattr(body, "model", None)
+
+
+def requested_deadline(body: Any) -> float | None:
+    """``options.deadline_ms`` of a request (a dict or a parsed request), or ``None``."""
+    if isinstance(body, dict):
+        options = body.get("options") or {}
+        return options.get("deadline_ms") if isinstance(options, dict) else None
+    return getattr(body, "deadline_ms", None)
