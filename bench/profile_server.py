@@ -30,7 +30,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import corpus  # noqa: E402
-import run  # noqa: E402
+from loadgen import ensure_wrk, measure, request_bodies  # noqa: E402
+from server import Server, default_model_dir, free_port, server_side, snapshot  # noqa: E402
 
 # (thread name prefix, frame that marks a part, part) in priority order
 PARTS = (
@@ -105,30 +106,28 @@ def main() -> int:
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(py_spy).exists():
         raise SystemExit("py-spy is missing: pip install py-spy")
-    if not run.ensure_wrk():
+    if not ensure_wrk():
         raise SystemExit("wrk is missing (apt-get install -y wrk)")
     count = 200 * int(args.seconds + 10) * max(1, args.connections // 8)
     if args.hot:
         texts = ["One sentence that the result cache answers after its first forward."] * count
     else:
         texts = corpus.sentences(count, seed=corpus.SEED + 1)
-    bodies = run.request_bodies(texts)
+    bodies = request_bodies(texts)
     bodies_file = Path(tempfile.mkstemp(prefix="vllm-srun-profile-", suffix=".jsonl")[1])
     bodies_file.write_bytes(b"\n".join(bodies) + b"\n")
     name = f"profile-c{args.connections}{'-hot' if args.hot else ''}.txt"
     raw = args.out or Path(tempfile.gettempdir()) / name
-    server = run.Server(run.default_model_dir(), run.free_port(), 2, args.server_args)
+    server = Server(default_model_dir(), free_port(), 2, args.server_args)
     try:
         server.wait_ready(120)
-        run.measure("wrk", server, bodies, bodies_file, 0, 1000, args.connections, 1, 3.0)
+        measure("wrk", server, bodies, bodies_file, 0, 1000, args.connections, 1, 3.0)
         results: dict[str, dict] = {}
         span = (1000, len(bodies) - 1000, args.connections, 1, args.seconds + 4)
         load = threading.Thread(
-            target=lambda: results.update(
-                wrk=run.measure("wrk", server, bodies, bodies_file, *span)
-            )
+            target=lambda: results.update(wrk=measure("wrk", server, bodies, bodies_file, *span))
         )
-        before = run.snapshot(server)
+        before = snapshot(server)
         load.start()
         time.sleep(2)
         subprocess.run(
@@ -138,7 +137,7 @@ def main() -> int:
             check=True, capture_output=True,
         )  # fmt: skip
         load.join()
-        side = run.server_side(before, run.snapshot(server))
+        side = server_side(before, snapshot(server))
     finally:
         server.stop()
         bodies_file.unlink(missing_ok=True)

@@ -3,6 +3,10 @@
 Field names follow the router's model runtime contract so existing clients
 work unchanged. Requests are validated here for shape; a model validates what
 depends on it (``dimensions`` against its size, ``head`` against its heads).
+
+Why one module of 400-odd lines: it is the contract, one pydantic class per
+JSON shape and nothing else, read top to bottom against the OpenAPI snapshot
+(``tests/serve/openapi.json``); splitting it would scatter one document.
 """
 
 from __future__ import annotations
