@@ -1,8 +1,8 @@
 """vllm-srun: a model runtime for semantic routers, composed from plugins.
 
-The runtime core lives here (placement, CLI; later the registry, lifecycle,
-scheduler and serve layer). Plugin authors import only
-:mod:`vllm_srun.plugins`.
+The runtime core lives here: the registry, placement, loading, the scheduler,
+golden self-checks, the serve layer and the CLI (docs/architecture.md lists
+every module). Plugin authors import only :mod:`vllm_srun.plugins`.
 """
 
 from vllm_srun._version import __version__

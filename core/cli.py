@@ -39,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
         "check", help="run the conformance kit on one plugin alone (exit 1 on a violation)"
     )
     check.add_argument("name", help="the plugin's entry-point name")
+    # `plugins --json check NAME` and `plugins check NAME --json` both work.
+    check.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print the report as JSON"
+    )
 
     commands.add_parser(
         "devices", help="print as JSON this machine's devices and the order --device auto tries"

@@ -27,14 +27,24 @@ from vllm_srun.plugins.accelerator import (
 from vllm_srun.plugins.discovery import ENV_DISABLE, ENV_ONLY, GROUP, DiscoveredPlugin, discover
 from vllm_srun.plugins.engine import Engine
 from vllm_srun.plugins.extension import SurfaceExtension, SurfaceModel
-from vllm_srun.plugins.family import Family
+from vllm_srun.plugins.family import EngineModel, Family
 from vllm_srun.plugins.golden import (
     GoldenReference,
     ReferenceFileError,
     read_reference_file,
     write_reference_answers,
 )
-from vllm_srun.plugins.hookspecs import hookimpl, hookspec
+from vllm_srun.plugins.hookspecs import (
+    RegisterAccelerator,
+    RegisterEngine,
+    RegisterFamily,
+    RegisterGoldenReference,
+    RegisterKernel,
+    RegisterModel,
+    RegisterSurfaceExtension,
+    hookimpl,
+    hookspec,
+)
 from vllm_srun.plugins.kernel import Kernel, select_kernel
 from vllm_srun.plugins.layers import LAYERS, Layer
 from vllm_srun.plugins.loaded import EmbeddingCard, HeadCard, LoadedModel, ModelCard, Plan
@@ -49,6 +59,7 @@ from vllm_srun.plugins.manager import (
 from vllm_srun.plugins.models import Mirror, ModelEntry
 from vllm_srun.plugins.package import PackageError, read_config, read_json
 from vllm_srun.plugins.spec import (
+    ITEM_ERRORS,
     DecoderBatch,
     DecoderModel,
     EncoderBatch,
@@ -58,6 +69,8 @@ from vllm_srun.plugins.spec import (
     RowError,
     RowOutput,
     WorkItem,
+    decoder_positions,
+    weight_files,
 )
 
 __all__ = [
@@ -65,6 +78,7 @@ __all__ = [
     "ENV_DISABLE",
     "ENV_ONLY",
     "GROUP",
+    "ITEM_ERRORS",
     "LAYERS",
     "Accelerator",
     "Catalog",
@@ -77,6 +91,7 @@ __all__ = [
     "EncoderBatch",
     "EncoderModel",
     "Engine",
+    "EngineModel",
     "ExecutionProvider",
     "Family",
     "GoldenReference",
@@ -93,6 +108,13 @@ __all__ = [
     "PluginRecord",
     "ReferenceFileError",
     "Refusal",
+    "RegisterAccelerator",
+    "RegisterEngine",
+    "RegisterFamily",
+    "RegisterGoldenReference",
+    "RegisterKernel",
+    "RegisterModel",
+    "RegisterSurfaceExtension",
     "RequestError",
     "RowError",
     "RowOutput",
@@ -100,6 +122,7 @@ __all__ = [
     "SurfaceModel",
     "WorkItem",
     "build_catalog",
+    "decoder_positions",
     "discover",
     "hookimpl",
     "hookspec",
@@ -111,5 +134,6 @@ __all__ = [
     "slug",
     "torch_devices",
     "torch_memory_info",
+    "weight_files",
     "write_reference_answers",
 ]

@@ -67,8 +67,14 @@ def _prioritised_violations(obj: Any, kind: str) -> list[str]:
 def _accelerator_violations(accelerator: Accelerator) -> list[str]:
     problems = _prioritised_violations(accelerator, "accelerator")
     tolerance = getattr(accelerator, "golden_tolerance", None)
-    if type(tolerance) is not float or not 0 < tolerance < math.inf:
-        problems.append(f"accelerator golden_tolerance must be a float above 0, not {tolerance!r}")
+    if (
+        not isinstance(tolerance, int | float)
+        or isinstance(tolerance, bool)
+        or not 0 < tolerance < math.inf
+    ):
+        problems.append(
+            f"accelerator golden_tolerance must be a finite number above 0, not {tolerance!r}"
+        )
     return problems
 
 

@@ -220,7 +220,8 @@ def _family_problems(family: Any) -> list[tuple[str, str | None]]:
             engine, reasons = _engine_for(spec)
             if engine is None:
                 return [*steps, ("engine", "no installed engine runs the fixture: " + reasons)]
-            loaded = family.load(package, spec, engine.load(spec, CPU, {}))
+            kernels = engine.select_kernels(_installed_kernels(), CPU.accelerator)
+            loaded = family.load(package, spec, engine.load(spec, CPU, {"kernels": kernels}))
             if not isinstance(loaded, LoadedModel):
                 return [*steps, ("load()", "must return a vllm_srun.plugins.LoadedModel")]
             plan = loaded.plan(surface, request)
@@ -241,6 +242,11 @@ def _family_problems(family: Any) -> list[tuple[str, str | None]]:
         except Exception as err:
             steps.append(("fixture run", f"raised {type(err).__name__}: {err}"))
         return steps
+
+
+def _installed_kernels() -> list[Any]:
+    """Every kernel the installed plugins register (an engine picks its own from them)."""
+    return list(build_catalog(discover({})).layer("kernels").values())
 
 
 def _engine_for(spec: Any) -> tuple[Any, str]:

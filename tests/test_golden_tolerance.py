@@ -86,7 +86,9 @@ def test_the_accelerator_declares_a_golden_tolerance_and_the_contract_checks_it(
     layer = next(layer for layer in LAYERS if layer.name == "accelerators")
     assert layer.check(Abacus()) == []
     bad = type("Bad", (Abacus,), {"golden_tolerance": 0})()
-    assert layer.check(bad) == ["accelerator golden_tolerance must be a float above 0, not 0"]
+    assert layer.check(bad) == [
+        "accelerator golden_tolerance must be a finite number above 0, not 0"
+    ]
     assert load_catalog({}).layer("accelerators")["cpu"].golden_tolerance == 1e-5
 
 

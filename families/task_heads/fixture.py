@@ -1,6 +1,6 @@
 """A tiny random-weight package this family can always serve: its conformance fixture.
 
-Written through transformers (a 2-layer BERT token classifier with BIO tags and
+Written through transformers (a 1-layer BERT token classifier with BIO tags and
 a small WordPiece vocabulary), seeded, so every run writes the same bytes. The
 conformance kit runs it through the ``classify`` surface.
 """
