@@ -42,7 +42,10 @@ def test_a_forward_whose_time_does_not_grow_with_tokens_is_never_split():
 def test_a_model_without_probe_rows_reports_nothing():
     class Bare:
         def run(self, rows):
-            return rows
+            raise AssertionError("nothing to time: no forward runs")
+
+        def probe_items(self):
+            return []  # LoadedModel's default
 
     assert measure_forward_cost(Bare()) == {
         "fixed_ms": None,
