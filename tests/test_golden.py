@@ -199,6 +199,54 @@ def test_a_device_without_recorded_answers_is_unverified_without_a_reason(served
     )
 
 
+@pytest.fixture(scope="module")
+def served_bf16(pooled: Path, catalog: Catalog):
+    return load_model(pooled, catalog=catalog, device="cpu", dtype="bfloat16")
+
+
+@pytest.mark.parametrize(("factor", "status"), [(0.99, "matched"), (1.01, "failed")])
+def test_a_dtype_key_compares_at_its_device_class_tolerance(served_bf16, catalog, factor, status):
+    """Answers recorded under ``cpu@bfloat16`` are compared at the ``cpu`` tolerance (0.01
+    here, not the ``cuda`` one): a deviation just below it matches, just above it fails."""
+    assert reference_keys(served_bf16)[-1] == "cpu@bfloat16"
+    answers = answers_of(served_bf16)
+    recorded = nudge(answers[0], 0.01 * factor)
+    reference = GoldenReference(
+        "fake/pooled",
+        REQUESTS,
+        {"cpu@bfloat16": (recorded, answers[1]), "cpu": (nudge(answers[0], 0.5), answers[1])},
+        {"cpu": 0.01, "cuda": 0.5},
+    )
+    model = dataclasses.replace(served_bf16, identity="fake/pooled")
+    result = check(model, with_reference(catalog, reference))
+    assert (result.status, result.checked, result.reference) == (status, True, "cpu@bfloat16")
+    if status == "matched":
+        assert (result.matched, result.reason) == (True, None)
+    else:
+        got = answers[0]["data"][0]["embedding"][3]
+        assert result.matched is False
+        assert result.reason == (
+            "golden self-check failed against cpu@bfloat16: request 1 (embeddings) differs at "
+            f"data[0].embedding[3]: got {got!r}, recorded "
+            f"{recorded['data'][0]['embedding'][3]!r} (tolerance 0.01 for cpu)"
+        )
+
+
+def test_a_recorded_key_without_a_tolerance_for_its_class_fails_unchecked(served, catalog):
+    answers = answers_of(served)
+    reference = GoldenReference("fake/pooled", REQUESTS, {"cpu": tuple(answers)}, {"cuda": 1e-3})
+    model = dataclasses.replace(served, identity="fake/pooled")
+    result = check(model, with_reference(catalog, reference))
+    assert result == GoldenResult(
+        "failed",
+        checked=False,
+        matched=False,
+        reference="cpu",
+        reason="golden reference of fake/pooled records answers for cpu but no tolerance for "
+        "device class cpu; add one to the reference",
+    )
+
+
 def test_an_unverified_model_that_answers_differently_twice_fails(served, catalog):
     calls = {"n": 0}
     real_answer = served.answer
