@@ -168,6 +168,15 @@ def test_finish_embedding_normalises_then_keeps_the_first_dimensions():
     assert finish_embedding(vector, False, 2).tolist() == [3.0, 4.0]
 
 
+def test_asking_for_every_dimension_changes_no_bit():
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        vector = torch.randn(32, generator=generator)
+        unit = torch.nn.functional.normalize(vector, dim=0)
+        assert torch.equal(finish_embedding(vector, True, 32), unit)  # normalised once
+        assert torch.equal(finish_embedding(vector, False, 32), vector)
+
+
 def test_label_scores_are_softmax_or_sigmoid_then_the_maximum_per_label():
     ln3 = math.log(3.0)
     one = label_scores([torch.tensor([0.0, ln3])], "sequence")
@@ -225,6 +234,13 @@ def test_mean_pooling_without_normalize_is_the_mean_of_the_hidden_states(
     assert abs(float(want.norm()) - 1.0) > 0.1  # a mean, not a unit vector
     [short] = model.answer("embeddings", {"input": text, "dimensions": 5})["data"]
     assert close(short["embedding"], want[:5], atol=1e-6)  # cut, not renormalised
+
+
+def test_dimensions_of_the_full_size_answer_the_full_embedding(models):
+    texts = ["good", words(5), words(9, shift=2), words(30, shift=1)]
+    full = models["pooled"].answer("embeddings", {"input": texts})["data"]
+    same = models["pooled"].answer("embeddings", {"input": texts, "dimensions": 32})["data"]
+    assert [d["embedding"] for d in same] == [d["embedding"] for d in full]
 
 
 def test_windowed_embedding_is_the_mean_of_the_window_means(models, reference, tokenizer):
