@@ -843,7 +843,7 @@ def test_valid_call_works():
         ({"offsets": [(0, 2), (4, 3)]}, "token 1 has offsets (4, 3)"),
         ({"offsets": [(0.0, 2.0), (3.0, 5.0)]}, "offsets must be integers"),
         ({"offsets": [0, 2]}, "offsets must be (start, end) pairs"),
-        ({"threshold": float("nan")}, "threshold"),
+        ({"threshold": float("nan")}, "threshold must be a number, not NaN"),
     ],
 )
 def test_bad_inputs_raise_value_error(changes: dict[str, object], message: str):
