@@ -372,6 +372,42 @@ def test_i_without_b_opens_a_span():
         ]
 
 
+def test_i_at_the_very_start_opens_a_span_at_offset_zero():
+    probs = [[0.0, 0.0, 0.75], [0.0, 0.0, 0.5], [1.0, 0.0, 0.0]]
+    offsets = [(0, 2), (3, 5), (6, 8)]
+    for aggregation in ("max", "first", "average"):
+        spans = decode_spans("ab cd ef", offsets, probs, SMALL, aggregation=aggregation)
+        assert as_tuples(spans) == [(0, 5, "ab cd", "X", 0.625)]
+    spans = decode_spans("ab cd ef", offsets, probs, SMALL, aggregation="none")
+    assert as_tuples(spans) == [(0, 2, "ab", "I-X", 0.75), (3, 5, "cd", "I-X", 0.5)]
+
+
+def test_one_word_whose_pieces_say_two_entities_is_one_span():
+    # "danawhitfield" is one word: piece 1 says B-GIVEN_NAME 0.875, piece 2 B-SURNAME 0.75.
+    # Word aggregation never splits a word; token level keeps both pieces.
+    text = "danawhitfield wrote"
+    offsets = [(0, 4), (4, 13), (14, 19)]
+    probs = np.zeros((3, len(LABELS)))
+    probs[0, [0, LABELS.index("B-GIVEN_NAME")]] = [0.125, 0.875]
+    probs[1, [0, LABELS.index("B-SURNAME")]] = [0.25, 0.75]
+    probs[2, 0] = 1.0
+    word = [(0, 13, "danawhitfield")]
+    expected = {
+        "max": [("GIVEN_NAME", 0.875)],  # the surer piece
+        "first": [("GIVEN_NAME", 0.875)],
+        # means: GIVEN_NAME 0.4375, SURNAME 0.375, O 0.1875
+        "average": [("GIVEN_NAME", 0.4375)],
+    }
+    for aggregation, labelled in expected.items():
+        spans = decode_spans(text, offsets, probs, LABELS, aggregation=aggregation)
+        assert as_tuples(spans) == [w + lp for w, lp in zip(word, labelled, strict=True)]
+    spans = decode_spans(text, offsets, probs, LABELS, aggregation="none")
+    assert as_tuples(spans) == [
+        (0, 4, "dana", "B-GIVEN_NAME", 0.875),
+        (4, 13, "whitfield", "B-SURNAME", 0.75),
+    ]
+
+
 def test_i_of_another_type_opens_a_new_span():
     rows = {(8, 12): {"B-GIVEN_NAME": 0.75}, **whitfield({"I-SURNAME": 0.625})}
     assert as_tuples(decode(SENTENCE, rows)) == [
