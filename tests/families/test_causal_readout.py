@@ -8,6 +8,7 @@ question alone, inside a batch and with shared context agrees within 1e-5.
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -17,7 +18,6 @@ from vllm_srun.families.causal_readout.model import ReadoutRow
 from vllm_srun.families.task_heads import TaskHeadsFamily
 from vllm_srun.loader import LoadError, load_model
 from vllm_srun.plugins import load_catalog
-from vllm_srun.plugins.decisions import answer, parse_request, softmax
 from vllm_srun.plugins.spec import RequestError, RowError
 from vllm_srun.plugins.testing import assert_conforms
 
@@ -89,6 +89,36 @@ def reference_logits(package, rows):
         package, attn_implementation="eager", dtype=torch.float32
     ).eval()
     return next_token_logits(model, ids, mask)
+
+
+def assert_readout(got, question, logits, temperature):
+    """``got`` is the documented readout of ``logits`` (one per option, in option order) for
+    ``question`` (a request's question object), written out here with ``math``:
+    ``p = softmax(z / T)``; Choice picks the most probable key (the first on a tie), Noul
+    answers P(true) from ``[false, true]``, Score the expected level ``sum k p_k``; confidence
+    is ``1 - H(p) / ln N``."""
+    z = [float(v) for v in logits]
+    top = max(z)
+    weights = [math.exp((v - top) / temperature) for v in z]
+    p = [w / sum(weights) for w in weights]
+    kind = question["type"]
+    if kind == "noul":
+        assert got == {"type": "noul", "noul": pytest.approx(p[1], rel=1e-12, abs=1e-15)}
+        return
+    confidence = 1 + sum(v * math.log(v) for v in p if v > 0) / math.log(len(p))
+    if kind == "choice":
+        keys = list(question["criteria"])
+        assert list(got) == ["type", "choice", "probabilities", "confidence"]
+        assert got["choice"] == keys[p.index(max(p))]
+    else:
+        keys = [str(k) for k in range(1, len(p) + 1)]
+        assert list(got) == ["type", "score", "probabilities", "confidence", "legend"]
+        assert got["score"] == pytest.approx(sum(k * v for k, v in enumerate(p, 1)), rel=1e-12)
+        assert got["legend"] == dict(zip(keys, question["levels"], strict=True))
+    assert got["type"] == kind
+    assert list(got["probabilities"]) == keys
+    assert list(got["probabilities"].values()) == pytest.approx(p, rel=1e-12, abs=1e-15)
+    assert got["confidence"] == pytest.approx(confidence, abs=1e-12)
 
 
 def probabilities(result):
@@ -233,11 +263,9 @@ def test_answers_equal_the_transformers_readout_bit_for_bit(unshared, packages, 
     reference = reference_logits(packages[model_type], [list(r.input_ids) for r in batch])
     by_key = {r.key: reference[i][list(r.read_ids)] for i, r in enumerate(batch)}
     body = served.answer("decisions", REQUEST)
-    parsed = parse_request(REQUEST)
     assert list(body["answers"]) == ["team", "angry", "urgency"]
-    for question, row in zip(parsed.entries[0].questions, plan.items, strict=True):
-        expected = answer(question, by_key[row.key], 1.0)
-        assert body["answers"][question.name] == expected
+    for (name, question), row in zip(REQUEST["questions"].items(), plan.items, strict=True):
+        assert_readout(body["answers"][name], question, by_key[row.key].tolist(), 1.0)
     team, angry, urgency = (body["answers"][k] for k in ("team", "angry", "urgency"))
     assert team["type"] == "choice" and team["choice"] in CHOICE["criteria"]
     assert set(team["probabilities"]) == set(CHOICE["criteria"])
@@ -290,6 +318,36 @@ def test_shared_context_rows_continue_one_prefix(shared):
     [batch] = calls
     assert batch.prefix_ids.tolist() == list(next(iter(prefixes)))
     assert batch.input_ids.shape[0] == 3
+
+
+def test_the_shared_prefix_is_the_longest_common_token_prefix(shared):
+    model = shared["llama"].loaded
+    plan = model.plan("decisions", REQUEST)
+    rows = [list(r.input_ids) for r in plan.items]
+    common = 0
+    while all(len(r) > common and r[common] == rows[0][common] for r in rows):
+        common += 1
+    assert 10 < common < min(map(len, rows)) - 1
+    assert [r.prefix for r in plan.items] == [common] * 3
+    assert plan.entries[0].prefix == common
+    # Usage: the prefix once, then each row's own continuation.
+    assert plan.entries[0].input_tokens == common + sum(len(r) - common for r in rows)
+
+
+def test_a_shared_prefix_never_covers_a_whole_row(shared, unshared):
+    """The same question asked twice under two names renders two equal rows: their shared
+    prefix stops one token short, so each row still has a token to read the labels after."""
+    body = {"state": STATE, "questions": {"a": NOUL, "b": NOUL}, "options": {"return_meta": True}}
+    plan = shared["qwen3"].loaded.plan("decisions", body)
+    first, second = plan.items
+    assert first.input_ids == second.input_ids
+    assert first.prefix == second.prefix == len(first.input_ids) - 1
+    answered = shared["qwen3"].answer("decisions", body)
+    alone = unshared["qwen3"].answer("decisions", {"state": STATE, "questions": {"a": NOUL}})
+    assert answered["answers"]["a"] == answered["answers"]["b"]
+    assert abs(answered["answers"]["a"]["noul"] - alone["answers"]["a"]["noul"]) <= 1e-5
+    assert answered["meta"]["prefix_tokens"] == len(first.input_ids) - 1
+    assert answered["usage"]["input_tokens"] == len(first.input_ids)
 
 
 def test_a_lone_question_has_no_prefix(shared):
@@ -428,15 +486,17 @@ def test_calibration_temperatures_are_applied(tmp_path, catalog, unshared):
     plan = served.loaded.plan("decisions", REQUEST)
     logits = served.loaded.run(plan.items)
     body = served.answer("decisions", REQUEST)
-    parsed = parse_request(REQUEST)
-    for question, values in zip(parsed.entries[0].questions, logits, strict=True):
-        expected = answer(question, values, temperatures[question.type])
-        assert body["answers"][question.name] == expected
+    for (name, question), values in zip(REQUEST["questions"].items(), logits, strict=True):
+        assert_readout(
+            body["answers"][name], question, values.tolist(), temperatures[question["type"]]
+        )
     # Same weights (seed 0) as the uncalibrated fixture: only the temperature differs.
     plain = unshared["qwen3"].answer("decisions", REQUEST)
     assert body["answers"]["angry"] != plain["answers"]["angry"]
-    p = softmax(logits[1], 0.5)
-    assert body["answers"]["angry"]["noul"] == float(p[1])
+    false, true = logits[1].tolist()
+    assert body["answers"]["angry"]["noul"] == pytest.approx(
+        1 / (1 + math.exp((false - true) / 0.5)), rel=1e-12
+    )
 
 
 def test_a_malformed_calibration_fails_the_load(tmp_path, catalog):
