@@ -356,6 +356,32 @@ def test_a_model_with_non_finite_answers_fails_as_malformed(served, catalog):
     )
 
 
+def test_an_input_over_the_limit_in_a_golden_request_fails_as_malformed(served, catalog):
+    long = " ".join(["golden"] * 60)  # over the package's 48 tokens
+    requests = (REQUESTS[0], {"surface": "embeddings", "body": {"input": ["fine", long]}})
+    reference = GoldenReference("fake/pooled", requests, {}, {"cpu": 1e-5})
+    registered = with_reference(catalog, reference)
+    model = dataclasses.replace(served, identity="fake/pooled")
+    result = check(model, registered)
+    assert (result.status, result.checked, result.matched, result.reference) == (
+        "failed",
+        True,
+        False,
+        "",
+    )
+    assert result.reason == (
+        "golden answers are malformed: request 2 (embeddings): data[1] failed with "
+        "'max_length_exceeded'"
+    )
+    # with --max-model-len set, the reason says it may be what is too small
+    limited = dataclasses.replace(model, spec=dataclasses.replace(model.spec, max_model_len=48))
+    assert check(limited, registered).reason == (
+        "golden answers are malformed; max_model_len 48 may be below what the model's own "
+        "check questions need (request 2 (embeddings): data[1] failed with "
+        "'max_length_exceeded'); raise max_model_len"
+    )
+
+
 # -- record ----------------------------------------------------------------------------------
 def test_golden_record_writes_this_machines_key_and_the_check_then_matches(
     pooled, served, catalog, tmp_path
