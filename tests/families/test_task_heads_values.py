@@ -58,29 +58,46 @@ def spread_weights(package, head: str) -> None:
     auto.from_config(config).save_pretrained(package, safe_serialization=True)
 
 
+class Lazy(dict):
+    """A mapping that makes each value on first use (a test loads only the models it reads)."""
+
+    def __init__(self, make):
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key):
+        value = self[key] = self.make(key)
+        return value
+
+
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory):
+    """Fixture packages by key, written on first use: ``sequence``, ``scores``, ``pooled``,
+    ``relevance``, ``token`` (BERT), ``roberta-sequence``, and ``pooled-plain`` (the
+    pooled package without sentence-transformers' Normalize step)."""
     root = tmp_path_factory.mktemp("task-values")
-    written = {}
-    for head in ("sequence", "scores", "pooled", "relevance", "token"):
-        written[head] = write_task_package(root, "bert", head)
-        spread_weights(written[head], head)
-    written["roberta-sequence"] = write_task_package(root, "roberta", "sequence")
-    spread_weights(written["roberta-sequence"], "sequence")
-    # The same encoder without sentence-transformers' Normalize step.
-    plain = root / "bert-pooled-plain"
-    shutil.copytree(written["pooled"], plain)
-    modules = json.loads((plain / "modules.json").read_text())
-    (plain / "modules.json").write_text(
-        json.dumps([m for m in modules if not m["type"].endswith(".Normalize")])
-    )
-    written["pooled-plain"] = plain
+
+    def write(key: str):
+        if key == "pooled-plain":
+            plain = root / "bert-pooled-plain"
+            shutil.copytree(written["pooled"], plain)
+            modules = json.loads((plain / "modules.json").read_text())
+            (plain / "modules.json").write_text(
+                json.dumps([m for m in modules if not m["type"].endswith(".Normalize")])
+            )
+            return plain
+        model_type, _, head = key.rpartition("-")
+        package = write_task_package(root, model_type or "bert", head)
+        spread_weights(package, head)
+        return package
+
+    written = Lazy(write)
     return written
 
 
 @pytest.fixture(scope="module")
 def models(packages, catalog):
-    return {key: load_model(path, catalog=catalog) for key, path in packages.items()}
+    return Lazy(lambda key: load_model(packages[key], catalog=catalog))
 
 
 @pytest.fixture(scope="module")
