@@ -314,6 +314,21 @@ def test_a_recorded_key_without_a_tolerance_for_its_class_fails_unchecked(served
     )
 
 
+def test_a_model_without_golden_requests_is_unverified_and_unchecked(served, catalog):
+    reference = GoldenReference("fake/pooled", (), {"cuda": ()}, {"cuda": 1e-3})
+    model = dataclasses.replace(served, identity="fake/pooled")
+    result = check(model, with_reference(catalog, reference))
+    assert result == GoldenResult(
+        "unverified", checked=False, matched=None, reference="", reason=None
+    )
+    assert result.card() == {
+        "status": "unverified",
+        "checked": False,
+        "matched": None,
+        "reference": "",
+    }
+
+
 def test_an_unverified_model_that_answers_differently_twice_fails(served, catalog):
     calls = {"n": 0}
     real_answer = served.answer
