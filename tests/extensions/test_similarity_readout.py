@@ -268,8 +268,14 @@ def test_the_shipped_calibration_is_an_independent_refit_of_the_labelled_set(sen
 def test_qualifies_only_models_with_a_pooled_head():
     ext = SimilarityReadout()
     assert ext.qualifies({"surfaces": ["embeddings"], "embedding": {"dimensions": 8}}) is None
-    assert "no embeddings" in ext.qualifies({"surfaces": ["classify"], "embedding": None})
-    assert "pooled" in ext.qualifies({"surfaces": ["embeddings"], "embedding": None})
+    assert ext.qualifies({"surfaces": ["classify"], "embedding": None}) == (
+        "the model serves no embeddings"
+    )
+    assert ext.qualifies({"embedding": {"dimensions": 8}}) == "the model serves no embeddings"
+    assert ext.qualifies({"surfaces": ["embeddings"], "embedding": None}) == (
+        "the model has no pooled head"
+    )
+    assert ext.qualifies({"surfaces": ["embeddings"]}) == "the model has no pooled head"
 
 
 def test_the_extension_passes_the_conformance_kit_alone():
