@@ -1226,3 +1226,101 @@ def test_the_default_scan_budget_is_32768_content_tokens(models):
         "Raise options.max_tokens or shorten the input",
     )
     assert over.rows == []
+
+
+def test_cross_encoder_pairs_over_the_limit_fail_alone_and_rank_last(models):
+    # with "good" and 3 special tokens: 65, 5, 66, 64 and 5 tokens
+    documents = [words(61), "okay", words(62), words(60), "bad"]
+    body = models["relevance"].answer(
+        "rerank", {"query": "good", "documents": documents, "return_documents": True}
+    )
+    results = body["results"]
+    assert sorted(r["index"] for r in results[:3]) == [1, 3, 4]
+    assert all(r["document"] == documents[r["index"]] for r in results[:3])
+    message = (
+        "; the limit is 64. Shorten it, or send options.overflow truncate "
+        "(keep the beginning) or window"
+    )
+    assert results[3:] == [
+        {"index": 0, "error": "max_length_exceeded", "message": "input has 65 tokens" + message},
+        {"index": 2, "error": "max_length_exceeded", "message": "input has 66 tokens" + message},
+    ]
+    assert body["usage"]["prompt_tokens"] == 5 + 64 + 5
+    cut = models["relevance"].answer(
+        "rerank",
+        {"query": "good", "documents": documents, "options": {"overflow": "truncate"}},
+    )
+    assert all("relevance_score" in r for r in cut["results"])
+
+
+class HiddenByFirstToken:
+    """A pooled engine model whose every hidden state is ``vectors[first content token]``."""
+
+    def __init__(self, vectors):
+        self.vectors = vectors
+
+    def encode(self, batch):
+        rows, width = batch.input_ids.shape
+        first = [int(t) for t in batch.input_ids[:, 1]]
+        return torch.stack([self.vectors[t] for t in first])[:, None, :].expand(rows, width, -1)
+
+
+def test_bi_encoder_cosines_are_clamped_to_plus_minus_one(models, tokenizer):
+    # a vector whose normalised self-dot rounds above 1 in float32
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(1000):
+        v = torch.randn(32, generator=generator)
+        unit = torch.nn.functional.normalize(v, dim=0)
+        if float(torch.dot(unit, unit)) > 1.0:
+            break
+    else:
+        pytest.fail("no vector rounds above 1")
+    assert float(torch.dot(unit, -unit)) < -1.0
+    [good], [bad] = content_ids(tokenizer, "good"), content_ids(tokenizer, "bad")
+    loaded = with_engine(models["pooled"], HiddenByFirstToken({good: v, bad: -v}))
+    body = answer(loaded, "rerank", {"query": "good", "documents": ["bad", "good"]})
+    assert body["results"] == [
+        {"index": 1, "relevance_score": 1.0, "logit": 1.0},
+        {"index": 0, "relevance_score": -1.0, "logit": -1.0},
+    ]
+
+
+class Recording:
+    """An engine model that records each batch and answers zero logits ``[rows, labels]``."""
+
+    def __init__(self, labels):
+        self.labels = labels
+        self.batches = []
+
+    def encode(self, batch):
+        self.batches.append(batch)
+        return torch.zeros((batch.input_ids.shape[0], self.labels))
+
+
+def test_rows_reach_the_engine_right_padded_with_the_pad_id(models, packages, tokenizer):
+    import transformers
+
+    engine = Recording(3)
+    loaded = with_engine(models["sequence"], engine)
+    good, film = content_ids(tokenizer, "good"), content_ids(tokenizer, words(4))
+    plan = loaded.plan("classify", {"input": ["good", {"text": "good", "text_pair": words(4)}]})
+    loaded.run(plan.items)
+    [batch] = engine.batches
+    assert batch.input_ids.tolist() == [
+        [CLS, *good, SEP, 0, 0, 0, 0, 0],
+        [CLS, *good, SEP, *film, SEP],
+    ]
+    assert batch.attention_mask.tolist() == [[1] * 3 + [0] * 5, [1] * 8]
+    assert batch.token_type_ids.tolist() == [[0] * 8, [0] * 3 + [1] * 5]
+    loaded.run(loaded.plan("classify", {"input": ["good", words(3)]}).items)
+    assert engine.batches[1].token_type_ids is None  # single texts: no segments
+    roberta = Recording(3)
+    tok = transformers.AutoTokenizer.from_pretrained(packages["roberta-sequence"])
+    loaded = with_engine(models["roberta-sequence"], roberta)
+    loaded.run(loaded.plan("classify", {"input": ["good", words(3)]}).items)
+    assert tok.pad_token_id == 1
+    [good_id] = tok("good", add_special_tokens=False)["input_ids"]
+    row = [tok.cls_token_id, good_id, tok.sep_token_id, 1, 1]  # padded to 5 tokens
+    assert roberta.batches[0].input_ids[0].tolist() == row
+    assert roberta.batches[0].attention_mask.dtype == torch.long
+    assert batch.input_ids.dtype == torch.long
