@@ -1324,3 +1324,29 @@ def test_rows_reach_the_engine_right_padded_with_the_pad_id(models, packages, to
     assert roberta.batches[0].input_ids[0].tolist() == row
     assert roberta.batches[0].attention_mask.dtype == torch.long
     assert batch.input_ids.dtype == torch.long
+
+
+def test_max_tokens_of_one_is_a_limit_not_a_bad_request(models):
+    [result] = classify(models["sequence"], "good", max_tokens=1)
+    assert result["error"] == "max_length_exceeded"
+    assert result["message"].startswith("input has 3 tokens; the limit is 1.")
+
+
+def test_a_tokenizer_without_a_pad_token_pads_with_id_0(tmp_path):
+    from vllm_srun.families.task_heads.inputs import InputPolicy, TextEncoder
+
+    from ..fixtures import write_tokenizer
+
+    write_tokenizer(tmp_path, "roberta")  # its pad token <pad> is id 1
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    config["pad_token"] = None
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    special = json.loads((tmp_path / "special_tokens_map.json").read_text())
+    special.pop("pad_token")
+    (tmp_path / "special_tokens_map.json").write_text(json.dumps(special))
+    encoder = TextEncoder(tmp_path, 16)
+    assert encoder.pad_id == 0
+    assert (encoder.prefix, encoder.suffix) == ([0], [2])  # <s> ... </s>
+    assert encoder.specials == (2, 3)  # the fixture's BERT template: <s> A </s> B </s>
+    encoded = encoder.encode("good", "bad", InputPolicy())
+    assert encoded.tokens == 5 and encoded.rows[0].token_type_ids is not None
