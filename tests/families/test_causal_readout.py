@@ -381,6 +381,7 @@ def test_another_surface_is_unsupported(unshared):
     with pytest.raises(RequestError) as err:
         unshared["gpt2"].loaded.plan("classify", {"input": "x"})
     assert err.value.code == "unsupported_surface"
+    assert err.value.message == "this model serves decisions, not classify"
 
 
 def test_states_entries_answer_under_the_same_names(unshared):
@@ -537,8 +538,170 @@ def test_the_family_refuses_it_too(packages):
 
     family = CausalReadoutFamily()
     spec = dataclasses.replace(family.describe(packages["gpt2"]), max_model_len=600)
-    with pytest.raises(ValueError, match="max_model_len 600 is above the model's limit"):
+    with pytest.raises(ValueError) as err:
         family.load(packages["gpt2"], spec, engine_model=None)
+    assert str(err.value) == (
+        "max_model_len 600 is above the model's limit (512 tokens); "
+        "lower it to at most 512 or leave it out"
+    )
+    spec = dataclasses.replace(spec, max_model_len=0)
+    with pytest.raises(ValueError) as err:
+        family.load(packages["gpt2"], spec, engine_model=None)
+    assert str(err.value) == "max_model_len must be at least 1, not 0"
+    # The model's own limit and 1 are both allowed.
+    for allowed in (512, 1):
+        spec = dataclasses.replace(spec, max_model_len=allowed)
+        assert family.load(packages["gpt2"], spec, engine_model=None).limit == allowed
+
+
+def test_a_question_over_the_models_own_limit_says_so(unshared):
+    long = " ".join(["word"] * 600)
+    body = unshared["gpt2"].answer(
+        "decisions",
+        {
+            "state": long,
+            "questions": {"q": NOUL},
+            "states": [{"state": "short", "questions": {"q": NOUL}}],
+        },
+    )
+    failed = body["answers"]["q"]
+    tokens = int(failed["message"].split()[3])
+    assert tokens > 512
+    assert failed == {
+        "type": "noul",
+        "error": "max_length_exceeded",
+        "message": f"the question is {tokens} tokens with its state; this model takes at most "
+        "512 (the model's limit); shorten the state or the question",
+    }
+    assert 0 < body["states"][0]["answers"]["q"]["noul"] < 1
+    # Only the row that ran is counted.
+    [row] = (
+        unshared["gpt2"]
+        .loaded.plan("decisions", {"state": "short", "questions": {"q": NOUL}})
+        .items
+    )
+    assert body["usage"]["input_tokens"] == row.tokens
+
+
+def test_meta_lists_each_questions_labels_tokens_and_temperature(unshared, packages):
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(packages["qwen3"])
+    served = unshared["qwen3"]
+    body = served.answer(
+        "decisions",
+        {
+            "state": STATE,
+            "questions": {"angry": NOUL, "bad": {"type": "x"}, "urgency": SCORE},
+            "states": [{"state": "The parcel never arrived", "questions": {"angry": NOUL}}],
+            "options": {"return_meta": True},
+        },
+    )
+    plan = served.loaded.plan(
+        "decisions", {"state": STATE, "questions": {"angry": NOUL, "urgency": SCORE}}
+    )
+    angry, urgency = plan.items
+    # The tokens read are the label ids the rows read, as the tokenizer spells them.
+    assert [tokenizer.decode([i]) for i in angry.read_ids] == [" no", " yes"]
+    assert [tokenizer.decode([i]) for i in urgency.read_ids] == ["1", "2", "3", "4"]
+    questions = {
+        "angry": {"labels": ["no", "yes"], "tokens": [" no", " yes"], "temperature": 1.0},
+        "urgency": {
+            "labels": ["1", "2", "3", "4"],
+            "tokens": ["1", "2", "3", "4"],
+            "temperature": 1.0,
+        },
+    }
+    assert body["meta"] == {
+        "method": "causal_readout",
+        "numerics": "exact",
+        "template": "chat",
+        "shared_context": False,
+        "prefix_tokens": 0,
+        "questions": questions,
+    }
+    [state] = body["states"]
+    assert state["meta"] == {"questions": {"angry": questions["angry"]}}
+    assert list(state) == ["index", "answers", "meta"]
+    assert "meta" not in served.answer("decisions", REQUEST)
+
+
+def test_the_card_describes_the_readout_and_its_limits(unshared, packages, catalog):
+    card = unshared["gpt2"].card()
+    assert card["heads"] == [] and card["embedding"] is None
+    assert card["decisions"] == {
+        "method": "causal_readout",
+        "numerics": "exact",
+        "template": "plain",
+        "shared_context": False,
+        "calibrated": False,
+        "temperature": {"choice": 1.0, "noul": 1.0, "score": 1.0},
+    }
+    limited = load_model(packages["gpt2"], catalog=catalog, device="cpu", max_model_len=100)
+    assert limited.card()["limits"] == {
+        "max_tokens": 100,
+        "max_model_len": 100,
+        "model_max_tokens": 512,
+    }
+
+
+def test_rows_are_keyed_by_their_ids_labels_and_prefix(unshared, shared):
+    from vllm_srun.families.causal_readout.model import row_key
+
+    key = row_key([1, 2, 3], [7, 8], 0)
+    assert key == row_key((1, 2, 3), (7, 8), 0)
+    assert len(key) == 32 and int(key, 16) >= 0
+    others = {
+        row_key([1, 2, 4], [7, 8], 0),
+        row_key([1, 2, 3], [7, 9], 0),
+        row_key([1, 2, 3], [7, 8], 2),
+        row_key([1, 2], [3, 7, 8], 0),
+        row_key([1, 2, 3, 7], [8], 0),
+    }
+    assert key not in others and len(others) == 5
+    # The same question with and without shared context: same ids, different rows.
+    single = {"state": STATE, "questions": {"a": NOUL, "b": SCORE}}
+    alone = unshared["qwen3"].loaded.plan("decisions", single).items
+    with_prefix = shared["qwen3"].loaded.plan("decisions", single).items
+    assert [r.input_ids for r in alone] == [r.input_ids for r in with_prefix]
+    assert all(a.key != b.key for a, b in zip(alone, with_prefix, strict=True))
+    assert [r.key for r in alone] == [row_key(r.input_ids, r.read_ids, 0) for r in alone]
+
+
+def test_rows_with_different_prefixes_run_in_their_own_forwards(shared, unshared):
+    """Two states' rows in one run: each state's rows continue their own prefix, and every
+    row's logits equal the row run alone without a prefix."""
+    model = shared["qwen3"].loaded
+    body = {
+        "state": STATE,
+        "questions": {"angry": NOUL, "team": CHOICE},
+        "states": [{"state": "The parcel never arrived", "questions": {"angry": NOUL, "u": SCORE}}],
+    }
+    plan = model.plan("decisions", body)
+    assert len({r.input_ids[: r.prefix] for r in plan.items}) == 2
+    calls = []
+    original = model.engine_model.forward
+    model.engine_model.forward = lambda batch: calls.append(batch) or original(batch)
+    try:
+        together = model.run(plan.items)
+    finally:
+        model.engine_model.forward = original
+    assert [c.input_ids.shape[0] for c in calls] == [2, 2]
+    assert [c.prefix_ids.shape[0] for c in calls] == [r.prefix for r in plan.items[::2]]
+    plain = unshared["qwen3"].loaded
+    for row, logits in zip(plan.items, together, strict=True):
+        [alone] = plain.run([ReadoutRow(row.input_ids, None, "k", read_ids=row.read_ids)])
+        assert logits.shape == (len(row.read_ids),)
+        assert torch.allclose(logits, alone, atol=1e-5)
+
+
+def test_only_readout_rows_run():
+    from vllm_srun.families.causal_readout.model import _read_ids
+    from vllm_srun.plugins.spec import WorkItem
+
+    with pytest.raises(TypeError) as err:
+        _read_ids(WorkItem((1, 2), None, "k"))
+    assert str(err.value) == "causal_readout runs its own ReadoutRow rows only"
 
 
 # -- conformance and golden ---------------------------------------------------------------------
@@ -602,3 +765,13 @@ def test_a_blank_template_means_the_plain_one(tmp_path, catalog):
     package = write_decoder(tmp_path, "qwen3", chat_template="  ", name="blank")
     served = load_model(package, catalog=catalog, device="cpu")
     assert served.loaded.card()["decisions"]["template"] == "plain"
+
+
+def test_the_probe_rows_are_unshared_and_ignore_max_model_len(packages, catalog):
+    """The load-time probe measures the model's numerics whatever an operator admits."""
+    served = load_model(packages["gpt2"], catalog=catalog, device="cpu", max_model_len=5)
+    items = served.loaded.probe_items()
+    assert len(items) == 3 and all(isinstance(r, ReadoutRow) for r in items)
+    assert all(r.prefix == 0 and r.tokens > 5 for r in items)
+    assert [len(r.read_ids) for r in items] == [2, 3, 4]
+    assert served.card()["batch_invariance"]["max_abs_deviation"] <= 1e-5
