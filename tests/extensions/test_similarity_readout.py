@@ -464,13 +464,13 @@ def answered(readout, host, body):
 
 
 R2 = math.sqrt(0.5)
-# Unit cosines against the state (1, 0, 0): 1, 0, -1, 1/sqrt 2 and 0.6; lengths other than 1
+# Cosines against the state (2, 0, 0): 1, 0, -1, 1/sqrt 2 and 0.6; lengths above and below 1
 # show that only directions count.
 VECTORS = {
     "state": [2.0, 0.0, 0.0],
     "Pick a: same": [3.0, 0.0, 0.0],
     "Pick b": [0.0, 5.0, 0.0],
-    "Pick c: opposite": [-1.0, 0.0, 0.0],
+    "Pick c: opposite": [-0.001, 0.0, 0.0],
     "Late?": [R2, R2, 0.0],
     "Late? on time": [0.0, 0.0, 1.0],
     "Late? late": [0.6, 0.0, 0.8],
@@ -676,6 +676,9 @@ def test_an_embedding_failure_answers_the_questions_that_read_it(failure, code, 
         "message": message.format(what="an option", fix=fix),
     }
     assert body["answers"]["pick"]["choice"] == "a"
+    # A failed text counts no tokens (this host reports len(text) for the others).
+    read = ["state", "Pick a: same", "Pick b", "Pick c: opposite", "Late? on time"]
+    assert body["usage"]["input_tokens"] == sum(map(len, read))
     # The state fails: every question of that state answers the error; other states answer.
     host = VectorHost(VECTORS, {"state": failure})
     body = answered(
@@ -752,3 +755,12 @@ def test_a_calibration_file_with_integer_temperatures_reads_whole():
         path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
         assert read_calibration(path) == data
     assert read_calibration() == shipped_calibration()
+
+
+@pytest.mark.parametrize(("baseline", "reads"), [(1.5, 1.0), (-3.0, -1.0), (0.5, 0.5)])
+def test_a_noul_baseline_outside_the_cosine_range_reads_as_its_nearest_cosine(baseline, reads):
+    """Every similarity the softmax reads lies in [-1, 1], the calibrated baseline too."""
+    host = VectorHost(VECTORS)
+    readout = readout_over(host, baseline=baseline)
+    late = answered(readout, host, {"state": "state", "questions": {"q": LATE}})["answers"]["q"]
+    assert late["noul"] == pytest.approx(1 / (1 + math.exp((reads - R2) / 2.0)), abs=1e-12)
