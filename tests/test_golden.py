@@ -126,6 +126,10 @@ def test_malformation_finds_non_finite_numbers_and_item_errors():
     )
     item_error = {"results": [{"index": 0, "error": {"code": "invalid_input"}}]}
     assert malformation(item_error) == "results[0] failed with {'code': 'invalid_input'}"
+    assert malformation(float("nan")) == "the answer is nan"
+    assert malformation([0.5, float("-inf")]) == "[1] is -inf"
+    # a top-level "error" key is an answer's field, not an item error
+    assert malformation({"error": "none", "data": [1.0]}) is None
 
 
 # -- reference keys --------------------------------------------------------------------------
@@ -233,6 +237,26 @@ def test_a_mismatch_fails_with_request_path_values_and_tolerance(served, catalog
     passing = GoldenReference("fake/pooled", REQUESTS, {"cpu": (small, answers[1])}, {"cpu": 1e-5})
     model = dataclasses.replace(served, identity="fake/pooled")
     assert check(model, with_reference(catalog, passing)).status == "matched"
+
+
+def test_a_non_finite_answer_fails_against_a_recorded_key_as_non_finite(served, catalog):
+    answers = answers_of(served)
+    real_answer = served.answer
+
+    def broken(surface, body):
+        answer = real_answer(surface, body)
+        if surface == "embeddings":
+            answer["data"][1]["embedding"][0] = float("nan")
+        return answer
+
+    model = dataclasses.replace(served, identity="fake/pooled")
+    model.answer = broken  # type: ignore[method-assign]
+    reference = GoldenReference("fake/pooled", REQUESTS, {"cpu": tuple(answers)}, {"cpu": 1e-5})
+    result = check(model, with_reference(catalog, reference))
+    assert result.reason == (
+        "golden self-check failed against cpu: request 1 (embeddings) differs at "
+        "data[1].embedding[0] is nan (tolerance 1e-05 for cpu)"
+    )
 
 
 def test_a_mismatching_specific_key_never_falls_back_to_the_device_class(served, catalog):
