@@ -1350,3 +1350,25 @@ def test_a_tokenizer_without_a_pad_token_pads_with_id_0(tmp_path):
     assert encoder.specials == (2, 3)  # the fixture's BERT template: <s> A </s> B </s>
     encoded = encoder.encode("good", "bad", InputPolicy())
     assert encoded.tokens == 5 and encoded.rows[0].token_type_ids is not None
+
+
+def test_a_non_finite_document_fails_alone_in_either_rerank(models, tokenizer):
+    nan = float("nan")
+    cross = with_engine(models["relevance"], FixedLogits([[0.5], [nan], [2.0], [-1.0]]))
+    body = answer(cross, "rerank", {"query": "q", "documents": ["a", "b", "c", "d"]})
+    assert [r["index"] for r in body["results"]] == [2, 0, 3, 1]
+    assert body["results"][3] == {
+        "index": 1,
+        "error": "invalid_model_output",
+        "message": "the logit is not finite",
+    }
+    [good], [bad], [okay] = (content_ids(tokenizer, t) for t in ("good", "bad", "okay"))
+    vectors = {good: torch.ones(32), bad: torch.full((32,), nan), okay: -torch.ones(32)}
+    bi = with_engine(models["pooled"], HiddenByFirstToken(vectors))
+    body = answer(bi, "rerank", {"query": "good", "documents": ["bad", "okay", "good"]})
+    assert [r["index"] for r in body["results"]] == [2, 1, 0]
+    assert body["results"][2] == {
+        "index": 0,
+        "error": "invalid_model_output",
+        "message": "the score is not finite",
+    }
