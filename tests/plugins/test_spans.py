@@ -888,6 +888,26 @@ def test_bad_inputs_raise_value_error(changes: dict[str, object], message: str):
     assert message in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"probabilities": [[1.0, 0.0, 0.0], [0.0, float("nan"), 0.0]]},
+            "probabilities must be finite (no NaN or infinity)",
+        ),
+        (
+            {"probabilities": [[1.0, 0.0, 0.0], [0.0, 1.5, 0.0]]},
+            "probabilities must lie in [0, 1]; apply softmax to logits first",
+        ),
+        ({"threshold": float("nan")}, "threshold must be a number, not NaN"),
+    ],
+)
+def test_messages_without_values_read_exactly(changes: dict[str, object], message: str):
+    with pytest.raises(ValueError) as info:
+        _ok(**changes)
+    assert str(info.value) == message
+
+
 def test_masked_tokens_offsets_are_not_checked():
     assert as_tuples(_ok(offsets=[(0, 99), (3, 5)], special_mask=[1, 0])) == [
         (3, 5, "cd", "X", 1.0)
