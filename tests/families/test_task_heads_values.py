@@ -919,7 +919,7 @@ def test_non_finite_outputs_are_item_errors(models, key, surface, request_body, 
     loaded = with_engine(models[key], Nan(task_model(models[key]).engine_model))
     body = answer(loaded, surface, request_body)
     [item] = body.get("results") or body.get("data")
-    assert (item["error"], item["message"]) == ("invalid_model_output", message)
+    assert (item["index"], item["error"], item["message"]) == (0, "invalid_model_output", message)
 
 
 def reference_spans(text, offsets, logits, tags, **options):
@@ -1022,7 +1022,10 @@ def test_a_model_with_several_classify_heads_asks_which(models):
     assert multi.surfaces == ("classify", "embeddings", "rerank")
     with pytest.raises(RequestError) as raised:
         multi.plan("classify", {"input": "good"})
-    assert raised.value.message == "name the head: one of sequence, second"
+    assert (raised.value.code, raised.value.message) == (
+        "invalid_request",
+        "name the head: one of sequence, second",
+    )
     assert multi.plan("classify", {"input": "good", "head": "second"}).head.name == "second"
     assert multi.plan("classify", {"input": "good", "head": "sequence"}).head.kind == "sequence"
     with pytest.raises(RequestError) as raised:
@@ -1131,6 +1134,13 @@ def test_a_model_with_several_classify_heads_asks_which(models):
             {"input": "x", "head": "nope"},
             "invalid_request",
             "unknown head 'nope'; this model has sequence",
+        ),
+        (
+            "sequence",
+            "classify",
+            {"input": "x", "head": ["sequence"]},
+            "invalid_request",
+            "head must be a string",
         ),
         ("relevance", "rerank", {"documents": ["d"]}, "invalid_request", "query must be a string"),
         (
