@@ -8,6 +8,7 @@ tests about time (batch window, deadlines, queue time) move a fake clock
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -136,8 +137,16 @@ def scheduler(forward, metrics=None, clock=None, name="m", **limits):
     return ModelScheduler(name, forward, SchedulerLimits(**limits), metrics, clock=clock)
 
 
+NAMES = itertools.count()
+
+
+def unique_name(prefix: str) -> str:
+    """A model name no other scheduler of this process has (tests may run twice in a process)."""
+    return f"{prefix}-{next(NAMES)}"
+
+
 def worker_of(name):
-    """The worker thread of the scheduler called ``name`` (give each such test its own name)."""
+    """The worker thread of the scheduler called ``name`` (a :func:`unique_name`)."""
     [worker] = [t for t in threading.enumerate() if t.name == f"scheduler:{name}"]
     return worker
 
@@ -232,8 +241,9 @@ def test_a_request_queued_before_a_new_worker_starts_is_dispatched_at_once(monke
 
 
 def test_the_worker_never_keeps_the_process_alive():
-    scheduler(FakeForward(), name="daemonic")
-    assert worker_of("daemonic").daemon
+    name = unique_name("daemonic")
+    scheduler(FakeForward(), name=name)
+    assert worker_of(name).daemon
 
 
 def test_without_a_batch_window_a_busy_worker_takes_what_is_queued():
@@ -753,7 +763,8 @@ def test_stop_past_its_grace_fails_what_is_still_queued():
 
 def test_stop_gives_up_on_a_forward_that_does_not_return():
     forward = FakeForward()
-    sched = scheduler(forward, name="stuck", max_num_seqs=1, result_cache_entries=0)
+    name = unique_name("stuck")
+    sched = scheduler(forward, name=name, max_num_seqs=1, result_cache_entries=0)
     forward.hold()
     two, answer = job(row("a"), row("b"))
     sched.submit([two])
@@ -764,7 +775,7 @@ def test_stop_gives_up_on_a_forward_that_does_not_return():
     assert time.monotonic() - started < 1.8
     sched.cancel(two)  # its client leaves during shutdown
     forward.gate.set()
-    worker_of("stuck").join(WAIT)
+    worker_of(name).join(WAIT)
     assert not answer.event.is_set()
     assert sched.unanswered == 0
     assert forward.calls == [["a"]]
