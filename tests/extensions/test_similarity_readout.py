@@ -425,9 +425,10 @@ class VectorHost:
 
     surfaces = ("embeddings",)
 
-    def __init__(self, vectors, failures=None):
+    def __init__(self, vectors, failures=None, inputs=None):
         self.vectors = vectors
         self.failures = failures or {}
+        self.inputs = inputs or {}  # text -> the "input" field reported instead
         self.requests = []
 
     def plan(self, surface, body):
@@ -443,10 +444,11 @@ class VectorHost:
         data = []
         for index, text in enumerate(outputs):
             if text in self.failures:
-                code, message = self.failures[text]
-                data.append({"index": index, "error": code, "message": message})
+                failure = dict(zip(("error", "message"), self.failures[text], strict=False))
+                data.append({"index": index, **failure})
             else:
                 used = {"tokens": len(text), "processed_tokens": len(text)}
+                used = self.inputs.get(text, used)
                 data.append({"index": index, "embedding": self.vectors[text], "input": used})
         return {"data": data}
 
@@ -764,3 +766,42 @@ def test_a_noul_baseline_outside_the_cosine_range_reads_as_its_nearest_cosine(ba
     readout = readout_over(host, baseline=baseline)
     late = answered(readout, host, {"state": "state", "questions": {"q": LATE}})["answers"]["q"]
     assert late["noul"] == pytest.approx(1 / (1 + math.exp((reads - R2) / 2.0)), abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("code", "answered_code", "message"),
+    [
+        (
+            "max_length_exceeded",
+            "max_length_exceeded",
+            "{what} is longer than this model reads (); shorten {fix}",
+        ),
+        ("invalid_input", "invalid_question", "{what} cannot be read: "),
+        ("deadline_exceeded", "deadline_exceeded", ""),
+        ("internal_error", "unavailable", ""),
+    ],
+)
+def test_a_host_error_without_a_message_answers_with_no_made_up_text(code, answered_code, message):
+    """A host from another family plugin may leave an item error's message out."""
+    host = VectorHost(VECTORS, {"Late? late": (code,), "state": (code,)})
+    late = answered(
+        readout_over(host), host, {"state": "Pick b", "questions": {"q": LATE_DESCRIBED}}
+    )
+    what, fix = "an option", "the instructions or the description"
+    assert late["answers"]["q"] == {
+        "type": "noul",
+        "error": answered_code,
+        "message": message.format(what=what, fix=fix),
+    }
+    state = answered(readout_over(host), host, {"state": "state", "questions": {"q": PICK}})
+    assert state["answers"]["q"]["message"] == message.format(what="the state", fix="it")
+
+
+def test_tokens_count_only_what_the_host_reports_as_processed():
+    host = VectorHost(
+        VECTORS,
+        inputs={"state": {"tokens": 5}, "Pick a: same": ["not", "an", "object"], "Pick b": None},
+    )
+    body = answered(readout_over(host), host, {"state": "state", "questions": {"q": PICK}})
+    assert body["answers"]["q"]["choice"] == "a"
+    assert body["usage"] == {"input_tokens": len("Pick c: opposite"), "output_tokens": 0}
