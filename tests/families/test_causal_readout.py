@@ -624,6 +624,27 @@ def test_meta_lists_each_questions_labels_tokens_and_temperature(unshared, packa
     assert state["meta"] == {"questions": {"angry": questions["angry"]}}
     assert list(state) == ["index", "answers", "meta"]
     assert "meta" not in served.answer("decisions", REQUEST)
+    plain = unshared["llama"].answer("decisions", {**REQUEST, "options": {"return_meta": True}})
+    assert plain["meta"]["template"] == "plain"
+
+
+def test_a_validated_request_keeps_what_the_raw_json_showed(unshared):
+    """The serve layer plans a request parse_body validated, duplicate keys found in the raw
+    JSON included: the question with a repeated key answers invalid_question."""
+    from vllm_srun.plugins.decisions import parse_body
+
+    raw = json.dumps({"state": STATE, "questions": {"good": NOUL}})[:-2] + (
+        ', "dup": {"type": "noul", "instructions": "a", "instructions": "b"}}}'
+    )
+    model = unshared["gpt2"].loaded
+    plan = model.plan("decisions", parse_body(raw))
+    body = model.finish(plan, model.run(plan.items))
+    assert body["answers"]["dup"] == {
+        "type": "noul",
+        "error": "invalid_question",
+        "message": "questions.dup has the key 'instructions' more than once",
+    }
+    assert 0 < body["answers"]["good"]["noul"] < 1
 
 
 def test_the_card_describes_the_readout_and_its_limits(unshared, packages, catalog):
