@@ -113,7 +113,7 @@ MODULES: dict[str, tuple[str, str, list[str]]] = {
     "scheduler": (
         "core/scheduler.py",
         "admission, batching, deadlines, result cache",
-        ["tests/test_scheduler.py", "tests/serve"],
+        ["tests/test_scheduler.py", "tests/serve/test_scheduling.py"],
     ),
     "registry_verify": (
         "core/registry/verify.py",
@@ -123,7 +123,12 @@ MODULES: dict[str, tuple[str, str, list[str]]] = {
     "golden": (
         "core/golden.py",
         "golden self-checks and tolerances",
-        ["tests/test_golden.py", "tests/plugins/test_golden.py", "tests/serve"],
+        [
+            "tests/test_golden.py",
+            "tests/plugins/test_golden.py",
+            "tests/serve/test_lifecycle.py",
+            "tests/serve/test_decision_golden.py",
+        ],
     ),
     "plugin_conflicts": (
         "plugins/manager.py",

@@ -270,8 +270,9 @@ def decode_spans(
               highest mean;
             - ``none``: no words: one span per token whose argmax tag is not
               ``O``, at the token's offsets less edge whitespace and invisible
-              ``Cc``/``Cf`` characters (tokens left empty are skipped; edge
-              punctuation tokens are kept), ``label`` the full tag (``B-EMAIL``),
+              ``Cc``/``Cf`` characters other than the emoji tag characters
+              (tokens left empty are skipped; edge punctuation tokens are
+              kept), ``label`` the full tag (``B-EMAIL``),
               probability the token's probability of that tag.
 
             Argmax ties go to the earlier label.

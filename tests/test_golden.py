@@ -11,12 +11,16 @@ import pytest
 
 from vllm_srun import cli
 from vllm_srun.golden import (
+    GoldenError,
     GoldenResult,
     check,
     device_class,
     difference,
     malformation,
+    record,
+    reference_for,
     reference_keys,
+    run_requests,
     select_key,
 )
 from vllm_srun.loader import LoadOptions, load_model
@@ -96,6 +100,25 @@ def test_difference_names_the_path_the_values_and_respects_the_tolerance():
     assert difference({"x": float("nan")}, {"x": 0.5}, 1.0) == "x: got nan, recorded 0.5"
 
 
+def test_difference_at_the_top_level_and_across_shapes():
+    assert difference(0.5, 0.75, 0.1) == "the answer: got 0.5, recorded 0.75"
+    assert difference(0.5, 0.55, 0.1) is None
+    # a missing key alone, an extra key alone
+    assert difference({"a": 1}, {"a": 1, "b": 2}, 0.0) == (
+        "the answer: keys differ (missing ['b'], extra [])"
+    )
+    assert difference({"a": 1, "c": 3}, {"a": 1}, 0.0) == (
+        "the answer: keys differ (missing [], extra ['c'])"
+    )
+    # an object where a list was recorded, a list where a string was recorded
+    assert difference({"a": 1}, ["a"], 0.0) == "the answer: got {'a': 1}, recorded ['a']"
+    assert difference(["x"], "x", 0.0) == "the answer: got ['x'], recorded 'x'"
+    assert difference("x", ["x"], 0.0) == "the answer: got 'x', recorded ['x']"
+    assert difference(["x"], {"0": "x"}, 0.0) == "the answer: got ['x'], recorded {'0': 'x'}"
+    # a tuple and a list of the same items agree (answers read back from JSON are lists)
+    assert difference((0.5, "a"), [0.5, "a"], 0.0) is None
+
+
 def test_malformation_finds_non_finite_numbers_and_item_errors():
     assert malformation({"data": [{"embedding": [0.1, 0.2]}]}) is None
     assert malformation({"data": [{"embedding": [0.1, float("inf")]}]}) == (
@@ -103,9 +126,24 @@ def test_malformation_finds_non_finite_numbers_and_item_errors():
     )
     item_error = {"results": [{"index": 0, "error": {"code": "invalid_input"}}]}
     assert malformation(item_error) == "results[0] failed with {'code': 'invalid_input'}"
+    assert malformation(float("nan")) == "the answer is nan"
+    assert malformation([0.5, float("-inf")]) == "[1] is -inf"
+    # a top-level "error" key is an answer's field, not an item error
+    assert malformation({"error": "none", "data": [1.0]}) is None
 
 
 # -- reference keys --------------------------------------------------------------------------
+def test_reference_for_returns_only_golden_references(catalog):
+    reference = GoldenReference("fake/ref", REQUESTS, {}, {"cpu": 1e-5})
+    with_ref = with_reference(catalog, reference)
+    assert reference_for(with_ref, "fake/ref") is reference
+    assert reference_for(with_ref, None) is None
+    assert reference_for(with_ref, "fake/other") is None
+    layers = {**with_ref.layers}
+    layers["golden_references"] = {**layers["golden_references"], "fake/junk": {"cpu": []}}
+    assert reference_for(dataclasses.replace(catalog, layers=layers), "fake/junk") is None
+
+
 def test_the_most_specific_recorded_key_is_selected_and_dtype_keys_only_at_their_dtype(served):
     acc, device = served.placement.accelerator, served.placement.device
     specific = acc.reference_keys(device, "auto")[0]
@@ -125,6 +163,39 @@ def test_the_most_specific_recorded_key_is_selected_and_dtype_keys_only_at_their
 
 
 # -- check -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("request_", "what"),
+    [
+        ("embeddings", "request 2 (None)"),
+        ({"body": {"input": "x"}}, "request 2 (None)"),
+        ({"surface": 3, "body": {"input": "x"}}, "request 2 (3)"),
+        ({"surface": "embeddings", "body": "hello"}, "request 2 (embeddings)"),
+        ({"surface": "embeddings"}, "request 2 (embeddings)"),
+    ],
+)
+def test_a_request_that_is_not_surface_and_body_is_malformed(served, request_, what):
+    with pytest.raises(GoldenError) as raised:
+        run_requests(served, [REQUESTS[0], request_])
+    assert str(raised.value) == (
+        f"golden answers are malformed: {what} is not {{surface, body}}; fix the golden reference"
+    )
+
+
+def test_a_refused_golden_request_names_the_request_and_the_error(served):
+    with pytest.raises(GoldenError) as raised:
+        run_requests(served, [{"surface": "classify", "body": {"input": "x"}}])
+    assert str(raised.value) == (
+        "golden answers are malformed: request 1 (classify) was refused "
+        "(unsupported_surface: this model serves embeddings, rerank, not classify)"
+    )
+
+
+def test_run_requests_answers_each_request_without_the_model_name(served):
+    answers = run_requests(served, list(REQUESTS))
+    assert [sorted(a) for a in answers] == [["data", "object", "usage"], ["results", "usage"]]
+    assert answers == answers_of(served)
+
+
 def test_a_recorded_reference_that_agrees_is_matched(served, catalog):
     reference = GoldenReference(
         "fake/pooled", REQUESTS, {"cpu": tuple(answers_of(served))}, {"cpu": 1e-5}
@@ -168,6 +239,26 @@ def test_a_mismatch_fails_with_request_path_values_and_tolerance(served, catalog
     assert check(model, with_reference(catalog, passing)).status == "matched"
 
 
+def test_a_non_finite_answer_fails_against_a_recorded_key_as_non_finite(served, catalog):
+    answers = answers_of(served)
+    real_answer = served.answer
+
+    def broken(surface, body):
+        answer = real_answer(surface, body)
+        if surface == "embeddings":
+            answer["data"][1]["embedding"][0] = float("nan")
+        return answer
+
+    model = dataclasses.replace(served, identity="fake/pooled")
+    model.answer = broken  # type: ignore[method-assign]
+    reference = GoldenReference("fake/pooled", REQUESTS, {"cpu": tuple(answers)}, {"cpu": 1e-5})
+    result = check(model, with_reference(catalog, reference))
+    assert result.reason == (
+        "golden self-check failed against cpu: request 1 (embeddings) differs at "
+        "data[1].embedding[0] is nan (tolerance 1e-05 for cpu)"
+    )
+
+
 def test_a_mismatching_specific_key_never_falls_back_to_the_device_class(served, catalog):
     answers = answers_of(served)
     specific = reference_keys(served)[0]
@@ -199,6 +290,69 @@ def test_a_device_without_recorded_answers_is_unverified_without_a_reason(served
     )
 
 
+@pytest.fixture(scope="module")
+def served_bf16(pooled: Path, catalog: Catalog):
+    return load_model(pooled, catalog=catalog, device="cpu", dtype="bfloat16")
+
+
+@pytest.mark.parametrize(("factor", "status"), [(0.99, "matched"), (1.01, "failed")])
+def test_a_dtype_key_compares_at_its_device_class_tolerance(served_bf16, catalog, factor, status):
+    """Answers recorded under ``cpu@bfloat16`` are compared at the ``cpu`` tolerance (0.01
+    here, not the ``cuda`` one): a deviation just below it matches, just above it fails."""
+    assert reference_keys(served_bf16)[-1] == "cpu@bfloat16"
+    answers = answers_of(served_bf16)
+    recorded = nudge(answers[0], 0.01 * factor)
+    reference = GoldenReference(
+        "fake/pooled",
+        REQUESTS,
+        {"cpu@bfloat16": (recorded, answers[1]), "cpu": (nudge(answers[0], 0.5), answers[1])},
+        {"cpu": 0.01, "cuda": 0.5},
+    )
+    model = dataclasses.replace(served_bf16, identity="fake/pooled")
+    result = check(model, with_reference(catalog, reference))
+    assert (result.status, result.checked, result.reference) == (status, True, "cpu@bfloat16")
+    if status == "matched":
+        assert (result.matched, result.reason) == (True, None)
+    else:
+        got = answers[0]["data"][0]["embedding"][3]
+        assert result.matched is False
+        assert result.reason == (
+            "golden self-check failed against cpu@bfloat16: request 1 (embeddings) differs at "
+            f"data[0].embedding[3]: got {got!r}, recorded "
+            f"{recorded['data'][0]['embedding'][3]!r} (tolerance 0.01 for cpu)"
+        )
+
+
+def test_a_recorded_key_without_a_tolerance_for_its_class_fails_unchecked(served, catalog):
+    answers = answers_of(served)
+    reference = GoldenReference("fake/pooled", REQUESTS, {"cpu": tuple(answers)}, {"cuda": 1e-3})
+    model = dataclasses.replace(served, identity="fake/pooled")
+    result = check(model, with_reference(catalog, reference))
+    assert result == GoldenResult(
+        "failed",
+        checked=False,
+        matched=False,
+        reference="cpu",
+        reason="golden reference of fake/pooled records answers for cpu but no tolerance for "
+        "device class cpu; add one to the reference",
+    )
+
+
+def test_a_model_without_golden_requests_is_unverified_and_unchecked(served, catalog):
+    reference = GoldenReference("fake/pooled", (), {"cuda": ()}, {"cuda": 1e-3})
+    model = dataclasses.replace(served, identity="fake/pooled")
+    result = check(model, with_reference(catalog, reference))
+    assert result == GoldenResult(
+        "unverified", checked=False, matched=None, reference="", reason=None
+    )
+    assert result.card() == {
+        "status": "unverified",
+        "checked": False,
+        "matched": None,
+        "reference": "",
+    }
+
+
 def test_an_unverified_model_that_answers_differently_twice_fails(served, catalog):
     calls = {"n": 0}
     real_answer = served.answer
@@ -215,9 +369,11 @@ def test_an_unverified_model_that_answers_differently_twice_fails(served, catalo
     result = check(model, catalog)
     assert result.status == "failed" and result.reference == ""
     assert result.reason is not None
-    assert result.reason.startswith(
+    first = served.family.golden(served.package)[0]
+    value = real_answer(first["surface"], first["body"])["data"][0]["embedding"][3]
+    assert result.reason == (
         "golden answers are not deterministic: request 1 (embeddings) answered differently "
-        "on a second run at data[0].embedding[3]"
+        f"on a second run at data[0].embedding[3]: got {value + 1e-7!r}, first {value!r}"
     )
 
 
@@ -236,6 +392,32 @@ def test_a_model_with_non_finite_answers_fails_as_malformed(served, catalog):
     assert result.status == "failed"
     assert result.reason == (
         "golden answers are malformed: request 1 (embeddings): data[1].embedding[0] is nan"
+    )
+
+
+def test_an_input_over_the_limit_in_a_golden_request_fails_as_malformed(served, catalog):
+    long = " ".join(["golden"] * 60)  # over the package's 48 tokens
+    requests = (REQUESTS[0], {"surface": "embeddings", "body": {"input": ["fine", long]}})
+    reference = GoldenReference("fake/pooled", requests, {}, {"cpu": 1e-5})
+    registered = with_reference(catalog, reference)
+    model = dataclasses.replace(served, identity="fake/pooled")
+    result = check(model, registered)
+    assert (result.status, result.checked, result.matched, result.reference) == (
+        "failed",
+        True,
+        False,
+        "",
+    )
+    assert result.reason == (
+        "golden answers are malformed: request 2 (embeddings): data[1] failed with "
+        "'max_length_exceeded'"
+    )
+    # with --max-model-len set, the reason says it may be what is too small
+    limited = dataclasses.replace(model, spec=dataclasses.replace(model.spec, max_model_len=48))
+    assert check(limited, registered).reason == (
+        "golden answers are malformed; max_model_len 48 may be below what the model's own "
+        "check questions need (request 2 (embeddings): data[1] failed with "
+        "'max_length_exceeded'); raise max_model_len"
     )
 
 
@@ -270,6 +452,66 @@ def test_golden_record_writes_this_machines_key_and_the_check_then_matches(
     # a second recording replaces the key's answers and keeps the file's tolerance
     write_reference_answers(path, key, answers_of(served), ("cpu", 0.5))
     assert read_reference_file(path).tolerances == {"cpu": 1e-5}
+
+
+def reference_file(path: Path, model: str = "fake/pooled") -> Path:
+    path.write_text(
+        json.dumps({"model": model, "tolerances": {}, "requests": list(REQUESTS), "answers": {}})
+    )
+    return path
+
+
+def test_record_without_a_file_writes_the_registered_reference_file(served, catalog, tmp_path):
+    path = reference_file(tmp_path / "fake.json")
+    registered = with_reference(catalog, read_reference_file(path))
+    recorded = record(served, registered, "fake/pooled")
+    key = reference_keys(served)[0]
+    assert (recorded.model, recorded.key, recorded.path) == ("fake/pooled", key, path)
+    assert (recorded.answers, recorded.tolerance) == (2, 1e-5)
+    written = json.loads(path.read_text())
+    assert written["tolerances"] == {"cpu": 1e-5}
+    assert written["answers"] == {key: answers_of(served)}
+
+
+def test_record_refuses_an_identity_without_a_reference_file(served, catalog, tmp_path):
+    message = (
+        "no golden reference file is registered for fake/pooled; write one with its requests "
+        "(model, tolerances, requests, answers) and pass it with --file"
+    )
+    with pytest.raises(GoldenError) as raised:
+        record(served, catalog, "fake/pooled")
+    assert str(raised.value) == message
+    in_memory = GoldenReference("fake/pooled", REQUESTS, {}, {"cpu": 1e-5})  # no source file
+    with pytest.raises(GoldenError) as raised:
+        record(served, with_reference(catalog, in_memory), "fake/pooled")
+    assert str(raised.value) == message
+
+
+def test_record_refuses_a_file_of_another_model(served, catalog, tmp_path):
+    path = reference_file(tmp_path / "other.json", model="fake/other")
+    with pytest.raises(GoldenError) as raised:
+        record(served, catalog, "fake/pooled", path)
+    assert str(raised.value) == f"{path} holds the golden reference of fake/other, not fake/pooled"
+    assert json.loads(path.read_text())["answers"] == {}  # nothing written
+
+
+class TpuKeys:
+    """An accelerator of a device class :data:`DEFAULT_TOLERANCES` has no value for."""
+
+    def reference_keys(self, device, dtype="auto"):
+        return ["tpu:v5e", "tpu"]
+
+
+def test_record_on_a_device_class_without_a_default_adds_no_tolerance(served, catalog, tmp_path):
+    path = reference_file(tmp_path / "fake.json")
+    model = dataclasses.replace(
+        served, placement=dataclasses.replace(served.placement, accelerator=TpuKeys())
+    )
+    recorded = record(model, catalog, "fake/pooled", path)
+    assert (recorded.key, recorded.tolerance) == ("tpu:v5e", None)
+    written = json.loads(path.read_text())
+    assert written["tolerances"] == {}
+    assert list(written["answers"]) == ["tpu:v5e"]
 
 
 def test_golden_record_needs_a_name_for_a_package_that_is_not_built_in(pooled, catalog, capsys):

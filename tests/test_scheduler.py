@@ -8,6 +8,7 @@ tests about time (batch window, deadlines, queue time) move a fake clock
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -130,10 +131,24 @@ def job(*items, deadline=None, weight=1):
     return Job(list(items), answer, deadline=deadline, weight=weight), answer
 
 
-def scheduler(forward, metrics=None, clock=None, **limits):
+def scheduler(forward, metrics=None, clock=None, name="m", **limits):
     if clock is None:
-        return ModelScheduler("m", forward, SchedulerLimits(**limits), metrics)
-    return ModelScheduler("m", forward, SchedulerLimits(**limits), metrics, clock=clock)
+        return ModelScheduler(name, forward, SchedulerLimits(**limits), metrics)
+    return ModelScheduler(name, forward, SchedulerLimits(**limits), metrics, clock=clock)
+
+
+NAMES = itertools.count()
+
+
+def unique_name(prefix: str) -> str:
+    """A model name no other scheduler of this process has (tests may run twice in a process)."""
+    return f"{prefix}-{next(NAMES)}"
+
+
+def worker_of(name):
+    """The worker thread of the scheduler called ``name`` (a :func:`unique_name`)."""
+    [worker] = [t for t in threading.enumerate() if t.name == f"scheduler:{name}"]
+    return worker
 
 
 def held(forward, sched, key="z", tokens=3):
@@ -205,11 +220,30 @@ def test_the_batch_window_runs_from_the_oldest_queued_request(window_ms):
     clock.now = 100.0 + window * (1 - 1e-5)  # just short of the end of the window
     clock.worker_read.clear()
     clock.wait_worker_read()
-    clock.now = 100.0 + window * 1.02  # past it
+    clock.now = 100.0 + window  # exactly its end
     b_answer.wait()
     assert forward.calls == [["x"], ["a", "b"]]
     # queue time: "x" ran at once; "a" and "b" waited for the window's end
-    assert metrics.queue_seconds == pytest.approx([0.0, 1.02 * window, 0.42 * window], abs=1e-9)
+    assert metrics.queue_seconds == pytest.approx([0.0, window, 0.4 * window], abs=1e-9)
+
+
+def test_a_request_queued_before_a_new_worker_starts_is_dispatched_at_once(monkeypatch):
+    deferred = []
+    monkeypatch.setattr(threading.Thread, "start", lambda thread: deferred.append(thread))
+    forward = FakeForward()
+    sched = scheduler(forward, clock=FakeClock(), batch_window_ms=1000)  # the clock never moves
+    monkeypatch.undo()
+    j, answer = job(row("first"))
+    sched.submit([j])  # before the worker has looked at its queue: a new worker is idle
+    [worker] = deferred
+    worker.start()
+    assert values(answer.wait()) == [3.0]
+
+
+def test_the_worker_never_keeps_the_process_alive():
+    name = unique_name("daemonic")
+    scheduler(FakeForward(), name=name)
+    assert worker_of(name).daemon
 
 
 def test_without_a_batch_window_a_busy_worker_takes_what_is_queued():
@@ -372,6 +406,17 @@ def test_a_longer_row_pads_every_row_of_the_forward_to_its_length():
     assert forward.calls[1:] == [["s1", "s2"], ["long"]]
 
 
+def test_rows_without_tokens_add_no_padded_tokens():
+    forward = FakeForward()
+    sched = scheduler(forward, max_num_batched_tokens=2, result_cache_entries=0)
+    held(forward, sched)
+    empty, answer = job(*[WorkItem((), None, f"e{i}") for i in range(3)])
+    sched.submit([empty])
+    forward.gate.set()
+    assert values(answer.wait()) == [0.0, 0.0, 0.0]
+    assert forward.calls[1:] == [["e0", "e1", "e2"]]  # 3 rows x 0 tokens fit a bound of 2
+
+
 def test_a_row_longer_than_the_token_bound_still_runs_alone():
     forward = FakeForward()
     sched = scheduler(forward, max_num_batched_tokens=100, result_cache_entries=0)
@@ -430,16 +475,20 @@ def test_no_cross_request_batching_runs_requests_apart():
 def test_expired_deadlines_answer_deadline_exceeded_and_a_deadline_not_yet_passed_runs():
     forward = FakeForward()
     clock = FakeClock(100.0)
-    sched = scheduler(forward, clock=clock, result_cache_entries=0)
+    metrics = Recorder()
+    sched = scheduler(forward, metrics, clock, result_cache_entries=0)
     held(forward, sched, "z")
     late, late_answer = job(row("a"), row("b"), deadline=100.5)
     on_time, on_time_answer = job(row("c"), deadline=101.0)
     sched.submit([late, on_time])
+    assert metrics.queued_rows[-1] == 3
     clock.now = 101.0  # past "late"'s deadline, exactly at "on_time"'s
     forward.gate.set()
     assert late_answer.wait() == [EXPIRED, EXPIRED]
     assert values(on_time_answer.wait()) == [3.0]
     assert forward.calls == [["z"], ["c"]]
+    assert metrics.queued_rows[-1] == 0  # the expired rows left the queue too
+    assert sched.unanswered == 0
 
 
 def test_a_deadline_that_passes_while_a_row_runs_expires_the_rows_still_queued():
@@ -499,6 +548,20 @@ def test_cancelling_a_running_request_drops_its_queued_rows_and_frees_it_after_t
     assert sched.unanswered == 0
     assert not answer.event.is_set()
     assert forward.calls == [["a"], ["after"]]
+
+
+def test_cancelling_an_answered_request_changes_nothing():
+    forward = FakeForward()
+    sched = scheduler(forward, max_queue=1)
+    done, answer = job(row("a"))
+    sched.submit([done])
+    answer.wait()
+    sched.cancel(done)  # its client went away after the answer
+    assert sched.unanswered == 0
+    held(forward, sched, "h")
+    with pytest.raises(Overloaded):  # the bound still counts from zero
+        sched.submit([job(row("b"))[0]])
+    forward.gate.set()
 
 
 # -- the result cache ------------------------------------------------------------------------
@@ -588,6 +651,18 @@ def test_a_forward_answering_the_wrong_number_of_rows_fails_them():
     sched.submit([two])
     failure = RowError("internal_error", "the forward failed: RuntimeError")
     assert answer.wait() == [failure, failure]
+
+
+def test_a_failed_forward_is_logged_with_the_model_and_the_cause(caplog):
+    forward = FakeForward()
+    forward.drop_one = True
+    sched = scheduler(forward)
+    two, answer = job(row("a"), row("b"))
+    with caplog.at_level(logging.ERROR, logger="vllm_srun.scheduler"):
+        sched.submit([two])
+        answer.wait()
+    assert "model m: a forward of 2 rows failed" in caplog.messages
+    assert "RuntimeError: 1 outputs for 2 rows" in caplog.text
 
 
 def test_an_answer_callback_that_raises_is_logged_and_the_model_keeps_serving(caplog):
@@ -684,6 +759,48 @@ def test_stop_past_its_grace_fails_what_is_still_queued():
     assert queued_answer.wait() == [RowError("internal_error", "the server shut down")]
     assert values(running.wait()) == [3.0]  # a row already in a forward still finishes
     assert forward.calls == [["running"]]
+
+
+def test_stop_gives_up_on_a_forward_that_does_not_return():
+    forward = FakeForward()
+    name = unique_name("stuck")
+    sched = scheduler(forward, name=name, max_num_seqs=1, result_cache_entries=0)
+    forward.hold()
+    two, answer = job(row("a"), row("b"))
+    sched.submit([two])
+    forward.wait_entered()  # "a" runs and does not return; "b" is queued
+    started = time.monotonic()
+    assert sched.stop(grace_seconds=0.05) is False
+    # the grace, then up to a second for the worker: stop never hangs on a stuck forward
+    assert time.monotonic() - started < 1.8
+    sched.cancel(two)  # its client leaves during shutdown
+    forward.gate.set()
+    worker_of(name).join(WAIT)
+    assert not answer.event.is_set()
+    assert sched.unanswered == 0
+    assert forward.calls == [["a"]]
+
+
+def test_stop_after_a_request_with_a_row_running_was_cancelled():
+    forward = FakeForward()
+    sched = scheduler(forward, max_num_seqs=1, result_cache_entries=0)
+    forward.hold()
+    gone, gone_answer = job(row("a"), row("b"))
+    sched.submit([gone])
+    forward.wait_entered()
+    sched.cancel(gone)  # "a" still runs
+    queued_answer = Answer()
+
+    def release_after_answer(outputs):
+        queued_answer(outputs)
+        forward.gate.set()
+
+    sched.submit([Job([row("queued")], release_after_answer)])
+    assert sched.stop(grace_seconds=0.05) is False
+    assert queued_answer.wait() == [RowError("internal_error", "the server shut down")]
+    assert not gone_answer.event.is_set()
+    assert sched.unanswered == 0
+    assert forward.calls == [["a"]]
 
 
 def test_stop_with_nothing_queued_is_finished():
@@ -788,6 +905,22 @@ def test_a_split_batch_answers_short_requests_before_the_long_forward_runs():
     assert forward.calls[1:] == [["s1", "m1", "s2"], ["l1", "m2"]]
     # "x", then the short rows: the short request is answered before the long forward runs
     assert forwards_run_when_answered == {"short": 2, "long": 3, "mixed": 3}
+
+
+def test_split_by_length_keeps_rows_of_one_length_together_at_zero_overhead():
+    rows = [row("a", 5), row("b", 5), row("c", 5)]
+    assert split_by_length(rows, 0.0) == [rows]
+
+
+def test_rows_with_different_shared_prefixes_run_as_separate_groups():
+    first, second = tuple(range(100, 150)), tuple(range(200, 250))
+    rows = [
+        WorkItem((*first, 1), None, "f1", prefix=50),
+        WorkItem((*second, 1), None, "s1", prefix=50),
+        WorkItem((*first, 2, 3), None, "f2", prefix=50),
+    ]
+    groups = split_by_length(rows, overhead_tokens=1000.0)
+    assert [[r.key for r in g] for g in groups] == [["f1", "f2"], ["s1"]]
 
 
 def test_rows_sharing_a_computed_once_prefix_are_never_split_apart():

@@ -8,6 +8,7 @@ question alone, inside a batch and with shared context agrees within 1e-5.
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -17,7 +18,6 @@ from vllm_srun.families.causal_readout.model import ReadoutRow
 from vllm_srun.families.task_heads import TaskHeadsFamily
 from vllm_srun.loader import LoadError, LoadOptions, load_model
 from vllm_srun.plugins import load_catalog
-from vllm_srun.plugins.decisions import answer, parse_request, softmax
 from vllm_srun.plugins.spec import RequestError, RowError
 from vllm_srun.plugins.testing import assert_conforms
 from vllm_srun.scheduler import plan_forwards
@@ -92,6 +92,36 @@ def reference_logits(package, rows):
         package, attn_implementation="eager", dtype=torch.float32
     ).eval()
     return next_token_logits(model, ids, mask)
+
+
+def assert_readout(got, question, logits, temperature):
+    """``got`` is the documented readout of ``logits`` (one per option, in option order) for
+    ``question`` (a request's question object), written out here with ``math``:
+    ``p = softmax(z / T)``; Choice picks the most probable key (the first on a tie), Noul
+    answers P(true) from ``[false, true]``, Score the expected level ``sum k p_k``; confidence
+    is ``1 - H(p) / ln N``."""
+    z = [float(v) for v in logits]
+    top = max(z)
+    weights = [math.exp((v - top) / temperature) for v in z]
+    p = [w / sum(weights) for w in weights]
+    kind = question["type"]
+    if kind == "noul":
+        assert got == {"type": "noul", "noul": pytest.approx(p[1], rel=1e-12, abs=1e-15)}
+        return
+    confidence = 1 + sum(v * math.log(v) for v in p if v > 0) / math.log(len(p))
+    if kind == "choice":
+        keys = list(question["criteria"])
+        assert list(got) == ["type", "choice", "probabilities", "confidence"]
+        assert got["choice"] == keys[p.index(max(p))]
+    else:
+        keys = [str(k) for k in range(1, len(p) + 1)]
+        assert list(got) == ["type", "score", "probabilities", "confidence", "legend"]
+        assert got["score"] == pytest.approx(sum(k * v for k, v in enumerate(p, 1)), rel=1e-12)
+        assert got["legend"] == dict(zip(keys, question["levels"], strict=True))
+    assert got["type"] == kind
+    assert list(got["probabilities"]) == keys
+    assert list(got["probabilities"].values()) == pytest.approx(p, rel=1e-12, abs=1e-15)
+    assert got["confidence"] == pytest.approx(confidence, abs=1e-12)
 
 
 def probabilities(result):
@@ -237,11 +267,9 @@ def test_answers_equal_the_transformers_readout_bit_for_bit(unshared, packages, 
         reference = reference_logits(packages[model_type], [list(r.input_ids) for r in batch])
         by_key.update({r.key: reference[i][list(r.read_ids)] for i, r in enumerate(batch)})
     body = served.answer("decisions", REQUEST)
-    parsed = parse_request(REQUEST)
     assert list(body["answers"]) == ["team", "angry", "urgency"]
-    for question, row in zip(parsed.entries[0].questions, plan.items, strict=True):
-        expected = answer(question, by_key[row.key], 1.0)
-        assert body["answers"][question.name] == expected
+    for (name, question), row in zip(REQUEST["questions"].items(), plan.items, strict=True):
+        assert_readout(body["answers"][name], question, by_key[row.key].tolist(), 1.0)
     team, angry, urgency = (body["answers"][k] for k in ("team", "angry", "urgency"))
     assert team["type"] == "choice" and team["choice"] in CHOICE["criteria"]
     assert set(team["probabilities"]) == set(CHOICE["criteria"])
@@ -296,6 +324,36 @@ def test_shared_context_rows_continue_one_prefix(shared):
     assert batch.input_ids.shape[0] == 3
 
 
+def test_the_shared_prefix_is_the_longest_common_token_prefix(shared):
+    model = shared["llama"].loaded
+    plan = model.plan("decisions", REQUEST)
+    rows = [list(r.input_ids) for r in plan.items]
+    common = 0
+    while all(len(r) > common and r[common] == rows[0][common] for r in rows):
+        common += 1
+    assert 10 < common < min(map(len, rows)) - 1
+    assert [r.prefix for r in plan.items] == [common] * 3
+    assert plan.entries[0].prefix == common
+    # Usage: the prefix once, then each row's own continuation.
+    assert plan.entries[0].input_tokens == common + sum(len(r) - common for r in rows)
+
+
+def test_a_shared_prefix_never_covers_a_whole_row(shared, unshared):
+    """The same question asked twice under two names renders two equal rows: their shared
+    prefix stops one token short, so each row still has a token to read the labels after."""
+    body = {"state": STATE, "questions": {"a": NOUL, "b": NOUL}, "options": {"return_meta": True}}
+    plan = shared["qwen3"].loaded.plan("decisions", body)
+    first, second = plan.items
+    assert first.input_ids == second.input_ids
+    assert first.prefix == second.prefix == len(first.input_ids) - 1
+    answered = shared["qwen3"].answer("decisions", body)
+    alone = unshared["qwen3"].answer("decisions", {"state": STATE, "questions": {"a": NOUL}})
+    assert answered["answers"]["a"] == answered["answers"]["b"]
+    assert abs(answered["answers"]["a"]["noul"] - alone["answers"]["a"]["noul"]) <= 1e-5
+    assert answered["meta"]["prefix_tokens"] == len(first.input_ids) - 1
+    assert answered["usage"]["input_tokens"] == len(first.input_ids)
+
+
 def test_a_lone_question_has_no_prefix(shared):
     plan = shared["gpt2"].loaded.plan("decisions", {"state": STATE, "questions": {"q": NOUL}})
     assert plan.items[0].prefix == 0
@@ -327,6 +385,7 @@ def test_another_surface_is_unsupported(unshared):
     with pytest.raises(RequestError) as err:
         unshared["gpt2"].loaded.plan("classify", {"input": "x"})
     assert err.value.code == "unsupported_surface"
+    assert err.value.message == "this model serves decisions, not classify"
 
 
 def test_states_entries_answer_under_the_same_names(unshared):
@@ -434,15 +493,17 @@ def test_calibration_temperatures_are_applied(tmp_path, catalog, unshared):
     plan = served.loaded.plan("decisions", REQUEST)
     logits = served.loaded.run(plan.items)
     body = served.answer("decisions", REQUEST)
-    parsed = parse_request(REQUEST)
-    for question, values in zip(parsed.entries[0].questions, logits, strict=True):
-        expected = answer(question, values, temperatures[question.type])
-        assert body["answers"][question.name] == expected
+    for (name, question), values in zip(REQUEST["questions"].items(), logits, strict=True):
+        assert_readout(
+            body["answers"][name], question, values.tolist(), temperatures[question["type"]]
+        )
     # Same weights (seed 0) as the uncalibrated fixture: only the temperature differs.
     plain = unshared["qwen3"].answer("decisions", REQUEST)
     assert body["answers"]["angry"] != plain["answers"]["angry"]
-    p = softmax(logits[1], 0.5)
-    assert body["answers"]["angry"]["noul"] == float(p[1])
+    false, true = logits[1].tolist()
+    assert body["answers"]["angry"]["noul"] == pytest.approx(
+        1 / (1 + math.exp((false - true) / 0.5)), rel=1e-12
+    )
 
 
 def test_a_malformed_calibration_fails_the_load(tmp_path, catalog):
@@ -485,8 +546,191 @@ def test_the_family_refuses_it_too(packages):
 
     family = CausalReadoutFamily()
     spec = dataclasses.replace(family.describe(packages["gpt2"]), max_model_len=600)
-    with pytest.raises(ValueError, match="max_model_len 600 is above the model's limit"):
+    with pytest.raises(ValueError) as err:
         family.load(packages["gpt2"], spec, engine_model=None)
+    assert str(err.value) == (
+        "max_model_len 600 is above the model's limit (512 tokens); "
+        "lower it to at most 512 or leave it out"
+    )
+    spec = dataclasses.replace(spec, max_model_len=0)
+    with pytest.raises(ValueError) as err:
+        family.load(packages["gpt2"], spec, engine_model=None)
+    assert str(err.value) == "max_model_len must be at least 1, not 0"
+    # The model's own limit and 1 are both allowed.
+    for allowed in (512, 1):
+        spec = dataclasses.replace(spec, max_model_len=allowed)
+        assert family.load(packages["gpt2"], spec, engine_model=None).limit == allowed
+
+
+def test_a_question_over_the_models_own_limit_says_so(unshared):
+    long = " ".join(["word"] * 600)
+    body = unshared["gpt2"].answer(
+        "decisions",
+        {
+            "state": long,
+            "questions": {"q": NOUL},
+            "states": [{"state": "short", "questions": {"q": NOUL}}],
+        },
+    )
+    failed = body["answers"]["q"]
+    tokens = int(failed["message"].split()[3])
+    assert tokens > 512
+    assert failed == {
+        "type": "noul",
+        "error": "max_length_exceeded",
+        "message": f"the question is {tokens} tokens with its state; this model takes at most "
+        "512 (the model's limit); shorten the state or the question",
+    }
+    assert 0 < body["states"][0]["answers"]["q"]["noul"] < 1
+    # Only the row that ran is counted.
+    [row] = (
+        unshared["gpt2"]
+        .loaded.plan("decisions", {"state": "short", "questions": {"q": NOUL}})
+        .items
+    )
+    assert body["usage"]["input_tokens"] == row.tokens
+
+
+def test_meta_lists_each_questions_labels_tokens_and_temperature(unshared, packages):
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(packages["qwen3"])
+    served = unshared["qwen3"]
+    body = served.answer(
+        "decisions",
+        {
+            "state": STATE,
+            "questions": {"angry": NOUL, "bad": {"type": "x"}, "urgency": SCORE},
+            "states": [{"state": "The parcel never arrived", "questions": {"angry": NOUL}}],
+            "options": {"return_meta": True},
+        },
+    )
+    plan = served.loaded.plan(
+        "decisions", {"state": STATE, "questions": {"angry": NOUL, "urgency": SCORE}}
+    )
+    angry, urgency = plan.items
+    # The tokens read are the label ids the rows read, as the tokenizer spells them.
+    assert [tokenizer.decode([i]) for i in angry.read_ids] == [" no", " yes"]
+    assert [tokenizer.decode([i]) for i in urgency.read_ids] == ["1", "2", "3", "4"]
+    questions = {
+        "angry": {"labels": ["no", "yes"], "tokens": [" no", " yes"], "temperature": 1.0},
+        "urgency": {
+            "labels": ["1", "2", "3", "4"],
+            "tokens": ["1", "2", "3", "4"],
+            "temperature": 1.0,
+        },
+    }
+    assert body["meta"] == {
+        "method": "causal_readout",
+        "numerics": "exact",
+        "template": "chat",
+        "shared_context": False,
+        "prefix_tokens": 0,
+        "questions": questions,
+    }
+    [state] = body["states"]
+    assert state["meta"] == {"questions": {"angry": questions["angry"]}}
+    assert list(state) == ["index", "answers", "meta"]
+    assert "meta" not in served.answer("decisions", REQUEST)
+    plain = unshared["llama"].answer("decisions", {**REQUEST, "options": {"return_meta": True}})
+    assert plain["meta"]["template"] == "plain"
+
+
+def test_a_validated_request_keeps_what_the_raw_json_showed(unshared):
+    """The serve layer plans a request parse_body validated, duplicate keys found in the raw
+    JSON included: the question with a repeated key answers invalid_question."""
+    from vllm_srun.plugins.decisions import parse_body
+
+    raw = json.dumps({"state": STATE, "questions": {"good": NOUL}})[:-2] + (
+        ', "dup": {"type": "noul", "instructions": "a", "instructions": "b"}}}'
+    )
+    model = unshared["gpt2"].loaded
+    plan = model.plan("decisions", parse_body(raw))
+    body = model.finish(plan, model.run(plan.items))
+    assert body["answers"]["dup"] == {
+        "type": "noul",
+        "error": "invalid_question",
+        "message": "questions.dup has the key 'instructions' more than once",
+    }
+    assert 0 < body["answers"]["good"]["noul"] < 1
+
+
+def test_the_card_describes_the_readout_and_its_limits(unshared, packages, catalog):
+    card = unshared["gpt2"].card()
+    assert card["heads"] == [] and card["embedding"] is None
+    assert card["decisions"] == {
+        "method": "causal_readout",
+        "numerics": "exact",
+        "template": "plain",
+        "shared_context": False,
+        "calibrated": False,
+        "temperature": {"choice": 1.0, "noul": 1.0, "score": 1.0},
+    }
+    limited = load_model(packages["gpt2"], catalog=catalog, device="cpu", max_model_len=100)
+    assert limited.card()["limits"] == {
+        "max_tokens": 100,
+        "max_model_len": 100,
+        "model_max_tokens": 512,
+    }
+
+
+def test_rows_are_keyed_by_their_ids_labels_and_prefix(unshared, shared):
+    from vllm_srun.families.causal_readout.model import row_key
+
+    key = row_key([1, 2, 3], [7, 8], 0)
+    assert key == row_key((1, 2, 3), (7, 8), 0)
+    assert len(key) == 32 and int(key, 16) >= 0
+    others = {
+        row_key([1, 2, 4], [7, 8], 0),
+        row_key([1, 2, 3], [7, 9], 0),
+        row_key([1, 2, 3], [7, 8], 2),
+        row_key([1, 2], [3, 7, 8], 0),
+        row_key([1, 2, 3, 7], [8], 0),
+    }
+    assert key not in others and len(others) == 5
+    # The same question with and without shared context: same ids, different rows.
+    single = {"state": STATE, "questions": {"a": NOUL, "b": SCORE}}
+    alone = unshared["qwen3"].loaded.plan("decisions", single).items
+    with_prefix = shared["qwen3"].loaded.plan("decisions", single).items
+    assert [r.input_ids for r in alone] == [r.input_ids for r in with_prefix]
+    assert all(a.key != b.key for a, b in zip(alone, with_prefix, strict=True))
+    assert [r.key for r in alone] == [row_key(r.input_ids, r.read_ids, 0) for r in alone]
+
+
+def test_rows_with_different_prefixes_run_in_their_own_forwards(shared, unshared):
+    """Two states' rows in one run: each state's rows continue their own prefix, and every
+    row's logits equal the row run alone without a prefix."""
+    model = shared["qwen3"].loaded
+    body = {
+        "state": STATE,
+        "questions": {"angry": NOUL, "team": CHOICE},
+        "states": [{"state": "The parcel never arrived", "questions": {"angry": NOUL, "u": SCORE}}],
+    }
+    plan = model.plan("decisions", body)
+    assert len({r.input_ids[: r.prefix] for r in plan.items}) == 2
+    calls = []
+    original = model.engine_model.forward
+    model.engine_model.forward = lambda batch: calls.append(batch) or original(batch)
+    try:
+        together = model.run(plan.items)
+    finally:
+        model.engine_model.forward = original
+    assert [c.input_ids.shape[0] for c in calls] == [2, 2]
+    assert [c.prefix_ids.shape[0] for c in calls] == [r.prefix for r in plan.items[::2]]
+    plain = unshared["qwen3"].loaded
+    for row, logits in zip(plan.items, together, strict=True):
+        [alone] = plain.run([ReadoutRow(row.input_ids, None, "k", read_ids=row.read_ids)])
+        assert logits.shape == (len(row.read_ids),)
+        assert torch.allclose(logits, alone, atol=1e-5)
+
+
+def test_only_readout_rows_run():
+    from vllm_srun.families.causal_readout.model import _read_ids
+    from vllm_srun.plugins.spec import WorkItem
+
+    with pytest.raises(TypeError) as err:
+        _read_ids(WorkItem((1, 2), None, "k"))
+    assert str(err.value) == "causal_readout runs its own ReadoutRow rows only"
 
 
 # -- conformance and golden ---------------------------------------------------------------------
@@ -550,3 +794,13 @@ def test_a_blank_template_means_the_plain_one(tmp_path, catalog):
     package = write_decoder(tmp_path, "qwen3", chat_template="  ", name="blank")
     served = load_model(package, LoadOptions(device="cpu"), catalog=catalog)
     assert served.loaded.card()["decisions"]["template"] == "plain"
+
+
+def test_the_probe_rows_are_unshared_and_ignore_max_model_len(packages, catalog):
+    """The load-time probe measures the model's numerics whatever an operator admits."""
+    served = load_model(packages["gpt2"], catalog=catalog, device="cpu", max_model_len=5)
+    items = served.loaded.probe_items()
+    assert len(items) == 3 and all(isinstance(r, ReadoutRow) for r in items)
+    assert all(r.prefix == 0 and r.tokens > 5 for r in items)
+    assert [len(r.read_ids) for r in items] == [2, 3, 4]
+    assert served.card()["batch_invariance"]["max_abs_deviation"] <= 1e-5

@@ -23,19 +23,29 @@ def catalog():
     return load_catalog({})
 
 
+class Lazy(dict):
+    """A mapping that makes each value on first use (a test loads only the models it reads)."""
+
+    def __init__(self, make):
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key):
+        value = self[key] = self.make(key)
+        return value
+
+
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory):
+    """``(model_type, head)`` -> a fixture package, written on first use."""
     root = tmp_path_factory.mktemp("task-packages")
-    return {
-        (model_type, head): write_task_package(root, model_type, head)
-        for model_type in ENCODER_CONFIGS
-        for head in HEADS
-    }
+    return Lazy(lambda key: write_task_package(root, *key))
 
 
 @pytest.fixture(scope="module")
 def models(packages, catalog):
-    return {key: load_model(path, catalog=catalog) for key, path in packages.items()}
+    """``(model_type, head)`` -> the loaded fixture package, loaded on first use."""
+    return Lazy(lambda key: load_model(packages[key], catalog=catalog))
 
 
 TEXTS = ["good movie", "the food was terrible and the price was bad", "okay"]

@@ -58,29 +58,46 @@ def spread_weights(package, head: str) -> None:
     auto.from_config(config).save_pretrained(package, safe_serialization=True)
 
 
+class Lazy(dict):
+    """A mapping that makes each value on first use (a test loads only the models it reads)."""
+
+    def __init__(self, make):
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key):
+        value = self[key] = self.make(key)
+        return value
+
+
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory):
+    """Fixture packages by key, written on first use: ``sequence``, ``scores``, ``pooled``,
+    ``relevance``, ``token`` (BERT), ``roberta-sequence``, and ``pooled-plain`` (the
+    pooled package without sentence-transformers' Normalize step)."""
     root = tmp_path_factory.mktemp("task-values")
-    written = {}
-    for head in ("sequence", "scores", "pooled", "relevance", "token"):
-        written[head] = write_task_package(root, "bert", head)
-        spread_weights(written[head], head)
-    written["roberta-sequence"] = write_task_package(root, "roberta", "sequence")
-    spread_weights(written["roberta-sequence"], "sequence")
-    # The same encoder without sentence-transformers' Normalize step.
-    plain = root / "bert-pooled-plain"
-    shutil.copytree(written["pooled"], plain)
-    modules = json.loads((plain / "modules.json").read_text())
-    (plain / "modules.json").write_text(
-        json.dumps([m for m in modules if not m["type"].endswith(".Normalize")])
-    )
-    written["pooled-plain"] = plain
+
+    def write(key: str):
+        if key == "pooled-plain":
+            plain = root / "bert-pooled-plain"
+            shutil.copytree(written["pooled"], plain)
+            modules = json.loads((plain / "modules.json").read_text())
+            (plain / "modules.json").write_text(
+                json.dumps([m for m in modules if not m["type"].endswith(".Normalize")])
+            )
+            return plain
+        model_type, _, head = key.rpartition("-")
+        package = write_task_package(root, model_type or "bert", head)
+        spread_weights(package, head)
+        return package
+
+    written = Lazy(write)
     return written
 
 
 @pytest.fixture(scope="module")
 def models(packages, catalog):
-    return {key: load_model(path, catalog=catalog) for key, path in packages.items()}
+    return Lazy(lambda key: load_model(packages[key], catalog=catalog))
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +185,15 @@ def test_finish_embedding_normalises_then_keeps_the_first_dimensions():
     assert finish_embedding(vector, False, 2).tolist() == [3.0, 4.0]
 
 
+def test_asking_for_every_dimension_changes_no_bit():
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        vector = torch.randn(32, generator=generator)
+        unit = torch.nn.functional.normalize(vector, dim=0)
+        assert torch.equal(finish_embedding(vector, True, 32), unit)  # normalised once
+        assert torch.equal(finish_embedding(vector, False, 32), vector)
+
+
 def test_label_scores_are_softmax_or_sigmoid_then_the_maximum_per_label():
     ln3 = math.log(3.0)
     one = label_scores([torch.tensor([0.0, ln3])], "sequence")
@@ -225,6 +251,13 @@ def test_mean_pooling_without_normalize_is_the_mean_of_the_hidden_states(
     assert abs(float(want.norm()) - 1.0) > 0.1  # a mean, not a unit vector
     [short] = model.answer("embeddings", {"input": text, "dimensions": 5})["data"]
     assert close(short["embedding"], want[:5], atol=1e-6)  # cut, not renormalised
+
+
+def test_dimensions_of_the_full_size_answer_the_full_embedding(models):
+    texts = ["good", words(5), words(9, shift=2), words(30, shift=1)]
+    full = models["pooled"].answer("embeddings", {"input": texts})["data"]
+    same = models["pooled"].answer("embeddings", {"input": texts, "dimensions": 32})["data"]
+    assert [d["embedding"] for d in same] == [d["embedding"] for d in full]
 
 
 def test_windowed_embedding_is_the_mean_of_the_window_means(models, reference, tokenizer):
@@ -886,7 +919,7 @@ def test_non_finite_outputs_are_item_errors(models, key, surface, request_body, 
     loaded = with_engine(models[key], Nan(task_model(models[key]).engine_model))
     body = answer(loaded, surface, request_body)
     [item] = body.get("results") or body.get("data")
-    assert (item["error"], item["message"]) == ("invalid_model_output", message)
+    assert (item["index"], item["error"], item["message"]) == (0, "invalid_model_output", message)
 
 
 def reference_spans(text, offsets, logits, tags, **options):
@@ -989,7 +1022,10 @@ def test_a_model_with_several_classify_heads_asks_which(models):
     assert multi.surfaces == ("classify", "embeddings", "rerank")
     with pytest.raises(RequestError) as raised:
         multi.plan("classify", {"input": "good"})
-    assert raised.value.message == "name the head: one of sequence, second"
+    assert (raised.value.code, raised.value.message) == (
+        "invalid_request",
+        "name the head: one of sequence, second",
+    )
     assert multi.plan("classify", {"input": "good", "head": "second"}).head.name == "second"
     assert multi.plan("classify", {"input": "good", "head": "sequence"}).head.kind == "sequence"
     with pytest.raises(RequestError) as raised:
@@ -1099,6 +1135,13 @@ def test_a_model_with_several_classify_heads_asks_which(models):
             "invalid_request",
             "unknown head 'nope'; this model has sequence",
         ),
+        (
+            "sequence",
+            "classify",
+            {"input": "x", "head": ["sequence"]},
+            "invalid_request",
+            "head must be a string",
+        ),
         ("relevance", "rerank", {"documents": ["d"]}, "invalid_request", "query must be a string"),
         (
             "relevance",
@@ -1193,3 +1236,149 @@ def test_the_default_scan_budget_is_32768_content_tokens(models):
         "Raise options.max_tokens or shorten the input",
     )
     assert over.rows == []
+
+
+def test_cross_encoder_pairs_over_the_limit_fail_alone_and_rank_last(models):
+    # with "good" and 3 special tokens: 65, 5, 66, 64 and 5 tokens
+    documents = [words(61), "okay", words(62), words(60), "bad"]
+    body = models["relevance"].answer(
+        "rerank", {"query": "good", "documents": documents, "return_documents": True}
+    )
+    results = body["results"]
+    assert sorted(r["index"] for r in results[:3]) == [1, 3, 4]
+    assert all(r["document"] == documents[r["index"]] for r in results[:3])
+    message = (
+        "; the limit is 64. Shorten it, or send options.overflow truncate "
+        "(keep the beginning) or window"
+    )
+    assert results[3:] == [
+        {"index": 0, "error": "max_length_exceeded", "message": "input has 65 tokens" + message},
+        {"index": 2, "error": "max_length_exceeded", "message": "input has 66 tokens" + message},
+    ]
+    assert body["usage"]["prompt_tokens"] == 5 + 64 + 5
+    cut = models["relevance"].answer(
+        "rerank",
+        {"query": "good", "documents": documents, "options": {"overflow": "truncate"}},
+    )
+    assert all("relevance_score" in r for r in cut["results"])
+
+
+class HiddenByFirstToken:
+    """A pooled engine model whose every hidden state is ``vectors[first content token]``."""
+
+    def __init__(self, vectors):
+        self.vectors = vectors
+
+    def encode(self, batch):
+        rows, width = batch.input_ids.shape
+        first = [int(t) for t in batch.input_ids[:, 1]]
+        return torch.stack([self.vectors[t] for t in first])[:, None, :].expand(rows, width, -1)
+
+
+def test_bi_encoder_cosines_are_clamped_to_plus_minus_one(models, tokenizer):
+    # a vector whose normalised self-dot rounds above 1 in float32
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(1000):
+        v = torch.randn(32, generator=generator)
+        unit = torch.nn.functional.normalize(v, dim=0)
+        if float(torch.dot(unit, unit)) > 1.0:
+            break
+    else:
+        pytest.fail("no vector rounds above 1")
+    assert float(torch.dot(unit, -unit)) < -1.0
+    [good], [bad] = content_ids(tokenizer, "good"), content_ids(tokenizer, "bad")
+    loaded = with_engine(models["pooled"], HiddenByFirstToken({good: v, bad: -v}))
+    body = answer(loaded, "rerank", {"query": "good", "documents": ["bad", "good"]})
+    assert body["results"] == [
+        {"index": 1, "relevance_score": 1.0, "logit": 1.0},
+        {"index": 0, "relevance_score": -1.0, "logit": -1.0},
+    ]
+
+
+class Recording:
+    """An engine model that records each batch and answers zero logits ``[rows, labels]``."""
+
+    def __init__(self, labels):
+        self.labels = labels
+        self.batches = []
+
+    def encode(self, batch):
+        self.batches.append(batch)
+        return torch.zeros((batch.input_ids.shape[0], self.labels))
+
+
+def test_rows_reach_the_engine_right_padded_with_the_pad_id(models, packages, tokenizer):
+    import transformers
+
+    engine = Recording(3)
+    loaded = with_engine(models["sequence"], engine)
+    good, film = content_ids(tokenizer, "good"), content_ids(tokenizer, words(4))
+    plan = loaded.plan("classify", {"input": ["good", {"text": "good", "text_pair": words(4)}]})
+    loaded.run(plan.items)
+    [batch] = engine.batches
+    assert batch.input_ids.tolist() == [
+        [CLS, *good, SEP, 0, 0, 0, 0, 0],
+        [CLS, *good, SEP, *film, SEP],
+    ]
+    assert batch.attention_mask.tolist() == [[1] * 3 + [0] * 5, [1] * 8]
+    assert batch.token_type_ids.tolist() == [[0] * 8, [0] * 3 + [1] * 5]
+    loaded.run(loaded.plan("classify", {"input": ["good", words(3)]}).items)
+    assert engine.batches[1].token_type_ids is None  # single texts: no segments
+    roberta = Recording(3)
+    tok = transformers.AutoTokenizer.from_pretrained(packages["roberta-sequence"])
+    loaded = with_engine(models["roberta-sequence"], roberta)
+    loaded.run(loaded.plan("classify", {"input": ["good", words(3)]}).items)
+    assert tok.pad_token_id == 1
+    [good_id] = tok("good", add_special_tokens=False)["input_ids"]
+    row = [tok.cls_token_id, good_id, tok.sep_token_id, 1, 1]  # padded to 5 tokens
+    assert roberta.batches[0].input_ids[0].tolist() == row
+    assert roberta.batches[0].attention_mask.dtype == torch.long
+    assert batch.input_ids.dtype == torch.long
+
+
+def test_max_tokens_of_one_is_a_limit_not_a_bad_request(models):
+    [result] = classify(models["sequence"], "good", max_tokens=1)
+    assert result["error"] == "max_length_exceeded"
+    assert result["message"].startswith("input has 3 tokens; the limit is 1.")
+
+
+def test_a_tokenizer_without_a_pad_token_pads_with_id_0(tmp_path):
+    from vllm_srun.families.task_heads.inputs import InputPolicy, TextEncoder
+
+    from ..fixtures import write_tokenizer
+
+    write_tokenizer(tmp_path, "roberta")  # its pad token <pad> is id 1
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    config["pad_token"] = None
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    special = json.loads((tmp_path / "special_tokens_map.json").read_text())
+    special.pop("pad_token")
+    (tmp_path / "special_tokens_map.json").write_text(json.dumps(special))
+    encoder = TextEncoder(tmp_path, 16)
+    assert encoder.pad_id == 0
+    assert (encoder.prefix, encoder.suffix) == ([0], [2])  # <s> ... </s>
+    assert encoder.specials == (2, 3)  # the fixture's BERT template: <s> A </s> B </s>
+    encoded = encoder.encode("good", "bad", InputPolicy())
+    assert encoded.tokens == 5 and encoded.rows[0].token_type_ids is not None
+
+
+def test_a_non_finite_document_fails_alone_in_either_rerank(models, tokenizer):
+    nan = float("nan")
+    cross = with_engine(models["relevance"], FixedLogits([[0.5], [nan], [2.0], [-1.0]]))
+    body = answer(cross, "rerank", {"query": "q", "documents": ["a", "b", "c", "d"]})
+    assert [r["index"] for r in body["results"]] == [2, 0, 3, 1]
+    assert body["results"][3] == {
+        "index": 1,
+        "error": "invalid_model_output",
+        "message": "the logit is not finite",
+    }
+    [good], [bad], [okay] = (content_ids(tokenizer, t) for t in ("good", "bad", "okay"))
+    vectors = {good: torch.ones(32), bad: torch.full((32,), nan), okay: -torch.ones(32)}
+    bi = with_engine(models["pooled"], HiddenByFirstToken(vectors))
+    body = answer(bi, "rerank", {"query": "good", "documents": ["bad", "okay", "good"]})
+    assert [r["index"] for r in body["results"]] == [2, 1, 0]
+    assert body["results"][2] == {
+        "index": 0,
+        "error": "invalid_model_output",
+        "message": "the score is not finite",
+    }

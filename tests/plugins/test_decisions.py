@@ -10,11 +10,14 @@ import torch
 
 from vllm_srun.plugins.decisions import (
     InvalidQuestion,
+    Option,
     Question,
     answer,
     choice_answer,
     confidence,
     describe_path,
+    is_blank,
+    is_encodable,
     loads_checked,
     non_finite,
     noul_answer,
@@ -393,7 +396,7 @@ REQUEST_ERRORS = {
     "not an object": (["a"], "the request must be a JSON object"),
     "unknown field": (
         {"state": "s", "questions": {"q": NOUL}, "input": "x"},
-        "input is not a field of a decisions request",
+        "input is not a field of a decisions request (model, state, questions, states, options)",
     ),
     "no state": ({"questions": {"q": NOUL}}, "state is missing"),
     "blank state": ({"state": " \u200b", "questions": {"q": NOUL}}, "state is blank"),
@@ -420,7 +423,7 @@ REQUEST_ERRORS = {
     ),
     "unknown option": (
         {"state": "s", "questions": {"q": NOUL}, "options": {"overflow": "window"}},
-        "options.overflow is not an option of decisions",
+        "options.overflow is not an option of decisions (deadline_ms, profile, return_meta)",
     ),
     "profile": (
         {"state": "s", "questions": {"q": NOUL}, "options": {"profile": "fast"}},
@@ -464,7 +467,7 @@ REQUEST_ERRORS = {
     ),
     "model not text": (
         {"model": 1, "state": "s", "questions": {"q": NOUL}},
-        "model must be a string",
+        "model must be a string, not a number",
     ),
 }
 
@@ -475,7 +478,7 @@ def test_request_level_problems_are_invalid_request(case):
     with pytest.raises(RequestError) as err:
         parse_request(body)
     assert err.value.code == "invalid_request"
-    assert expected in err.value.message
+    assert err.value.message == expected
 
 
 def test_parse_body_needs_an_object():
@@ -526,14 +529,29 @@ def test_confidence_is_one_minus_normalised_entropy():
 
 def test_choice_answer_shape_and_values():
     result = choice_answer(["billing", "shipping", "technical"], [1.0, 3.0, 0.0])
-    p = softmax([1.0, 3.0, 0.0]).tolist()
+    # softmax written out: exp(z - 3) / sum exp(z - 3)
+    weights = [math.exp(-2.0), 1.0, math.exp(-3.0)]
+    p = [w / sum(weights) for w in weights]
+    entropy = -sum(v * math.log(v) for v in p)
     assert result == {
         "type": "choice",
         "choice": "shipping",
-        "probabilities": {"billing": p[0], "shipping": p[1], "technical": p[2]},
-        "confidence": confidence(p),
+        "probabilities": {
+            "billing": pytest.approx(p[0], abs=1e-15),
+            "shipping": pytest.approx(p[1], abs=1e-15),
+            "technical": pytest.approx(p[2], abs=1e-15),
+        },
+        "confidence": pytest.approx(1 - entropy / math.log(3), abs=1e-12),
     }
-    assert abs(sum(result["probabilities"].values()) - 1) < 1e-6
+    assert list(result) == ["type", "choice", "probabilities", "confidence"]
+    assert list(result["probabilities"]) == ["billing", "shipping", "technical"]
+    assert abs(sum(result["probabilities"].values()) - 1) < 1e-12
+    # The temperature divides every logit: T = 2 halves the gaps.
+    warm = choice_answer(["billing", "shipping", "technical"], [1.0, 3.0, 0.0], temperature=2.0)
+    weights = [math.exp(-1.0), 1.0, math.exp(-1.5)]
+    assert list(warm["probabilities"].values()) == pytest.approx(
+        [w / sum(weights) for w in weights], abs=1e-15
+    )
 
 
 def test_a_tie_takes_the_first_option():
@@ -619,3 +637,538 @@ def test_constants_are_read_only_when_asked_and_found_by_path():
     value, _ = loads_checked('{"a": [1, {"b": Infinity}]}', constants=True)
     assert non_finite(value) == ("a", 1, "b")
     assert non_finite({"a": [1.5, "NaN"]}) is None
+
+
+# -- raw JSON: every duplicate once, constants, encodings ----------------------------------------
+def test_a_key_repeated_three_times_is_reported_once_at_its_path():
+    value, duplicates = loads_checked('{"a": 1, "a": 2, "b": [{"c": 1, "c": 2, "c": 3}], "a": 4}')
+    assert duplicates == [("a",), ("b", 0, "c")]
+    assert value == {"a": 4, "b": [{"c": 3}]}
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_json_constants_are_refused_by_name_unless_asked_for(constant):
+    with pytest.raises(RequestError) as err:
+        loads_checked(f'{{"a": [1, {constant}]}}')
+    assert err.value.code == "invalid_request"
+    assert err.value.message == (f"the body is not valid JSON: {constant} is not a JSON number")
+    value, duplicates = loads_checked(f'{{"a": [1, {constant}]}}', constants=True)
+    assert duplicates == [] and not math.isfinite(value["a"][1])
+    assert non_finite(value) == ("a", 1)
+
+
+def test_utf16_and_utf32_bodies_are_read_and_bad_utf8_is_not_json():
+    text = '{"state": "café", "questions": {}}'
+    for encoding in ("utf-16", "utf-32", "utf-8"):
+        assert loads_checked(text.encode(encoding))[0]["state"] == "café"
+    with pytest.raises(RequestError) as err:
+        loads_checked(b'{"state": "\xff\xfe\xfa"}')
+    assert err.value.code == "invalid_request"
+    assert err.value.message.startswith("the body is not valid JSON: ")
+
+
+def test_nesting_too_deep_says_to_flatten_the_state():
+    with pytest.raises(RequestError) as err:
+        loads_checked("[" * 100_000 + "]" * 100_000)
+    assert err.value.code == "invalid_request"
+    assert err.value.message == (
+        "the body nests arrays or objects too deeply to read; flatten the state"
+    )
+
+
+def test_non_finite_finds_the_first_in_document_order_under_a_prefix():
+    nan, inf = float("nan"), float("inf")
+    document = {"a": [1.0, {"b": 2}], "c": [[3.0, -inf]], "d": nan}
+    assert non_finite(document) == ("c", 0, 1)
+    assert non_finite(document, ("tasks", 2)) == ("tasks", 2, "c", 0, 1)
+    assert non_finite([0.5, [nan], inf]) == (1, 0)
+    assert non_finite(inf) == ()
+    assert non_finite({"a": {"b": [1, 2.5, "x", None, True]}}) is None
+
+
+def test_describe_path_starting_with_an_index_and_a_single_key():
+    assert describe_path((0, "a", 1)) == "[0].a[1]"
+    assert describe_path(("options",)) == "options"
+    assert describe_path(()) == ""
+
+
+# -- text that shows nothing -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        " \t\n\r",
+        "\u00a0\u3000\u2028\u2029",  # no-break, ideographic spaces; line, paragraph separators
+        "\x00\x01\x7f",  # controls (Cc) that are not whitespace
+        "\u2063\u180e\u200e",  # format characters (Cf): invisible separator, Mongolian vowel sep.
+        "\u200b\u200c\u200d\u2060\ufeff\u00ad",  # zero-width ones and the soft hyphen
+        "\u034f",  # the combining grapheme joiner (Mn)
+        "\u115f\u1160\u3164",  # Hangul fillers (Lo)
+    ],
+)
+def test_text_that_shows_nothing_is_blank(text):
+    assert is_blank(text)
+    for character in text:
+        assert is_blank(character), hex(ord(character))
+
+
+@pytest.mark.parametrize("text", ["X", "XX", "a\u200b", "\u3164b", ".", "0", "\u0301"])
+def test_text_with_anything_visible_is_not_blank(text):
+    assert not is_blank(text)
+
+
+def test_is_encodable_refuses_only_lone_surrogates():
+    assert is_encodable("café 👩‍💻")
+    assert not is_encodable("a\ud800") and not is_encodable("\udfff")
+
+
+# -- schema details ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        (True, "a boolean"),
+        (2, "a number"),
+        (2.5, "a number"),
+        ([], "an array"),
+        ({}, "an object"),
+        (None, "null"),
+        (("a",), "tuple"),
+    ],
+)
+def test_a_wrong_kind_of_value_is_named(value, kind):
+    assert message_of({**NOUL, "instructions": value}) == (
+        f"questions.q.instructions must be a string, not {kind}"
+    )
+
+
+def test_question_fields_that_must_be_text_name_their_kind():
+    assert message_of({**CHOICE, "criteria": {"a": True, "b": None}}) == (
+        "questions.q.criteria.a must be a string or null, not a boolean"
+    )
+    assert (
+        message_of(
+            {"type": "choice", "instructions": "i", "choices": [{"key": "a", "description": " "}]}
+        )
+        == "questions.q.choices[0].description is blank (use null for no description)"
+    )
+    assert (
+        message_of({"type": "choice", "instructions": "i", "choices": [{"key": 1}, {"key": "b"}]})
+        == "questions.q.choices[0].key must be a string, not a number"
+    )
+    assert message_of({**CHOICE, "criteria": {"a\ud800": None, "b": None}}) == (
+        "questions.q.criteria has a blank or malformed option key 'a\\ud800'"
+    )
+    assert message_of({**CHOICE, "criteria": {"a": "x\udc00", "b": None}}) == (
+        "questions.q.criteria.a holds a lone surrogate (not Unicode text)"
+    )
+    assert message_of({**SCORE, "criteria": ["a", 2]}) == (
+        "questions.q.criteria[1] must be a string, not a number"
+    )
+    assert message_of([1]) == "questions.q must be an object, not an array"
+
+
+def test_noul_option_keys_are_exactly_false_and_true():
+    assert message_of({**NOUL, "criteria": {}}) == (
+        "questions.q.criteria must have exactly the keys false and true, not none"
+    )
+    assert message_of({**NOUL, "criteria": {"true": None, "false": None, "maybe": None}}) == (
+        "questions.q.criteria must have exactly the keys false and true, not false, maybe, true"
+    )
+    assert (
+        message_of({**NOUL, "choices": [{"key": "true"}, {"key": "yes"}]})
+        == "questions.q.choices must have exactly the keys false and true, not true, yes"
+    )
+    assert message_of({**NOUL, "criteria": {"false": None, "true": None}, "choices": []}) == (
+        "questions.q takes criteria or choices, not both"
+    )
+    # Given in either order, the options read false then true, described as given.
+    q = only({**NOUL, "choices": [{"key": "true", "description": "yes"}, {"key": "false"}]})
+    assert q.options == (Option("false", None), Option("true", "yes"))
+    q = only({**NOUL, "criteria": {"true": None, "false": "no"}})
+    assert q.options == (Option("false", "no"), Option("true", None))
+
+
+def test_score_levels_are_keyed_one_to_n_with_their_descriptions():
+    q = only({"type": "score", "instructions": "Rate", "levels": ["bad", "ok", "good"]})
+    assert q == Question(
+        "q", "score", "Rate", (Option("1", "bad"), Option("2", "ok"), Option("3", "good"))
+    )
+    assert q.keys == ("1", "2", "3")
+    q = only({**CHOICE, "choices": None, "criteria": {"x": "ex", "y": None}})
+    assert isinstance(q, InvalidQuestion)
+    q = only({"type": "choice", "instructions": "Go", "choices": [{"key": "x"}, {"key": "y"}]})
+    assert q == Question("q", "choice", "Go", (Option("x", None), Option("y", None)))
+
+
+def test_counts_just_inside_and_outside_the_bounds():
+    assert isinstance(only({**CHOICE, "criteria": {"a": None, "b": None}}), Question)
+    assert isinstance(only({**SCORE, "criteria": ["a", "b"]}), Question)
+    assert message_of({**SCORE, "criteria": []}) == (
+        "questions.q.criteria has 0 levels; a question takes 2 to 10"
+    )
+    assert message_of({**CHOICE, "criteria": {}}) == (
+        "questions.q.criteria has 0 options; a question takes 2 to 255"
+    )
+    assert message_of({"type": "choice", "instructions": "i", "choices": []}) == (
+        "questions.q.choices has 0 options; a question takes 2 to 255"
+    )
+
+
+def test_a_duplicate_key_deep_inside_a_question_names_where_it_is():
+    raw = (
+        b'{"state": "s", "questions": {"ok": {"type": "noul", "instructions": "i"},'
+        b' "q": {"type": "choice", "instructions": "i",'
+        b' "choices": [{"key": "a", "key": "b"}, {"key": "c"}]}}}'
+    )
+    bad = parse_body(raw).entries[0].questions[1]
+    assert bad.message == "questions.q.choices[0] has the key 'key' more than once"
+    assert bad.answer() == {"type": "choice", "error": "invalid_question", "message": bad.message}
+
+
+def test_a_question_whose_type_is_not_known_answers_with_a_null_type():
+    parsed = parse_request(request(q={"type": "rank", "instructions": "i"}, r=[1], ok=NOUL))
+    q, r, _ = parsed.entries[0].questions
+    assert q == InvalidQuestion(
+        "q", None, "questions.q.type must be one of choice, noul, score, not 'rank'"
+    )
+    assert r == InvalidQuestion("r", None, "questions.r must be an object, not an array")
+    assert r.answer() == {"type": None, "error": "invalid_question", "message": r.message}
+
+
+# -- entries and the request -----------------------------------------------------------------------
+def test_a_states_entry_names_itself_in_each_problem():
+    body = {
+        "state": "s",
+        "questions": {"ok": NOUL},
+        "states": [
+            {"state": "t", "questions": {"q": {"type": "noul"}, " ": NOUL, "ok": NOUL}},
+        ],
+    }
+    q, blank, ok = parse_request(body).entries[1].questions
+    assert q.message == "states[0].questions.q.instructions is missing"
+    assert blank.message == "states[0].questions has a blank or malformed question name"
+    assert isinstance(ok, Question)
+    raw = (
+        b'{"state": "s", "questions": {"ok": {"type": "noul", "instructions": "i"}},'
+        b' "states": [{"state": "t", "questions": {"q": {"type": "noul", "instructions": "i"},'
+        b' "q": {"type": "noul", "instructions": "j"}}}]}'
+    )
+    [twice] = parse_body(raw).entries[1].questions
+    assert twice.message == "states[0].questions has the question 'q' more than once"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            {"questions": {"q": NOUL}, "states": []},
+            "state is missing; give `state` and `questions`, and `states` for further "
+            "{state, questions} entries",
+        ),
+        ({"questions": {"q": NOUL}}, "state is missing"),
+        (
+            {"state": "s", "questions": {"q": NOUL}, "states": [{"questions": {"q": NOUL}}]},
+            "states[0].state is missing",
+        ),
+        (
+            {"state": "s", "questions": {"q": NOUL}, "states": [{"state": [], "questions": {}}]},
+            "states[0].state is an empty array: there is nothing to judge",
+        ),
+        (
+            {"state": {}, "questions": {"q": NOUL}},
+            "state is an empty object: there is nothing to judge",
+        ),
+        (
+            {"state": None, "questions": {"q": NOUL}},
+            "state must be text, an object or an array, not null",
+        ),
+        (
+            {"state": "s", "questions": {"q": NOUL}, "states": [{"state": True, "questions": {}}]},
+            "states[0].state must be text, an object or an array, not a boolean",
+        ),
+        (
+            {"state": "s", "questions": {"q": NOUL}, "states": [{"state": ["\ud800"]}]},
+            "states[0].state holds a lone surrogate",
+        ),
+        ({"state": {"\udfff": 1}, "questions": {"q": NOUL}}, "state holds a lone surrogate"),
+        (
+            {"state": "s", "questions": {"q": NOUL}, "states": [{"state": "t", "questions": 1}]},
+            "states[0].questions must be an object of named questions, not a number",
+        ),
+        (
+            {"state": "s", "questions": {"q": NOUL}, "states": [{"state": "t", "questions": {}}]},
+            "states[0].questions must be an object of named questions, not empty",
+        ),
+        (
+            {"state": "s", "questions": None},
+            "questions must be an object of named questions, not null",
+        ),
+        (
+            {"state": "s", "questions": {"q": NOUL}, "surface": "decisions"},
+            "surface is not a field of a decisions request (model, state, questions, states, "
+            "options)",
+        ),
+        (
+            {"state": "s", "questions": {"q": NOUL}, "options": {"deadline": 5}},
+            "options.deadline is not an option of decisions (deadline_ms, profile, return_meta)",
+        ),
+        (
+            {"state": "s", "questions": {"q": NOUL}, "options": {"deadline_ms": -1.5}},
+            "options.deadline_ms must be a number above 0, not -1.5",
+        ),
+        (
+            {"state": "s", "questions": {"q": NOUL}, "options": {"deadline_ms": "100"}},
+            "options.deadline_ms must be a number above 0, not '100'",
+        ),
+        (
+            {"state": "s", "questions": {"q": NOUL}, "options": {"deadline_ms": float("inf")}},
+            "options.deadline_ms must be a number above 0, not inf",
+        ),
+        (
+            {"state": "s", "questions": {"q": NOUL}, "options": {"deadline_ms": 10**400}},
+            f"options.deadline_ms must be a number above 0, not {10**400}",
+        ),
+        (
+            {"state": "s", "questions": {"q": NOUL}, "options": {"profile": "Exact"}},
+            "options.profile must be one of exact, not 'Exact'",
+        ),
+        (
+            {"state": "s", "questions": {"q": NOUL}, "options": {"return_meta": 1}},
+            "options.return_meta must be true or false",
+        ),
+        (
+            {"state": "s", "questions": {"q": NOUL}, "options": []},
+            "options must be an object, not an array",
+        ),
+        (
+            {"state": "s", "questions": {"q": NOUL}, "model": []},
+            "model must be a string, not an array",
+        ),
+        (
+            {"state": "s", "questions": {"q": NOUL}, "states": "t"},
+            "states must be an array of {state, questions}, not a string",
+        ),
+        (
+            {"state": "s", "questions": {"q": NOUL}, "states": [None]},
+            "states[0] must be an object {state, questions}, not null",
+        ),
+        (
+            {
+                "state": "s",
+                "questions": {"q": NOUL},
+                "states": [{"state": "t", "questions": {"q": NOUL}}, {"state": "u", "x": 1}],
+            },
+            "states[1].x is not a field of a state entry (state, questions)",
+        ),
+    ],
+)
+def test_each_request_problem_is_named_exactly(body, message):
+    with pytest.raises(RequestError) as err:
+        parse_request(body)
+    assert err.value.code == "invalid_request"
+    assert err.value.message == message
+
+
+def test_options_take_their_defaults_from_null_and_keep_what_is_given():
+    parsed = parse_request({**request(q=NOUL), "options": {"profile": None, "return_meta": None}})
+    assert (parsed.deadline_ms, parsed.profile, parsed.return_meta) == (None, "exact", False)
+    parsed = parse_request({**request(q=NOUL), "options": {"deadline_ms": 0.5}})
+    assert parsed.deadline_ms == 0.5 and parsed.return_meta is False
+    parsed = parse_request({**request(q=NOUL), "options": {"return_meta": True}})
+    assert parsed.return_meta is True and parsed.deadline_ms is None
+    parsed = parse_request({**request(q=NOUL), "options": None, "model": None})
+    assert parsed.model is None and parsed.profile == "exact"
+
+
+def test_parse_request_takes_any_mapping_and_refuses_anything_else():
+    from types import MappingProxyType
+
+    parsed = parse_request(MappingProxyType(request(q=NOUL)))
+    assert parsed.entries[0].valid[0].name == "q"
+    for body in ("text", None, [request(q=NOUL)]):
+        with pytest.raises(RequestError) as err:
+            parse_request(body)
+        assert err.value.message == "the request must be a JSON object"
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (
+            b'{"state": "s", "questions": {"q": {"type": "noul", "instructions": "i"}},'
+            b' "questions": {"r": {"type": "noul", "instructions": "i"}}}',
+            "the request has the key 'questions' more than once",
+        ),
+        (
+            b'{"state": "s", "questions": {"q": {"type": "noul", "instructions": "i"}},'
+            b' "states": [{"state": "t", "state": "u", "questions": {}}]}',
+            "states[0] has the key 'state' more than once",
+        ),
+        (
+            b'{"state": "s", "questions": {"q": {"type": "noul", "instructions": "i"}},'
+            b' "states": [{"state": "t", "questions": {}, "questions": {}}]}',
+            "states[0] has the key 'questions' more than once",
+        ),
+        (
+            b'{"state": {"a": 1, "a": 2},'
+            b' "questions": {"q": {"type": "noul", "instructions": "i"}}}',
+            "state has the key 'a' more than once",
+        ),
+        (
+            b'{"model": "m", "model": "n", "state": "s",'
+            b' "questions": {"q": {"type": "noul", "instructions": "i"}}}',
+            "the request has the key 'model' more than once",
+        ),
+    ],
+)
+def test_a_duplicated_key_outside_every_question_fails_the_request(raw, message):
+    with pytest.raises(RequestError) as err:
+        parse_body(raw)
+    assert err.value.code == "invalid_request"
+    assert err.value.message == message
+
+
+def test_duplicates_are_matched_to_their_own_question_only():
+    body = request(q=NOUL, qq=NOUL, ok=NOUL)
+    parsed = parse_request(body, [("questions", "q", "type")])
+    q, qq, ok = parsed.entries[0].questions
+    assert q == InvalidQuestion("q", "noul", "questions.q has the key 'type' more than once")
+    assert isinstance(qq, Question) and isinstance(ok, Question)
+    # A duplicate inside one states entry's question leaves the same name elsewhere alone.
+    body = {**request(q=NOUL), "states": [{"state": "t", "questions": {"q": NOUL}}]}
+    parsed = parse_request(body, [("states", 0, "questions", "q", "instructions")])
+    assert isinstance(parsed.entries[0].questions[0], Question)
+    [bad] = parsed.entries[1].questions
+    assert bad.message == "states[0].questions.q has the key 'instructions' more than once"
+
+
+def test_a_request_counts_its_questions_and_keeps_each_problem_in_order():
+    parsed = parse_request(
+        {
+            "state": "s",
+            "questions": {"a": {"type": "noul"}, "ok": NOUL},
+            "states": [
+                {"state": "t", "questions": {"b": {**NOUL, "x": 1}}},
+                {"state": "u", "questions": {"c": SCORE, "d": {**SCORE, "criteria": []}}},
+            ],
+        }
+    )
+    assert parsed.questions == 5
+    assert [len(e.questions) for e in parsed.entries] == [2, 1, 2]
+    assert [e.where for e in parsed.entries] == [(), ("states", 0), ("states", 1)]
+    assert [q.name for q in parsed.entries[2].valid] == ["c"]
+    assert parsed.entries[1].valid == ()
+    assert parsed.problems == (
+        "questions.a.instructions is missing",
+        "states[0].questions.b.x is not a field of a question "
+        "(type, instructions, criteria, choices, levels)",
+        "states[1].questions.d.criteria has 0 levels; a question takes 2 to 10",
+    )
+    assert parsed.has_states is True
+    assert parse_request(request(q=NOUL)).problems == ()
+
+
+def test_state_text_of_an_entry_is_compact_json_keeping_key_order_and_text():
+    parsed = parse_request(
+        {"state": {"z": "日本", "a": [1, 2.5, None, True]}, "questions": {"q": NOUL}}
+    )
+    assert parsed.entries[0].state_text() == '{"z": "日本", "a": [1, 2.5, null, true]}'
+
+
+# -- readout maths edges ---------------------------------------------------------------------------
+def test_softmax_reads_any_shape_and_refuses_no_logits():
+    p = softmax(torch.tensor([[0.0, math.log(3.0)]], dtype=torch.float16))
+    assert p.shape == (2,) and p.dtype == torch.float64 and p.device.type == "cpu"
+    assert p.tolist() == pytest.approx([0.25, 0.75], abs=1e-3)  # float16 log 3
+    assert softmax([5.0]).tolist() == [1.0]
+    with pytest.raises(ValueError) as err:
+        softmax([])
+    assert str(err.value) == "softmax needs at least one logit"
+    with pytest.raises(ValueError) as err:
+        softmax([1.0, 2.0], 0.0)
+    assert str(err.value) == "temperature must be a finite number above 0, not 0.0"
+    cold = softmax([0.0, 1.0], 1e-3)
+    assert cold.tolist() == [0.0, 1.0]
+
+
+def test_confidence_is_clamped_to_zero_and_one_and_needs_two_probabilities():
+    assert confidence(torch.tensor([0.9, 0.1], dtype=torch.float32)) == pytest.approx(
+        1 + (0.9 * math.log(0.9) + 0.1 * math.log(0.1)) / math.log(2), abs=1e-7
+    )
+    assert confidence([1.5, -0.5]) == 1.0  # entropy below 0 outside a distribution
+    assert confidence([0.3, 0.3, 0.3, 0.3]) == 0.0  # entropy above ln N
+    assert confidence([[0.5], [0.5]]) == pytest.approx(0.0, abs=1e-15)
+    for bad in ([1.0], []):
+        with pytest.raises(ValueError) as err:
+            confidence(bad)
+        assert str(err.value) == "confidence needs at least two probabilities"
+
+
+def test_a_wrong_number_of_logits_is_invalid_model_output():
+    failed = {
+        "error": "invalid_model_output",
+        "message": "the model's logits are not finite",
+    }
+    assert choice_answer(["a", "b"], [0.0, 1.0, 2.0]) == {"type": "choice", **failed}
+    assert noul_answer([0.0]) == {"type": "noul", **failed}
+    assert score_answer(["x", "y", "z"], [0.0, 1.0]) == {"type": "score", **failed}
+    assert choice_answer(["a", "b"], [0.0, float("-inf")]) == {"type": "choice", **failed}
+
+
+def test_the_most_probable_choice_wins_wherever_it_sits():
+    keys = ["a", "b", "c", "d"]
+    assert choice_answer(keys, [0.0, 0.0, 0.0, 1.0])["choice"] == "d"
+    assert choice_answer(keys, [3.0, 0.0, 0.0, 1.0])["choice"] == "a"
+    assert choice_answer(keys, [0.0, 2.0, 2.0, 1.0])["choice"] == "b"
+    assert choice_answer(keys, torch.tensor([0.0, 0.0, 5.0, 1.0]))["choice"] == "c"
+
+
+def test_noul_answer_reads_true_second_and_score_weights_levels_from_one():
+    # P(true) = 1 / (1 + e^(z_false - z_true)): here e^-1 over 1 + e^-1 for true lower.
+    assert noul_answer([1.0, 0.0])["noul"] == pytest.approx(1 / (1 + math.e), abs=1e-15)
+    assert noul_answer(torch.tensor([0.0, 2.0]), 4.0)["noul"] == pytest.approx(
+        1 / (1 + math.exp(-0.5)), abs=1e-15
+    )
+    result = score_answer(["a", None, "c", "d"], [0.0, 0.0, 0.0, 0.0])
+    assert result["score"] == pytest.approx(2.5, abs=1e-15)
+    assert result["confidence"] == pytest.approx(0.0, abs=1e-12)
+    assert result["legend"] == {"1": "a", "2": None, "3": "c", "4": "d"}
+    assert list(result) == ["type", "score", "probabilities", "confidence", "legend"]
+    result = score_answer(["a", "b"], [0.0, math.log(3.0)], temperature=0.5)
+    assert result["probabilities"] == {"1": pytest.approx(0.1), "2": pytest.approx(0.9)}
+    assert result["score"] == pytest.approx(1.9)
+
+
+def test_answer_passes_the_temperature_and_reads_score_descriptions():
+    parsed = parse_request(request(c=CHOICE, n=NOUL, s=SCORE))
+    c, n, s = parsed.entries[0].questions
+    assert answer(c, [0.0, math.log(3.0)], 0.5)["probabilities"] == {
+        "billing": pytest.approx(0.1),
+        "shipping": pytest.approx(0.9),
+    }
+    assert answer(n, [0.0, math.log(3.0)], 0.5)["noul"] == pytest.approx(0.9)
+    scored = answer(s, [0.0, math.log(3.0)], 0.5)
+    assert scored["score"] == pytest.approx(1.9)
+    assert scored["legend"] == {"1": "low", "2": "high"}
+
+
+def test_usage_and_response_bodies():
+    from vllm_srun.plugins.decisions import response_body, usage
+
+    assert usage(7) == {"input_tokens": 7, "output_tokens": 0}
+    assert usage(7, 2) == {"input_tokens": 7, "output_tokens": 2}
+    plain = parse_request(request(q=NOUL))
+    assert response_body(plain, [{"q": 1}], 5) == {
+        "answers": {"q": 1},
+        "usage": {"input_tokens": 5, "output_tokens": 0},
+    }
+    with_states = parse_request(
+        {**request(q=NOUL), "states": [{"state": "t", "questions": {"q": NOUL}}] * 2}
+    )
+    assert response_body(with_states, [{"q": 1}, {"q": 2}, {"q": 3}], 9) == {
+        "answers": {"q": 1},
+        "usage": {"input_tokens": 9, "output_tokens": 0},
+        "states": [{"index": 0, "answers": {"q": 2}}, {"index": 1, "answers": {"q": 3}}],
+    }
+    empty_states = parse_request({**request(q=NOUL), "states": []})
+    assert response_body(empty_states, [{"q": 1}], 1)["states"] == []

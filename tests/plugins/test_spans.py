@@ -185,6 +185,8 @@ def test_all_punctuation_is_no_word(text: str):
 
 
 def test_cjk_ranges_are_bert_basic_tokenizers():
+    # transformers' Python BasicTokenizer, which the docstring names (the Rust tokenizers
+    # BertNormalizer starts the fifth range at U+2B920, not U+2B820).
     from transformers.models.bert.tokenization_bert import BasicTokenizer
 
     bert = BasicTokenizer()
@@ -368,6 +370,42 @@ def test_i_without_b_opens_a_span():
         assert as_tuples(decode(text, rows, aggregation=aggregation)) == [
             (5, 17, "212-555-0147", "PHONE", 0.75)
         ]
+
+
+def test_i_at_the_very_start_opens_a_span_at_offset_zero():
+    probs = [[0.0, 0.0, 0.75], [0.0, 0.0, 0.5], [1.0, 0.0, 0.0]]
+    offsets = [(0, 2), (3, 5), (6, 8)]
+    for aggregation in ("max", "first", "average"):
+        spans = decode_spans("ab cd ef", offsets, probs, SMALL, aggregation=aggregation)
+        assert as_tuples(spans) == [(0, 5, "ab cd", "X", 0.625)]
+    spans = decode_spans("ab cd ef", offsets, probs, SMALL, aggregation="none")
+    assert as_tuples(spans) == [(0, 2, "ab", "I-X", 0.75), (3, 5, "cd", "I-X", 0.5)]
+
+
+def test_one_word_whose_pieces_say_two_entities_is_one_span():
+    # "danawhitfield" is one word: piece 1 says B-GIVEN_NAME 0.875, piece 2 B-SURNAME 0.75.
+    # Word aggregation never splits a word; token level keeps both pieces.
+    text = "danawhitfield wrote"
+    offsets = [(0, 4), (4, 13), (14, 19)]
+    probs = np.zeros((3, len(LABELS)))
+    probs[0, [0, LABELS.index("B-GIVEN_NAME")]] = [0.125, 0.875]
+    probs[1, [0, LABELS.index("B-SURNAME")]] = [0.25, 0.75]
+    probs[2, 0] = 1.0
+    word = [(0, 13, "danawhitfield")]
+    expected = {
+        "max": [("GIVEN_NAME", 0.875)],  # the surer piece
+        "first": [("GIVEN_NAME", 0.875)],
+        # means: GIVEN_NAME 0.4375, SURNAME 0.375, O 0.1875
+        "average": [("GIVEN_NAME", 0.4375)],
+    }
+    for aggregation, labelled in expected.items():
+        spans = decode_spans(text, offsets, probs, LABELS, aggregation=aggregation)
+        assert as_tuples(spans) == [w + lp for w, lp in zip(word, labelled, strict=True)]
+    spans = decode_spans(text, offsets, probs, LABELS, aggregation="none")
+    assert as_tuples(spans) == [
+        (0, 4, "dana", "B-GIVEN_NAME", 0.875),
+        (4, 13, "whitfield", "B-SURNAME", 0.75),
+    ]
 
 
 def test_i_of_another_type_opens_a_new_span():
@@ -824,19 +862,50 @@ def test_valid_call_works():
         ({"labels": ["O", "B-X", "E-X"]}, "label 'E-X' is not in BIO form"),
         ({"labels": ["O", "B-", "I-X"]}, "label 'B-' is not in BIO form"),
         ({"labels": ["O", "B-X", "B-X"]}, "label 'B-X' appears twice"),
-        ({"probabilities": [[1.0, 0.0, 0.0], [0.0, float("nan"), 0.0]]}, "finite"),
-        ({"probabilities": [[5.0, -2.0, 0.0], [0.0, 1.0, 0.0]]}, "[0, 1]"),
+        (
+            {"probabilities": [[1.0, 0.0, 0.0], [0.0, float("nan"), 0.0]]},
+            "probabilities must be finite (no NaN or infinity)",
+        ),
+        ({"probabilities": [[1.0, 0.0, 0.0], [0.0, float("inf"), 0.0]]}, "must be finite"),
+        (
+            {"probabilities": [[5.0, -2.0, 0.0], [0.0, 1.0, 0.0]]},
+            "probabilities must lie in [0, 1]; apply softmax to logits first",
+        ),
+        ({"probabilities": [[1.5, 0.0, 0.0], [0.0, 1.0, 0.0]]}, "must lie in [0, 1]"),
+        ({"probabilities": [[1.0, 0.0, 0.0], [-0.25, 1.0, 0.0]]}, "must lie in [0, 1]"),
+        ({"labels": ["O", "B-X", 3]}, "labels must be strings, got 3"),
+        ({"offsets": [(0, 2), (3, 2**53 + 1)]}, "token 1 has offsets (3, 9007199254740993)"),
         ({"offsets": [(0, 2), (3, 9)]}, "(3, 9); expected 0 <= start <= end <= 5"),
         ({"offsets": [(0, 2), (4, 3)]}, "token 1 has offsets (4, 3)"),
         ({"offsets": [(0.0, 2.0), (3.0, 5.0)]}, "offsets must be integers"),
         ({"offsets": [0, 2]}, "offsets must be (start, end) pairs"),
-        ({"threshold": float("nan")}, "threshold"),
+        ({"threshold": float("nan")}, "threshold must be a number, not NaN"),
     ],
 )
 def test_bad_inputs_raise_value_error(changes: dict[str, object], message: str):
     with pytest.raises(ValueError) as info:
         _ok(**changes)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"probabilities": [[1.0, 0.0, 0.0], [0.0, float("nan"), 0.0]]},
+            "probabilities must be finite (no NaN or infinity)",
+        ),
+        (
+            {"probabilities": [[1.0, 0.0, 0.0], [0.0, 1.5, 0.0]]},
+            "probabilities must lie in [0, 1]; apply softmax to logits first",
+        ),
+        ({"threshold": float("nan")}, "threshold must be a number, not NaN"),
+    ],
+)
+def test_messages_without_values_read_exactly(changes: dict[str, object], message: str):
+    with pytest.raises(ValueError) as info:
+        _ok(**changes)
+    assert str(info.value) == message
 
 
 def test_masked_tokens_offsets_are_not_checked():
@@ -859,3 +928,60 @@ def test_span_is_frozen():
     span = Span(0, 4, "Dana", "GIVEN_NAME", 0.5)
     with pytest.raises(AttributeError):
         span.start = 1  # type: ignore[misc]
+
+
+class OnAccelerator(torch.Tensor):
+    """A CPU tensor standing in for one on an accelerator: like a CUDA tensor, it will not
+    turn into numpy until it is copied to the CPU (``.cpu()`` or ``.to("cpu")``)."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        if func is torch.Tensor.numpy:
+            raise TypeError("can't convert an accelerator tensor to numpy: copy it to the CPU")
+        result = super().__torch_function__(func, types, args, kwargs)
+        to_cpu = func is torch.Tensor.cpu or (
+            func is torch.Tensor.to
+            and any(str(a) == "cpu" for a in (*args[1:], kwargs.get("device")))
+        )
+        if to_cpu and isinstance(result, torch.Tensor):
+            return result.as_subclass(torch.Tensor)
+        return result
+
+
+def test_tensors_on_an_accelerator_are_copied_to_the_cpu():
+    def remote(values: object) -> torch.Tensor:
+        return torch.tensor(values).as_subclass(OnAccelerator)
+
+    probs = remote([[1.0, 0.0, 0.0], [0.0, 0.75, 0.25], [0.0, 0.0, 1.0]])
+    with pytest.raises(TypeError):
+        probs.detach().numpy()  # the stand-in refuses, as a CUDA tensor does
+    offsets = remote([(0, 2), (3, 5), (0, 0)])
+    mask = remote([False, False, True])
+    for aggregation in ("max", "none"):
+        spans = decode_spans(
+            "ab cd", offsets, probs, SMALL, aggregation=aggregation, special_mask=mask
+        )
+        label = "B-X" if aggregation == "none" else "X"
+        assert as_tuples(spans) == [(3, 5, "cd", label, 0.75)]
+
+
+def test_a_tensor_special_mask_masks_tokens():
+    offsets = [(0, 2), (3, 5)]
+    probs = [[0.0, 1.0, 0.0], [0.0, 1.0, 0.0]]
+    for mask in (torch.tensor([True, False]), torch.tensor([1, 0]), np.array([True, False])):
+        spans = decode_spans("ab cd", offsets, probs, SMALL, special_mask=mask)
+        assert as_tuples(spans) == [(3, 5, "cd", "X", 1.0)]
+
+
+@pytest.mark.parametrize("as_input", [np.array, torch.tensor], ids=["numpy", "torch"])
+def test_float32_probabilities_are_averaged_in_float64(as_input: object):
+    # One word of three tokens at B-X 0.7, 0.8, 0.9 (float32); the float32 mean of those
+    # is 0.800000011920929, the float64 mean of the same values 0.799999992052714.
+    single = np.array([[0.3, 0.7, 0.0], [0.2, 0.8, 0.0], [0.1, 0.9, 0.0]], dtype=np.float32)
+    expected = (float(single[0, 1]) + float(single[1, 1]) + float(single[2, 1])) / 3
+    assert expected != float(single[:, 1].mean())
+    probs = as_input(single)  # type: ignore[operator]
+    (span,) = decode_spans("abc", [(0, 1), (1, 2), (2, 3)], probs, SMALL, aggregation="average")
+    assert (span.text, span.label) == ("abc", "X")
+    assert span.probability == pytest.approx(expected, rel=0, abs=1e-15)

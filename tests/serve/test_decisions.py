@@ -29,6 +29,36 @@ def post_raw(client, path, text):
     return client.post(path, content=text.encode(), headers={"content-type": "application/json"})
 
 
+def shipped_calibration():
+    """The similarity readout's shipped calibration file, read as JSON here."""
+    import importlib.resources
+
+    folder = importlib.resources.files("vllm_srun.extensions.similarity_readout")
+    return json.loads((folder / "calibration" / "temperature.json").read_text(encoding="utf-8"))
+
+
+def cosines_over_http(client, state, options):
+    """Cosine of ``state`` to each option text, from the model's own ``/v1/embeddings``."""
+    response = client.post("/v1/embeddings", json={"model": "pooled", "input": [state, *options]})
+    assert response.status_code == 200, response.text
+    vectors = [item["embedding"] for item in response.json()["data"]]
+
+    def norm(v):
+        return math.sqrt(sum(x * x for x in v))
+
+    anchor = vectors[0]
+    return [
+        sum(a * b for a, b in zip(anchor, v, strict=True)) / (norm(anchor) * norm(v))
+        for v in vectors[1:]
+    ]
+
+
+def written_softmax(z, temperature):
+    top = max(z)
+    weights = [math.exp((v - top) / temperature) for v in z]
+    return [w / sum(weights) for w in weights]
+
+
 @pytest.mark.parametrize("path", ["/v1/decisions", "/v1/systemone"])
 def test_decisions_answer_every_question_type_in_order(client, path):
     response = client.post(
@@ -47,13 +77,29 @@ def test_decisions_answer_every_question_type_in_order(client, path):
     body = response.json()
     assert body["model"] == "pooled"
     assert list(body["answers"]) == ["team", "urgent", "mood"]
+    # The values: the documented readout over the model's own embeddings of the state (as
+    # compact JSON) and of each option text, with the shipped temperatures and baseline.
+    calibration = shipped_calibration()
+    temperature = calibration["temperature"]
+    state = '{"ticket": "charged twice", "channel": "email"}'
+    texts = ["Which team? billing: refunds", "Which team? shipping: parcels", "Is it urgent?"]
+    texts += ["How calm? 1: Upset", "How calm? 2: Calm"]
+    z = cosines_over_http(client, state, texts)
     team = body["answers"]["team"]
-    assert "choice" in team, body
-    assert team["choice"] in ("billing", "shipping")
-    assert math.isclose(sum(team["probabilities"].values()), 1.0, abs_tol=1e-6)
-    assert 0.0 <= body["answers"]["urgent"]["noul"] <= 1.0
-    assert list(body["answers"]["mood"]["legend"]) == ["1", "2"]
-    assert body["usage"]["input_tokens"] > 0
+    p = written_softmax(z[0:2], temperature["choice"])
+    assert team["choice"] == ("billing" if p[0] >= p[1] else "shipping")
+    assert list(team["probabilities"]) == ["billing", "shipping"]
+    assert list(team["probabilities"].values()) == pytest.approx(p, abs=1e-5)
+    assert math.isclose(sum(team["probabilities"].values()), 1.0, abs_tol=1e-9)
+    urgent = body["answers"]["urgent"]
+    p_true = written_softmax([calibration["noul_baseline"], z[2]], temperature["noul"])[1]
+    assert urgent == {"type": "noul", "noul": pytest.approx(p_true, abs=1e-5)}
+    mood = body["answers"]["mood"]
+    p = written_softmax(z[3:5], temperature["score"])
+    assert list(mood["probabilities"].values()) == pytest.approx(p, abs=1e-5)
+    assert mood["score"] == pytest.approx(1 * p[0] + 2 * p[1], abs=1e-5)
+    assert mood["legend"] == {"1": "Upset", "2": "Calm"}
+    assert body["usage"]["input_tokens"] > 0 and body["usage"]["output_tokens"] == 0
     assert "server-timing" in response.headers
 
 
@@ -74,9 +120,17 @@ def test_a_duplicated_key_inside_a_question_fails_only_that_question(client):
     response = post_raw(client, "/v1/decisions", text)
     assert response.status_code == 200, response.text
     answers = response.json()["answers"]
-    assert answers["bad"]["error"] == "invalid_question"
-    assert "'a'" in answers["bad"]["message"] and "more than once" in answers["bad"]["message"]
+    assert list(answers) == ["bad", "good"]
+    assert answers["bad"] == {
+        "type": "choice",
+        "error": "invalid_question",
+        "message": "questions.bad.criteria has the key 'a' more than once",
+    }
     assert answers["good"]["choice"] in ("billing", "shipping")
+    alone = client.post(
+        "/v1/decisions", json={"model": "pooled", "state": "hello", "questions": {"good": QUESTION}}
+    )
+    assert answers["good"] == alone.json()["answers"]["good"]
 
 
 def test_a_duplicated_top_level_key_is_a_bad_request(client):
@@ -85,7 +139,7 @@ def test_a_duplicated_top_level_key_is_a_bad_request(client):
     response = post_raw(client, "/v1/decisions", text)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_request"
-    assert "state" in response.json()["error"]["message"]
+    assert response.json()["error"]["message"] == "the request has the key 'state' more than once"
 
 
 def test_only_bad_questions_is_a_bad_request_listing_each_reason(client):
@@ -101,14 +155,18 @@ def test_only_bad_questions_is_a_bad_request_listing_each_reason(client):
         },
     )
     assert response.status_code == 400
-    message = response.json()["error"]["message"]
-    assert "one" in message and "two" in message and "no question is valid" in message
+    assert response.json()["error"]["code"] == "invalid_request"
+    assert response.json()["error"]["message"] == (
+        "no question is valid: questions.one.instructions is blank; "
+        "questions.two.type must be one of choice, noul, score, not 'pick'"
+    )
 
 
 def test_malformed_json_is_a_bad_request(client):
     response = post_raw(client, "/v1/decisions", '{"state": "x", "questions": ')
     assert response.status_code == 400
-    assert "not valid JSON" in response.json()["error"]["message"]
+    assert response.json()["error"]["code"] == "invalid_request"
+    assert response.json()["error"]["message"].startswith("the body is not valid JSON: ")
 
 
 def test_a_model_without_decisions_answers_422(client):
@@ -133,8 +191,20 @@ def test_states_are_answered_under_the_same_names(client):
     assert response.status_code == 200, response.text
     body = response.json()
     assert [s["index"] for s in body["states"]] == [0]
-    assert "team" in body["states"][0]["answers"]
-    assert body["meta"]["numerics"] == "approximate"
+    assert list(body["states"][0]) == ["index", "answers"]
+    # Each state answers as if asked alone.
+    for state, answers in (("first", body["answers"]), ("second", body["states"][0]["answers"])):
+        alone = client.post(
+            "/v1/decisions",
+            json={"model": "pooled", "state": state, "questions": {"team": QUESTION}},
+        ).json()
+        assert answers == alone["answers"]
+    assert body["meta"] == {
+        "readout": "similarity_readout",
+        "numerics": "approximate",
+        "method": "softmax over cosine(state, instructions + option) / T, T per question type",
+        "temperature": shipped_calibration()["temperature"],
+    }
 
 
 def test_a_bundle_carries_decisions_tasks_beside_other_surfaces(client):
@@ -155,17 +225,36 @@ def test_a_bundle_carries_decisions_tasks_beside_other_surfaces(client):
     assert results["vec"]["status"] == 200
     ask = results["ask"]
     assert ask["status"] == 200
-    assert ask["decisions"]["answers"]["bad"]["error"] == "invalid_question"
-    assert ask["decisions"]["answers"]["good"]["type"] == "choice"
+    assert list(ask["decisions"]["answers"]) == ["bad", "good"]
+    assert ask["decisions"]["answers"]["bad"] == {
+        "type": "noul",
+        "error": "invalid_question",
+        "message": "questions.bad has the key 'instructions' more than once",
+    }
+    alone = client.post(
+        "/v1/decisions", json={"model": "pooled", "state": "hi", "questions": {"good": QUESTION}}
+    )
+    assert ask["decisions"]["answers"]["good"] == alone.json()["answers"]["good"]
     assert results["none"]["status"] == 400
+    assert results["none"]["error"]["code"] == "invalid_request"
+    assert results["none"]["error"]["message"] == (
+        "questions must be an object of named questions, not empty"
+    )
     assert results["cls"]["status"] == 422
+    assert results["cls"]["error"]["code"] == "unsupported_surface"
 
 
 def test_the_pooled_card_lists_the_extension(client):
     [card] = [c for c in client.get("/v1/models").json()["data"] if c["id"] == "pooled"]
     assert "decisions" in card["surfaces"]
-    assert card["extensions"][0]["name"] == "similarity_readout"
-    assert card["extensions"][0]["numerics"] == "approximate"
+    assert card["question_types"] == ["choice", "noul", "score"]
+    [extension] = card["extensions"]
+    calibration = shipped_calibration()
+    assert extension["name"] == "similarity_readout"
+    assert extension["surfaces"] == ["decisions"]
+    assert extension["numerics"] == "approximate"
+    assert extension["temperature"] == calibration["temperature"]
+    assert extension["noul_baseline"] == calibration["noul_baseline"]
 
 
 # -- hostile bodies (each once answered 500) --------------------------------------------------
@@ -178,6 +267,9 @@ def test_a_lone_surrogate_in_a_name_is_answered_escaped_never_500(client):
     )
     assert unknown.status_code == 400
     assert "\\ud800" in unknown.text  # escaped in the JSON text
+    assert unknown.json()["error"]["message"] == (
+        "options.\ud800 is not an option of decisions (deadline_ms, profile, return_meta)"
+    )
     named = post_raw(
         client,
         "/v1/decisions",
@@ -187,7 +279,12 @@ def test_a_lone_surrogate_in_a_name_is_answered_escaped_never_500(client):
     )
     assert named.status_code == 200, named.text
     answers = named.json()["answers"]
-    assert answers["\ud800"]["error"] == "invalid_question"
+    assert list(answers) == ["\ud800", "good"]
+    assert answers["\ud800"] == {
+        "type": "noul",
+        "error": "invalid_question",
+        "message": "questions has a blank or malformed question name",
+    }
     assert answers["good"]["type"] == "choice"
 
 
@@ -196,7 +293,9 @@ def test_deeply_nested_json_is_a_bad_request(client):
     text = f'{{"model": "pooled", "state": {state}, "questions": {{"q": {json.dumps(QUESTION)}}}}}'
     response = post_raw(client, "/v1/decisions", text)
     assert response.status_code == 400
-    assert "too deeply" in response.json()["error"]["message"]
+    assert response.json()["error"]["message"] == (
+        "the body nests arrays or objects too deeply to read; flatten the state"
+    )
 
 
 def test_an_integer_deadline_too_large_for_a_float_is_a_bad_request(client):
