@@ -294,18 +294,33 @@ def test_a_classifier_gets_no_decisions(tmp_path):
 
 def test_a_host_without_probe_rows_stays_unprobed_under_an_extension():
     from vllm_srun.extended import ExtendedModel
-    from vllm_srun.loader import measure_batch_invariance
+    from vllm_srun.plugins import LoadedModel
+    from vllm_srun.probes import measure_batch_invariance
 
-    class Host:
+    class Host(LoadedModel):
+        """A host that keeps LoadedModel's default: no probe rows."""
+
         surfaces = ("embeddings",)
+
+        def plan(self, surface, request):
+            raise AssertionError("not planned")
+
+        def run(self, items):
+            raise AssertionError("the probe must not run a forward without rows")
+
+        def finish(self, plan, outputs):
+            raise AssertionError("not finished")
 
         def card(self):
             return {"surfaces": ["embeddings"], "embedding": {"dimensions": 4}}
 
-    host = Host()
-    extended = ExtendedModel(host, [(SimilarityReadout(), object(), ("decisions",))])
-    assert getattr(extended, "probe_items", None) is None
-    assert measure_batch_invariance(extended)["cross_request_batching"] is False
+    extended = ExtendedModel(Host(), [(SimilarityReadout(), object(), ("decisions",))])
+    assert extended.probe_items() == []
+    assert measure_batch_invariance(extended) == {
+        "max_abs_deviation": None,
+        "tolerance": 1e-5,
+        "cross_request_batching": False,
+    }
 
 
 # -- exact values against independent references ----------------------------------------------

@@ -666,7 +666,9 @@ def test_the_card_describes_the_readout_and_its_limits(unshared, packages, catal
         "calibrated": False,
         "temperature": {"choice": 1.0, "noul": 1.0, "score": 1.0},
     }
-    limited = load_model(packages["gpt2"], catalog=catalog, device="cpu", max_model_len=100)
+    limited = load_model(
+        packages["gpt2"], LoadOptions(device="cpu", max_model_len=100), catalog=catalog
+    )
     assert limited.card()["limits"] == {
         "max_tokens": 100,
         "max_model_len": 100,
@@ -798,7 +800,9 @@ def test_a_blank_template_means_the_plain_one(tmp_path, catalog):
 
 def test_the_probe_rows_are_unshared_and_ignore_max_model_len(packages, catalog):
     """The load-time probe measures the model's numerics whatever an operator admits."""
-    served = load_model(packages["gpt2"], catalog=catalog, device="cpu", max_model_len=5)
+    served = load_model(
+        packages["gpt2"], LoadOptions(device="cpu", max_model_len=5), catalog=catalog
+    )
     items = served.loaded.probe_items()
     assert len(items) == 3 and all(isinstance(r, ReadoutRow) for r in items)
     assert all(r.prefix == 0 and r.tokens > 5 for r in items)
