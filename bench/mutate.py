@@ -35,6 +35,7 @@ Each module runs in its own stage ``build/mutate/MODULE`` (its log is
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -44,6 +45,7 @@ import textwrap
 import tomllib
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 STAGE = REPO / "build" / "mutate"
@@ -137,6 +139,23 @@ MODULES: dict[str, tuple[str, str, list[str]]] = {
     ),
 }
 
+TARGET = (
+    "spans",
+    "windows",
+    "task_readouts",
+    "overflow",
+    "similarity_readout",
+    "decisions",
+    "scheduler",
+    "registry_verify",
+    "golden",
+    "plugin_conflicts",
+)
+"""The modules `make mutate` runs by default and the report always lists (issue 10's
+list: span decoding, windows, readouts and pooling, the decisions maths, the scheduler
+and result cache, registry verification, golden checks, overflow, plugin conflicts).
+The other MODULES (the task-heads and causal-readout models) run when named."""
+
 # Tests that start a second Python process load the unmutated editable
 # install, so they can never kill a mutant: left out.
 PYTEST_ARGS = ["-p", "no:cacheprovider", "-m", "not gpu", "-x", "-q"]
@@ -228,16 +247,32 @@ def run_mutmut(root: Path, max_children: int) -> int:
         return subprocess.call(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
-def load_results() -> dict[str, dict[str, int | None]]:
-    """Exit code per mutant name, per module name: the kept results updated by the
-    modules of the last run (mutmut's ``.meta`` files)."""
-    results: dict[str, dict[str, int | None]] = {}
+def source_digest(source: str) -> str:
+    """SHA-256 of a module's source as it is in the repository now."""
+    return hashlib.sha256((REPO / source).read_bytes()).hexdigest()
+
+
+def load_results() -> dict[str, dict[str, Any]]:
+    """Per module: ``codes`` (exit code per mutant name) and ``source_sha256`` (the module
+    as it was mutated), the kept results updated by the modules of the last run
+    (mutmut's ``.meta`` files)."""
+    results: dict[str, dict[str, Any]] = {}
     if RESULTS.exists():
-        results = json.loads(RESULTS.read_text())
+        kept = json.loads(RESULTS.read_text())
+        # An older format kept the codes alone.
+        results = {
+            n: r if "codes" in r else {"codes": r, "source_sha256": None} for n, r in kept.items()
+        }
     for name, (source, _, _) in MODULES.items():
         meta = stage_of(name) / "mutants" / (str(staged_path(source)) + ".meta")
         if meta.exists():
-            results[name] = json.loads(meta.read_text())["exit_code_by_key"]
+            # The stage keeps the module as it was mutated (mutmut writes its
+            # mutants beside it, under mutants/).
+            original = stage_of(name) / staged_path(source)
+            results[name] = {
+                "codes": json.loads(meta.read_text())["exit_code_by_key"],
+                "source_sha256": hashlib.sha256(original.read_bytes()).hexdigest(),
+            }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=1))
     return results
@@ -270,10 +305,17 @@ def write_report() -> list[str]:
     equivalents = load_equivalents()
     rows, unexplained, listed = [], [], []
     for name, (source, what, _) in MODULES.items():
-        codes = results.get(name)
-        if codes is None:
-            rows.append(f"| `{name}` | `{source}` | {what} | not run | | | | |")
+        if name not in results:
+            if name in TARGET:
+                rows.append(f"| `{name}` | `{source}` | {what} | not run | | | | | |")
             continue
+        codes = results[name]["codes"]
+        if any(code is None for code in codes.values()):
+            state = "incomplete"
+        elif results[name]["source_sha256"] != source_digest(source):
+            state = "stale (changed since)"
+        else:
+            state = "current"
         counts = Counter(STATUS.get(code, "suspicious") for code in codes.values())
         killed = sum(counts[status] for status in DETECTED)
         survivors = [k for k, c in codes.items() if STATUS.get(c, "suspicious") not in DETECTED]
@@ -285,7 +327,7 @@ def write_report() -> list[str]:
         score = killed / scored if scored else 1.0
         rows.append(
             f"| `{name}` | `{source}` | {what} | {total} | {killed} | "
-            f"{len(equivalent)} | {len(survivors) - len(equivalent)} | **{score:.0%}** |"
+            f"{len(equivalent)} | {len(survivors) - len(equivalent)} | **{score:.0%}** | {state} |"
         )
     header = textwrap.dedent(
         """\
@@ -300,8 +342,12 @@ def write_report() -> list[str]:
         (it cannot change any observable behaviour; the reason is given) or
         counted against the score.
 
-        | module | file | what it does | mutants | killed | equivalent | survived | score |
-        | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |
+        The last column says whether the module's source is still the one
+        mutated (``current``), has changed since (``stale``: its mutant names
+        and equivalents need a new run) or whether the run did not finish.
+
+        | module | file | what it does | mutants | killed | equivalent | survived | score | state |
+        | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |
         """
     )
     body = "\n".join(rows) + "\n"
@@ -323,14 +369,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--survivors", action="store_true", help="print survivors' diffs")
     args = parser.parse_args(argv)
-    selected = args.modules or list(MODULES)
+    selected = args.modules or list(TARGET)
     unknown = sorted(set(selected) - set(MODULES))
     if unknown:
         parser.error(f"unknown module {', '.join(unknown)}: choose from {', '.join(MODULES)}")
     if args.survivors:
         equivalents = load_equivalents()
         for name in selected:
-            for key, code in load_results().get(name, {}).items():
+            for key, code in load_results().get(name, {"codes": {}})["codes"].items():
                 if STATUS.get(code, "suspicious") not in DETECTED and key not in equivalents:
                     print(f"## {key} ({STATUS.get(code, 'suspicious')})\n{show(name, key)}\n")
         return 0
