@@ -320,8 +320,44 @@ def test_shared_context_rows_continue_one_prefix(shared):
     finally:
         model.engine_model.forward = original
     [batch] = calls
+    assert batch.prefix_ids.dtype == torch.int64
     assert batch.prefix_ids.tolist() == list(next(iter(prefixes)))
     assert batch.input_ids.shape[0] == 3
+    # Each row continues the prefix with its own tokens, left-padded.
+    suffixes = [list(r.input_ids[r.prefix :]) for r in plan.items]
+    width = max(map(len, suffixes))
+    assert batch.input_ids.shape == (3, width)
+    for ids, mask, suffix in zip(batch.input_ids, batch.attention_mask, suffixes, strict=True):
+        assert ids[width - len(suffix) :].tolist() == suffix
+        assert mask.tolist() == [0] * (width - len(suffix)) + [1] * len(suffix)
+
+
+def test_the_engine_gets_the_documented_decoder_batch(unshared):
+    """int64 ids and mask left-padded to the longest row, no prefix, and the label ids to read
+    per row (zero-filled past a row's own labels)."""
+    model = unshared["gpt2"].loaded
+    plan = model.plan("decisions", REQUEST)
+    calls = []
+    original = model.engine_model.forward
+    model.engine_model.forward = lambda batch: calls.append(batch) or original(batch)
+    try:
+        outputs = model.run(plan.items)
+    finally:
+        model.engine_model.forward = original
+    [batch] = calls
+    rows = [list(r.input_ids) for r in plan.items]
+    width = max(map(len, rows))
+    assert batch.input_ids.dtype == batch.attention_mask.dtype == torch.int64
+    assert batch.input_ids.shape == batch.attention_mask.shape == (3, width)
+    for ids, mask, row in zip(batch.input_ids, batch.attention_mask, rows, strict=True):
+        assert ids[width - len(row) :].tolist() == row
+        assert mask.tolist() == [0] * (width - len(row)) + [1] * len(row)
+    assert batch.prefix_ids is None and batch.position_ids is None
+    assert batch.read_ids.dtype == torch.int64
+    assert batch.read_ids.tolist() == [
+        [*r.read_ids, *[0] * (4 - len(r.read_ids))] for r in plan.items
+    ]
+    assert [len(o) for o in outputs] == [3, 2, 4]
 
 
 def test_the_shared_prefix_is_the_longest_common_token_prefix(shared):
