@@ -568,8 +568,18 @@ def test_max_model_len_fails_a_longer_question(packages, catalog):
     )
     assert "noul" in body["answers"]["q"]
     failed = body["states"][0]["answers"]["q"]
-    assert failed["type"] == "noul" and failed["error"] == "max_length_exceeded"
-    assert f"this model takes at most {limit} (max_model_len)" in failed["message"]
+    tokens = probe.loaded.plan("decisions", {"state": STATE, "questions": {"q": NOUL}})
+    assert failed == {
+        "type": "noul",
+        "error": "max_length_exceeded",
+        "message": f"the question is {tokens.items[0].tokens} tokens with its state; this model "
+        f"takes at most {limit} (max_model_len); shorten the state or the question",
+    }
+    # A question over the limit fails alone: the questions after it in its state still run.
+    longer = {**NOUL, "instructions": "Is the customer angry about the order?"}
+    body = served.answer("decisions", {"state": "hi", "questions": {"long": longer, "q": NOUL}})
+    assert body["answers"]["long"]["error"] == "max_length_exceeded"
+    assert body["answers"]["q"] == served.answer("decisions", short)["answers"]["q"]
 
 
 def test_max_model_len_above_the_model_limit_is_refused_at_load(packages, catalog):
@@ -844,3 +854,22 @@ def test_the_probe_rows_are_unshared_and_ignore_max_model_len(packages, catalog)
     assert all(r.prefix == 0 and r.tokens > 5 for r in items)
     assert [len(r.read_ids) for r in items] == [2, 3, 4]
     assert served.card()["batch_invariance"]["max_abs_deviation"] <= 1e-5
+
+
+def test_shared_context_asked_for_explicitly_is_on(packages, catalog):
+    served = load_model(packages["gpt2"], catalog=catalog, device="cpu", enable_shared_context=True)
+    assert served.card()["decisions"]["shared_context"] is True
+    plan = served.loaded.plan("decisions", REQUEST)
+    assert all(r.prefix > 10 for r in plan.items)
+
+
+def test_an_engine_returning_the_wrong_number_of_rows_is_an_error_not_a_shifted_answer(unshared):
+    model = unshared["gpt2"].loaded
+    plan = model.plan("decisions", REQUEST)
+    original = model.engine_model.forward
+    model.engine_model.forward = lambda batch: original(batch)[:-1]
+    try:
+        with pytest.raises(ValueError, match="zip"):
+            model.run(plan.items)
+    finally:
+        model.engine_model.forward = original

@@ -481,9 +481,12 @@ def test_request_level_problems_are_invalid_request(case):
     assert err.value.message == expected
 
 
-def test_parse_body_needs_an_object():
-    with pytest.raises(RequestError, match="must be a JSON object"):
-        parse_body(b"[1, 2]")
+@pytest.mark.parametrize("raw", [b"[1, 2]", b"3", b"null", b'"text"'])
+def test_parse_body_needs_an_object(raw):
+    with pytest.raises(RequestError) as err:
+        parse_body(raw)
+    assert err.value.code == "invalid_request"
+    assert err.value.message == "the request must be a JSON object"
 
 
 def test_extra_fields_the_caller_handles():
