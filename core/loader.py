@@ -139,12 +139,17 @@ class ServedModel:
 
     def run_items(self, items: list[WorkItem]) -> list[RowOutput]:
         """Outputs for rows, each distinct row (by content key) computed once, in the
-        forwards the model's scheduler would run them in (:func:`plan_forwards`)."""
+        forwards the model's scheduler takes them in (:func:`plan_forwards`, within
+        the batch bounds) but without the length split: that split weighs a forward
+        cost timed at load, so it could differ between two runs, and the answers of
+        this synchronous path must be the same every run (the golden self-check
+        runs a model's requests twice and compares them exactly)."""
         unique: dict[str, WorkItem] = {}
         for item in items:
             unique.setdefault(item.key, item)
         results: dict[str, torch.Tensor] = {}
-        for batch in plan_forwards(list(unique.values()), self.limits()):
+        bounds = dataclasses.replace(self.limits(), forward_overhead_tokens=None)
+        for batch in plan_forwards(list(unique.values()), bounds):
             for item, output in zip(batch, self.loaded.run(batch), strict=True):
                 results[item.key] = output
         return [results[item.key] for item in items]
