@@ -1384,3 +1384,50 @@ def test_a_non_finite_document_fails_alone_in_either_rerank(models, tokenizer):
         "error": "invalid_model_output",
         "message": "the score is not finite",
     }
+
+
+@pytest.mark.parametrize(
+    ("model_type", "envelope", "pad", "spelled"),
+    [("bert", ([2], [3]), 0, "[SEP] [CLS]"), ("roberta", ([0], [2]), 1, "</s> <s>")],
+)
+def test_the_encoder_reads_the_envelope_and_pad_id_and_reads_specials_as_text(
+    tmp_path, model_type, envelope, pad, spelled
+):
+    import transformers
+
+    from vllm_srun.families.task_heads.inputs import InputPolicy, TextEncoder
+
+    from ..fixtures import write_tokenizer
+
+    write_tokenizer(tmp_path, model_type)
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    assert (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id) == (
+        *envelope[0],
+        *envelope[1],
+        pad,
+    )
+    encoder = TextEncoder(tmp_path, 32)
+    assert (encoder.prefix, encoder.suffix, encoder.pad_id) == (*envelope, pad)
+    [row] = encoder.encode(f"good {spelled} movie", None, InputPolicy()).rows
+    specials = {*envelope[0], *envelope[1]}
+    assert [i for i in row.input_ids if i in specials] == [*envelope[0], *envelope[1]]
+    assert row.input_ids[0] == envelope[0][0] and row.input_ids[-1] == envelope[1][0]
+
+
+def test_a_tokenizer_without_special_tokens_windows_bare_slices(tmp_path, tokenizer):
+    from vllm_srun.families.task_heads.inputs import InputPolicy, TextEncoder
+
+    from ..fixtures import write_tokenizer
+
+    write_tokenizer(tmp_path, "bert")
+    raw = json.loads((tmp_path / "tokenizer.json").read_text())
+    raw["post_processor"] = None
+    (tmp_path / "tokenizer.json").write_text(json.dumps(raw))
+    encoder = TextEncoder(tmp_path, 16)
+    assert (encoder.prefix, encoder.suffix, encoder.specials) == ([], [], (0, 0))
+    text = words(6)
+    ids = content_ids(tokenizer, text)
+    policy = InputPolicy(overflow="window", window_tokens=4, window_overlap=2)
+    encoded = encoder.encode(text, None, policy)
+    assert [list(r.input_ids) for r in encoded.rows] == [ids[0:4], ids[2:6]]
+    assert encoded.row_content == [[0, 1, 2, 3]] * 2

@@ -598,6 +598,10 @@ def test_answer_dispatches_by_type():
     assert answer(c, [0.0, 1.0])["choice"] == "shipping"
     assert answer(n, [0.0, 0.0]) == {"type": "noul", "noul": 0.5}
     assert answer(s, [0.0, 0.0])["score"] == 1.5
+    # Without a temperature the logits are read as they are (T = 1).
+    assert answer(n, [0.0, math.log(3.0)])["noul"] == pytest.approx(0.75, abs=1e-15)
+    assert answer(c, [0.0, math.log(3.0)])["probabilities"]["shipping"] == pytest.approx(0.75)
+    assert answer(s, [0.0, math.log(3.0)])["score"] == pytest.approx(1.75)
 
 
 # -- found by trying to break the surface -----------------------------------------------------
