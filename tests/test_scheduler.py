@@ -24,6 +24,7 @@ from vllm_srun.scheduler import (
     SchedulerLimits,
     SchedulerMetrics,
     Stopped,
+    plan_forwards,
     split_by_length,
 )
 
@@ -931,3 +932,42 @@ def test_rows_sharing_a_computed_once_prefix_are_never_split_apart():
     groups = split_by_length([short, *other, long], overhead_tokens=20.0)
     assert [r.key for r in groups[0]] == ["short", "long"]
     assert sorted(r.key for g in groups[1:] for r in g) == ["o0", "o1", "o2"]
+
+
+# -- the synchronous path's forwards (plan_forwards) -------------------------------------------
+def keys_of(forwards: list[list[WorkItem]]) -> list[list[str]]:
+    return [[r.key for r in forward] for forward in forwards]
+
+
+def test_plan_forwards_takes_rows_in_order_within_the_bounds():
+    rows = [row("a", 10), row("b", 10), row("c", 10), row("d", 10), row("e", 30)]
+    limits = SchedulerLimits(max_num_batched_tokens=30)
+    # Three 10-token rows fill 30 padded tokens; the fourth starts a new forward, and
+    # the 30-token row cannot join it (2 rows padded to 30 = 60).
+    assert keys_of(plan_forwards(rows, limits)) == [["a", "b", "c"], ["d"], ["e"]]
+    assert keys_of(plan_forwards(rows, SchedulerLimits(max_num_seqs=2))) == [
+        ["a", "b"],
+        ["c", "d"],
+        ["e"],
+    ]
+    assert keys_of(plan_forwards(rows, SchedulerLimits())) == [["a", "b", "c", "d", "e"]]
+    assert plan_forwards([], SchedulerLimits()) == []
+
+
+def test_plan_forwards_counts_zero_token_rows_as_no_padding():
+    rows = [row("a", 0), row("b", 0), row("c", 0), row("d", 0)]
+    assert keys_of(plan_forwards(rows, SchedulerLimits(max_num_batched_tokens=1))) == [
+        ["a", "b", "c", "d"]
+    ]
+    # A new forward starts with no padding either.
+    two = SchedulerLimits(max_num_seqs=2, max_num_batched_tokens=1)
+    assert keys_of(plan_forwards(rows, two)) == [["a", "b"], ["c", "d"]]
+
+
+def test_plan_forwards_splits_each_forward_by_length_at_the_forward_cost():
+    rows = [row("long", 40), row("s1", 2), row("s2", 2)]
+    # Together: 3 x 40 = 120 padded tokens plus one overhead of 10; apart: 40 + 2 x 2
+    # = 44 plus two overheads = 64: the split is cheaper.
+    split = SchedulerLimits(forward_overhead_tokens=10.0)
+    assert keys_of(plan_forwards(rows, split)) == [["s1", "s2"], ["long"]]
+    assert keys_of(plan_forwards(rows, SchedulerLimits())) == [["long", "s1", "s2"]]
