@@ -795,6 +795,21 @@ def test_noul_option_keys_are_exactly_false_and_true():
     assert q.options == (Option("false", "no"), Option("true", None))
 
 
+def test_a_noul_questions_own_options_are_checked_like_a_choices():
+    assert message_of({**NOUL, "criteria": ["false", "true"]}) == (
+        "questions.q.criteria must be an object of option keys to descriptions, not an array"
+    )
+    assert message_of({**NOUL, "criteria": {"false": "", "true": None}}) == (
+        "questions.q.criteria.false is blank (use null for no description)"
+    )
+    assert message_of({**NOUL, "choices": {"false": None}}) == (
+        "questions.q.choices must be an array of {key, description}, not an object"
+    )
+    assert message_of({**NOUL, "choices": [{"key": "false"}, "true"]}) == (
+        "questions.q.choices[1] must be an object {key, description}, not a string"
+    )
+
+
 def test_score_levels_are_keyed_one_to_n_with_their_descriptions():
     q = only({"type": "score", "instructions": "Rate", "levels": ["bad", "ok", "good"]})
     assert q == Question(
