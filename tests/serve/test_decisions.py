@@ -303,7 +303,9 @@ def test_an_integer_deadline_too_large_for_a_float_is_a_bad_request(client):
     text = json.dumps(body)[:-1] + ', "options": {"deadline_ms": ' + "9" * 400 + "}}"
     response = post_raw(client, "/v1/decisions", text)
     assert response.status_code == 400
-    assert "options.deadline_ms must be a number above 0" in response.json()["error"]["message"]
+    assert response.json()["error"]["message"] == (
+        f"options.deadline_ms must be a number above 0, not {'9' * 400}"
+    )
 
 
 def test_bad_decisions_tasks_fail_alone_in_a_bundle(client):
@@ -327,6 +329,8 @@ def test_bad_decisions_tasks_fail_alone_in_a_bundle(client):
         "tasks[1].decisions.state.v: NaN and Infinity are not JSON numbers"
     )
     assert results["fine"]["status"] == 200
+    assert list(results["fine"]["decisions"]["answers"]) == ["q"]
+    assert results["fine"]["decisions"]["answers"]["q"]["type"] == "choice"
 
 
 def test_a_boolean_deadline_is_refused_everywhere(client):
