@@ -1431,3 +1431,45 @@ def test_a_tokenizer_without_special_tokens_windows_bare_slices(tmp_path, tokeni
     encoded = encoder.encode(text, None, policy)
     assert [list(r.input_ids) for r in encoded.rows] == [ids[0:4], ids[2:6]]
     assert encoded.row_content == [[0, 1, 2, 3]] * 2
+
+
+def test_a_tokenizer_with_only_a_leading_special_token_windows_with_it_alone(tmp_path, tokenizer):
+    from tokenizers import Tokenizer, processors
+
+    from vllm_srun.families.task_heads.inputs import InputPolicy, TextEncoder
+
+    from ..fixtures import write_tokenizer
+
+    write_tokenizer(tmp_path, "bert")
+    raw = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    raw.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A", pair="[CLS] $A $B:1", special_tokens=[("[CLS]", CLS)]
+    )
+    raw.save(str(tmp_path / "tokenizer.json"))
+    encoder = TextEncoder(tmp_path, 16)
+    assert (encoder.prefix, encoder.suffix, encoder.specials) == ([CLS], [], (1, 1))
+    text = words(6)
+    ids = content_ids(tokenizer, text)
+    policy = InputPolicy(overflow="window", window_tokens=5, window_overlap=2)
+    encoded = encoder.encode(text, None, policy)
+    assert [list(r.input_ids) for r in encoded.rows] == [[CLS, *ids[0:4]], [CLS, *ids[2:6]]]
+
+
+def test_pair_rows_with_the_same_ids_but_other_segments_have_other_keys(tmp_path):
+    from tokenizers import Tokenizer, processors
+
+    from vllm_srun.families.task_heads.inputs import InputPolicy, TextEncoder
+
+    from ..fixtures import write_tokenizer
+
+    write_tokenizer(tmp_path, "bert")
+    raw = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    # segments without special tokens: no [SEP] marks where the second text starts
+    raw.post_processor = processors.TemplateProcessing(single="$A", pair="$A $B:1")
+    raw.save(str(tmp_path / "tokenizer.json"))
+    encoder = TextEncoder(tmp_path, 16)
+    [one] = encoder.encode("good movie", "okay", InputPolicy()).rows
+    [two] = encoder.encode("good", "movie okay", InputPolicy()).rows
+    assert one.input_ids == two.input_ids
+    assert one.token_type_ids == (0, 0, 1) and two.token_type_ids == (0, 1, 1)
+    assert one.key != two.key  # the scheduler computes (and caches) each on its own
