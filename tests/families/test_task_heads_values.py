@@ -635,9 +635,13 @@ def test_the_scan_budget_counts_content_tokens(models):
 
 def test_truncate_needs_room_for_one_content_token(models):
     model = models["sequence"]
-    with pytest.raises(RequestError, match=r"options\.max_tokens 2 leaves no room beside 2"):
+    with pytest.raises(RequestError) as single:
         classify(model, "good", overflow="truncate", max_tokens=2)
-    with pytest.raises(RequestError, match=r"options\.max_tokens 3 leaves no room beside 3"):
+    assert (single.value.code, single.value.message) == (
+        "invalid_request",
+        "options.max_tokens 2 leaves no room beside 2 special tokens",
+    )
+    with pytest.raises(RequestError) as pair:
         model.answer(
             "classify",
             {
@@ -645,6 +649,10 @@ def test_truncate_needs_room_for_one_content_token(models):
                 "options": {"overflow": "truncate", "max_tokens": 3},
             },
         )
+    assert (pair.value.code, pair.value.message) == (
+        "invalid_request",
+        "options.max_tokens 3 leaves no room beside 3 special tokens",
+    )
     # reject and window read max_tokens otherwise: no room check
     [empty] = classify(model, "", max_tokens=2)
     assert empty["input"] == {"tokens": 2, "processed_tokens": 2, "truncated": False, "windows": 1}
