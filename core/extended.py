@@ -11,7 +11,6 @@ so the scheduler batches an extension's rows with the host's own.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +19,7 @@ import torch
 from vllm_srun.plugins import Catalog
 from vllm_srun.plugins.extension import SurfaceExtension, SurfaceModel
 from vllm_srun.plugins.loaded import LoadedModel, ModelCard, Plan
+from vllm_srun.plugins.requests import SurfaceRequest
 from vllm_srun.plugins.spec import RowOutput, WorkItem
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class ExtendedModel(LoadedModel[Plan]):
         self.by_surface = {s: model for _, model, added in attached for s in added}
         self.surfaces = tuple(host.surfaces) + tuple(self.by_surface)
 
-    def plan(self, surface: str, request: Mapping[str, Any]) -> Plan:
+    def plan(self, surface: str, request: SurfaceRequest) -> Plan:
         """Plan on the extension that added ``surface``, else on the host.
 
         Raises:

@@ -42,6 +42,7 @@ from vllm_srun.placement import (
 )
 from vllm_srun.plugins import Catalog, Engine, Family, load_catalog
 from vllm_srun.plugins.loaded import LoadedModel
+from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.spec import ModelSpec, RequestError, RowOutput, WorkItem
 from vllm_srun.probes import measure_batch_invariance, measure_forward_cost
 from vllm_srun.registry import prepare
@@ -160,7 +161,7 @@ class ServedModel:
         Raises:
             RequestError: the request as a whole cannot be taken.
         """
-        plan = self.loaded.plan(surface, request)
+        plan = self.loaded.plan(surface, read_request(surface, request))
         body = self.loaded.finish(plan, self.run_items(plan.items))
         return {"model": self.name, **body}
 

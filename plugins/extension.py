@@ -16,10 +16,10 @@ model's card under ``extensions`` with their ``numerics`` and ``method``.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
 from typing import Any, ClassVar, Generic
 
 from vllm_srun.plugins.loaded import LoadedModel, ModelCard, PlanT
+from vllm_srun.plugins.requests import SurfaceRequest
 from vllm_srun.plugins.spec import RowOutput
 
 NUMERICS = ("exact", "approximate")
@@ -75,8 +75,8 @@ class SurfaceModel(abc.ABC, Generic[PlanT]):
     """
 
     @abc.abstractmethod
-    def plan(self, surface: str, request: Mapping[str, Any]) -> PlanT:
-        """Validate a request for an added surface and plan the host rows it needs.
+    def plan(self, surface: str, request: SurfaceRequest) -> PlanT:
+        """Validate a typed request for an added surface and plan the host rows it needs.
 
         Raises:
             RequestError: the request as a whole cannot be taken.

@@ -14,11 +14,11 @@ and whatever the family needs to finish it.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
 from typing import Any, Generic, TypedDict, TypeVar
 
 import torch
 
+from vllm_srun.plugins.requests import SurfaceRequest
 from vllm_srun.plugins.spec import RowOutput, WorkItem
 
 
@@ -115,8 +115,15 @@ class LoadedModel(abc.ABC, Generic[PlanT]):
     surfaces: tuple[str, ...]
 
     @abc.abstractmethod
-    def plan(self, surface: str, request: Mapping[str, Any]) -> PlanT:
+    def plan(self, surface: str, request: SurfaceRequest) -> PlanT:
         """Validate and tokenise a request for ``surface``.
+
+        ``request`` is already typed and checked for shape
+        (:mod:`vllm_srun.plugins.requests`): an
+        :class:`~vllm_srun.plugins.requests.EmbeddingsRequest` for
+        ``embeddings``, a ``ClassifyRequest``, a ``RerankRequest`` or a
+        :class:`~vllm_srun.plugins.decisions.DecisionsRequest`. Check only what
+        depends on the model (sizes, head names, limits).
 
         Raises:
             RequestError: the request as a whole cannot be taken.

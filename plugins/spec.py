@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol, get_args
 
 import torch
 
@@ -172,28 +172,50 @@ class DecoderModel(Protocol):
         ...
 
 
-ITEM_ERRORS = (
+ItemErrorCode = Literal[
     "invalid_input",
     "max_length_exceeded",
     "scan_budget_exceeded",
     "invalid_model_output",
     "deadline_exceeded",
     "internal_error",
-)
+]
 """Codes of per-item failures: they stay in the item's place and never fail siblings."""
+
+ITEM_ERRORS: tuple[ItemErrorCode, ...] = get_args(ItemErrorCode)
+"""Every :data:`ItemErrorCode`, in the order the contract lists them."""
+
+RequestErrorCode = Literal[
+    "invalid_request",
+    "model_not_found",
+    "request_too_large",
+    "unsupported_surface",
+    "overloaded",
+    "internal_error",
+    "not_ready",
+]
+"""Codes of request-level failures (the whole request answers an HTTP error).
+
+A family raises ``invalid_request`` or ``unsupported_surface``; the runtime
+raises the rest (``model_not_found`` 404, ``request_too_large`` 413,
+``overloaded`` 429, ``not_ready`` 503, ``internal_error`` 500)."""
+
+REQUEST_ERRORS: tuple[RequestErrorCode, ...] = get_args(RequestErrorCode)
+"""Every :data:`RequestErrorCode`, in the order the contract lists them."""
 
 
 class RequestError(Exception):
     """A request the model cannot take at all (HTTP 400 ``invalid_request`` and friends).
 
     Attributes:
-        code: ``invalid_request``, ``unsupported_surface`` or ``model_not_found``.
+        code: a :data:`RequestErrorCode`; a family raises ``invalid_request``
+            or ``unsupported_surface``.
         message: what is wrong and how to fix it.
     """
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: RequestErrorCode, message: str) -> None:
         super().__init__(message)
-        self.code = code
+        self.code: RequestErrorCode = code
         self.message = message
 
 
@@ -233,7 +255,7 @@ class RowError:
         message: what happened and what to do.
     """
 
-    code: str
+    code: ItemErrorCode
     message: str
 
 

@@ -34,6 +34,7 @@ from vllm_srun.plugins.accelerator import DeviceInfo
 from vllm_srun.plugins.discovery import DiscoveredPlugin, discover
 from vllm_srun.plugins.loaded import LoadedModel
 from vllm_srun.plugins.manager import Catalog, build_catalog
+from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.spec import RowOutput
 
 
@@ -224,7 +225,7 @@ def _family_problems(family: Any) -> list[tuple[str, str | None]]:
             loaded = family.load(package, spec, engine.load(spec, CPU, {"kernels": kernels}))
             if not isinstance(loaded, LoadedModel):
                 return [*steps, ("load()", "must return a vllm_srun.plugins.LoadedModel")]
-            plan = loaded.plan(surface, request)
+            plan = loaded.plan(surface, read_request(surface, request))
             outputs: list[RowOutput] = list(loaded.run(list(plan.items)))
             body = loaded.finish(plan, outputs)
             json.dumps(body, allow_nan=False)

@@ -20,6 +20,12 @@ from vllm_srun.plugins.decisions import (
     DecisionsRequest,
     parse_body,
 )
+from vllm_srun.plugins.requests import (
+    ClassifyRequest,
+    EmbeddingsRequest,
+    RerankRequest,
+    SurfaceRequest,
+)
 from vllm_srun.plugins.spec import RequestError
 
 from . import schemas
@@ -30,11 +36,6 @@ from .responses import CLIENT_CLOSED, Accounting, respond
 from .runtime import Runtime
 from .status import cards, health_document
 
-SURFACE_REQUESTS = {
-    "embeddings": schemas.EmbeddingsRequest,
-    "classify": schemas.ClassifyRequest,
-    "rerank": schemas.RerankRequest,
-}
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": schemas.ErrorResponse} for status in (400, 404, 413, 422, 429, 500, 503)
 }
@@ -102,17 +103,16 @@ def build_app(runtime: Runtime) -> FastAPI:
     metrics = runtime.metrics
 
     async def answer(
-        surface: str, request: Request, body: Any, timing: Timing | None = None
+        surface: str, request: Request, body: SurfaceRequest, timing: Timing | None = None
     ) -> Response:
         if timing is None:
             timing = Timing()
             request.state.timing = timing
-        payload = body.model_dump(exclude_none=True) if hasattr(body, "model_dump") else body
         timing.add("parse", time.perf_counter() - timing.started)
-        name = model_label(payload)
+        name = model_label(body)
         status = 200
         try:
-            planned = await runtime.plan(surface, payload, timing)
+            planned = await runtime.plan(surface, body, timing)
             name = planned.state.name
             runtime.submit([planned], timing)
             result = await runtime.wait(planned, request.is_disconnected)
@@ -134,7 +134,7 @@ def build_app(runtime: Runtime) -> FastAPI:
         response_model=None,
         responses={200: {"model": schemas.EmbeddingsResponse}, **ERROR_RESPONSES},
     )
-    async def embeddings(request: Request, body: schemas.EmbeddingsRequest) -> Response:
+    async def embeddings(request: Request, body: EmbeddingsRequest) -> Response:
         """OpenAI-compatible embeddings."""
         return await answer("embeddings", request, body)
 
@@ -143,7 +143,7 @@ def build_app(runtime: Runtime) -> FastAPI:
         response_model=None,
         responses={200: {"model": schemas.ClassifyResponse}, **ERROR_RESPONSES},
     )
-    async def classify(request: Request, body: schemas.ClassifyRequest) -> Response:
+    async def classify(request: Request, body: ClassifyRequest) -> Response:
         """Label distributions, label scores or token spans of a head."""
         return await answer("classify", request, body)
 
@@ -152,7 +152,7 @@ def build_app(runtime: Runtime) -> FastAPI:
         response_model=None,
         responses={200: {"model": schemas.RerankResponse}, **ERROR_RESPONSES},
     )
-    async def rerank(request: Request, body: schemas.RerankRequest) -> Response:
+    async def rerank(request: Request, body: RerankRequest) -> Response:
         """Documents by descending relevance to a query."""
         return await answer("rerank", request, body)
 

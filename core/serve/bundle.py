@@ -23,6 +23,7 @@ from vllm_srun.plugins.decisions import (
     non_finite,
     parse_request,
 )
+from vllm_srun.plugins.requests import SurfaceRequest, TextRequest
 from vllm_srun.plugins.spec import RequestError
 
 from . import schemas
@@ -76,11 +77,13 @@ def bundle_decisions(
 
 @dataclass
 class Task:
-    """One bundle task: its ``id``, its surface and that surface's request body."""
+    """One bundle task: its ``id``, its surface and that surface's request: typed
+    (:mod:`vllm_srun.plugins.requests`), or a decisions body's JSON object, which
+    is validated per task when the bundle is planned."""
 
     id: str
     surface: str
-    payload: Any
+    payload: TextRequest | dict[str, Any]
 
 
 def read_tasks(body: schemas.BundleRequest, limit: int) -> list[Task]:
@@ -102,9 +105,7 @@ def read_tasks(body: schemas.BundleRequest, limit: int) -> list[Task]:
                 "invalid_request",
                 f"tasks[{index}] ({task.id}) must have exactly one of {', '.join(BUNDLE_SURFACES)}",
             )
-        value = getattr(task, surfaces[0])
-        payload = value.model_dump(exclude_none=True) if hasattr(value, "model_dump") else value
-        tasks.append(Task(task.id, surfaces[0], payload))
+        tasks.append(Task(task.id, surfaces[0], getattr(task, surfaces[0])))
     return tasks
 
 
@@ -160,12 +161,14 @@ async def answer_bundle(
     timing.add("parse", time.perf_counter() - timing.started)
 
     async def plan_task(index: int, task: Task) -> Planned:
-        payload = task.payload
-        if task.surface == "decisions":
-            payload = await loop.run_in_executor(
-                runtime.executor, bundle_decisions, payload, index, duplicates
+        request: SurfaceRequest
+        if isinstance(task.payload, dict):
+            request = await loop.run_in_executor(
+                runtime.executor, bundle_decisions, task.payload, index, duplicates
             )
-        return await runtime.plan(task.surface, payload, timing)
+        else:
+            request = task.payload
+        return await runtime.plan(task.surface, request, timing)
 
     outcomes: list[Any] = await asyncio.gather(
         *(plan_task(i, task) for i, task in enumerate(tasks)), return_exceptions=True

@@ -16,6 +16,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from vllm_srun.plugins.requests import validation_problems
+
 from .requests import ApiError, Timing
 from .responses import Accounting, respond
 from .runtime import Runtime
@@ -107,19 +109,9 @@ async def _too_large(send: Send, limit: int) -> None:
 
 
 def validation_message(err: RequestValidationError) -> str:
-    """One line per problem: where it is and what is wrong."""
-    problems = []
-    for error in err.errors():
-        location = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
-        if error.get("type") == "extra_forbidden":
-            problems.append(f"{location}: not a field of this request (check the spelling)")
-            continue
-        if error.get("type") == "json_invalid":
-            context = error.get("ctx", {}).get("error", "")
-            problems.append(f"malformed JSON: {context}".rstrip(": "))
-            continue
-        problems.append(f"{location or 'body'}: {error.get('msg', 'invalid')}")
-    return "; ".join(dict.fromkeys(problems)) or "invalid request"
+    """One line per problem: where it is and what is wrong (worded as
+    :func:`vllm_srun.plugins.requests.validation_problems` words it for every caller)."""
+    return validation_problems(list(err.errors()))
 
 
 def install_error_handlers(app: FastAPI, runtime: Runtime, accounting: Accounting) -> None:

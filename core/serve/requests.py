@@ -1,6 +1,5 @@
 """What one HTTP request carries through the serving runtime: its ``Server-Timing``
-phases, the request-level errors and their statuses, and the fields every surface
-body may name (``model``, ``options.deadline_ms``)."""
+phases, the request-level errors and their statuses, and the model it names."""
 
 from __future__ import annotations
 
@@ -8,7 +7,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-STATUS_OF_CODE = {
+from vllm_srun.plugins.spec import RequestErrorCode
+
+STATUS_OF_CODE: dict[RequestErrorCode, int] = {
     "invalid_request": 400,
     "model_not_found": 404,
     "request_too_large": 413,
@@ -17,7 +18,8 @@ STATUS_OF_CODE = {
     "internal_error": 500,
     "not_ready": 503,
 }
-"""The HTTP status of each request-level error code (DESIGN §5)."""
+"""The HTTP status of each request-level error code (DESIGN §5); the codes are the
+plugin API's :data:`~vllm_srun.plugins.spec.RequestErrorCode`."""
 
 
 class ClientGone(Exception):
@@ -27,9 +29,9 @@ class ClientGone(Exception):
 class ApiError(Exception):
     """A request-level failure: an HTTP status with ``{"error": {"code", "message"}}``."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: RequestErrorCode, message: str) -> None:
         super().__init__(message)
-        self.code = code
+        self.code: RequestErrorCode = code
         self.message = message
         self.status = STATUS_OF_CODE[code]
 
@@ -66,15 +68,7 @@ class Timing:
 
 
 def requested_model(body: Any) -> str | None:
-    """The ``model`` a request names: a dict's key or a parsed request's attribute."""
-    if isinstance(body, dict):
-        return body.get("model")
-    return getattr(body, "model", None)
-
-
-def requested_deadline(body: Any) -> float | None:
-    """``options.deadline_ms`` of a request (a dict or a parsed request), or ``None``."""
-    if isinstance(body, dict):
-        options = body.get("options") or {}
-        return options.get("deadline_ms") if isinstance(options, dict) else None
-    return getattr(body, "deadline_ms", None)
+    """The ``model`` a request names (a dict's key or a typed request's attribute),
+    or ``None`` when it names none or something that is not a string."""
+    name = body.get("model") if isinstance(body, dict) else getattr(body, "model", None)
+    return name if isinstance(name, str) else None

@@ -23,12 +23,13 @@ from vllm_srun.golden import PENDING, GoldenResult
 from vllm_srun.golden import check as check_golden
 from vllm_srun.loader import LoadError, LoadOptions, ServedModel, is_retryable, load_model
 from vllm_srun.plugins import Catalog, load_catalog
+from vllm_srun.plugins.requests import SurfaceBody, SurfaceRequest
 from vllm_srun.plugins.spec import RequestError, RowOutput
 from vllm_srun.scheduler import Job, ModelScheduler, Overloaded, Stopped
 
 from .config import ModelConfig, ServeConfig
 from .metrics import Metrics
-from .requests import ApiError, ClientGone, Timing, requested_deadline, requested_model
+from .requests import ApiError, ClientGone, Timing
 
 log = logging.getLogger(__name__)
 
@@ -298,30 +299,33 @@ class Runtime:
             raise ApiError("not_ready", f"model {state.name} is {state.status}{why}")
         return state
 
-    async def plan(self, surface: str, body: Any, timing: Timing) -> Planned:
+    async def plan(self, surface: str, request: SurfaceRequest, timing: Timing) -> Planned:
         """Resolve the model and plan the request off the event loop.
 
         Args:
             surface: the surface (``embeddings``, ``decisions``, ...).
-            body: the request as a dict, or already validated (a decisions
-                request parsed from the raw body, with ``model`` and
-                ``deadline_ms`` attributes).
+            request: the typed request, validated for shape (a decisions
+                request parsed from the raw body).
 
         Raises:
-            ApiError: 400/404/422/503 as :meth:`resolve` and the family's plan say.
+            ApiError: 400/404/422/503 as :meth:`resolve`, the request's own
+                rules (:meth:`~vllm_srun.plugins.requests.SurfaceBody.check`)
+                and the family's plan say.
         """
-        state = self.resolve(requested_model(body))
+        state = self.resolve(request.model)
         served = state.served
         assert served is not None
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
         try:
-            plan = await loop.run_in_executor(state.planner, served.loaded.plan, surface, body)
+            if isinstance(request, SurfaceBody):
+                request.check()
+            plan = await loop.run_in_executor(state.planner, served.loaded.plan, surface, request)
         except RequestError as err:
             raise ApiError(err.code, err.message) from err
         finally:
             timing.add("tokenize", time.perf_counter() - started)
-        return Planned(state, surface, plan, requested_deadline(body))
+        return Planned(state, surface, plan, request.deadline_ms)
 
     def submit(self, planned: list[Planned], timing: Timing) -> None:
         """Admit planned requests of one model at once (each gets a job and a future).

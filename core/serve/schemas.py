@@ -1,8 +1,10 @@
 """Request and response models of every surface: the HTTP contract (``/openapi.json``).
 
 Field names follow the router's model runtime contract so existing clients
-work unchanged. Requests are validated here for shape; a model validates what
-depends on it (``dimensions`` against its size, ``head`` against its heads).
+work unchanged. The surface requests are the plugin API's typed requests
+(:mod:`vllm_srun.plugins.requests`, re-exported here): validated once, for
+shape, and handed to the family as they are; a model validates what depends on
+it (``dimensions`` against its size, ``head`` against its heads).
 
 Why one module of 400-odd lines: it is the contract, one pydantic class per
 JSON shape and nothing else, read top to bottom against the OpenAPI snapshot
@@ -13,31 +15,23 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
+from vllm_srun.plugins.requests import (
+    ClassifyRequest,
+    EmbeddingsRequest,
+    Milliseconds,
+    RerankRequest,
+    Strict,
+)
+from vllm_srun.plugins.spec import ItemErrorCode, RequestErrorCode
 
 API_VERSION = "v1"
-
-Milliseconds = StrictFloat | StrictInt
-"""A duration in ms: a JSON number, never a string or a boolean (``true`` is not 1 ms)."""
-
-
-class Strict(BaseModel):
-    """Unknown fields are an error: a typo must not be silently ignored."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 # -- shared -------------------------------------------------------------------------------
 class ErrorBody(Strict):
-    code: Literal[
-        "invalid_request",
-        "model_not_found",
-        "request_too_large",
-        "unsupported_surface",
-        "overloaded",
-        "internal_error",
-        "not_ready",
-    ]
+    code: RequestErrorCode
     message: str
 
 
@@ -45,32 +39,6 @@ class ErrorResponse(Strict):
     """Every request-level failure: ``{"error": {"code", "message"}}``."""
 
     error: ErrorBody
-
-
-class WindowOptions(Strict):
-    tokens: StrictInt | None = Field(
-        None, ge=1, description="Window length in tokens, specials included."
-    )
-    overlap: StrictInt | None = Field(
-        None, ge=0, description="Content tokens neighbouring windows share."
-    )
-
-
-class InputOptions(Strict):
-    overflow: Literal["reject", "truncate", "window"] = "reject"
-    max_tokens: StrictInt | None = Field(None, ge=1)
-    deadline_ms: Milliseconds | None = Field(
-        None,
-        gt=0,
-        allow_inf_nan=False,
-        description="Answer within this many ms, or deadline_exceeded.",
-    )
-
-
-class ClassifyOptions(InputOptions):
-    window: WindowOptions | None = None
-    threshold: float | None = Field(None, ge=0, le=1)
-    aggregation: Literal["max", "first", "average", "none"] | None = None
 
 
 class InputUsage(Strict):
@@ -87,30 +55,11 @@ class Usage(Strict):
 
 class ItemError(Strict):
     index: int
-    error: Literal[
-        "invalid_input",
-        "max_length_exceeded",
-        "scan_budget_exceeded",
-        "invalid_model_output",
-        "deadline_exceeded",
-        "internal_error",
-    ]
+    error: ItemErrorCode
     message: str
 
 
 # -- embeddings ---------------------------------------------------------------------------
-class EmbeddingsRequest(BaseModel):
-    """OpenAI-compatible; unknown OpenAI fields (``user``) are accepted and ignored."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    input: str | list[str]
-    model: str | None = None
-    dimensions: StrictInt | None = Field(None, ge=1)
-    encoding_format: Literal["float", "base64"] = "float"
-    options: InputOptions | None = None
-
-
 class Embedding(Strict):
     object: Literal["embedding"] = "embedding"
     index: int
@@ -130,18 +79,6 @@ class EmbeddingsResponse(Strict):
 
 
 # -- classify -----------------------------------------------------------------------------
-class TextPair(Strict):
-    text: str
-    text_pair: str | None = None
-
-
-class ClassifyRequest(Strict):
-    input: str | list[str] | list[TextPair]
-    model: str | None = None
-    head: str | None = None
-    options: ClassifyOptions | None = None
-
-
 class Span(Strict):
     start: int = Field(description="Unicode code point, inclusive.")
     end: int = Field(description="Unicode code point, exclusive.")
@@ -170,15 +107,6 @@ class ClassifyResponse(Strict):
 
 
 # -- rerank -------------------------------------------------------------------------------
-class RerankRequest(Strict):
-    query: str
-    documents: list[str]
-    model: str | None = None
-    top_n: StrictInt | None = Field(None, ge=1)
-    return_documents: StrictBool = False
-    options: InputOptions | None = None
-
-
 class RerankResult(Strict):
     index: int
     relevance_score: float

@@ -46,11 +46,11 @@ from vllm_srun.plugins.decisions import (
     Question,
     answer,
     failed_answer,
-    parse_request,
     response_body,
 )
 from vllm_srun.plugins.extension import SurfaceModel
 from vllm_srun.plugins.loaded import LoadedModel, ModelCard, Plan
+from vllm_srun.plugins.requests import EmbeddingsRequest, InputOptions, SurfaceRequest
 from vllm_srun.plugins.spec import RequestError, RowOutput, WorkItem
 
 CALIBRATION = Path(__file__).with_name("calibration") / "temperature.json"
@@ -178,20 +178,19 @@ class SimilarityDecisions(SurfaceModel[SimilarityPlan]):
             },
         }
 
-    def plan(self, surface: str, request: Mapping[str, Any] | DecisionsRequest) -> SimilarityPlan:
+    def plan(self, surface: str, request: SurfaceRequest) -> SimilarityPlan:
         """Embeddings rows for every state and every option of every valid question.
 
         Args:
             surface: ``decisions``.
-            request: a :class:`DecisionsRequest`, or the parsed JSON body
-                (validated here, without duplicate-key detection).
+            request: a :class:`DecisionsRequest`.
 
         Raises:
-            RequestError: ``unsupported_surface``; ``invalid_request`` from validation.
+            RequestError: ``unsupported_surface`` for another surface.
         """
-        if surface != "decisions":
+        if surface != "decisions" or not isinstance(request, DecisionsRequest):
             raise RequestError("unsupported_surface", f"{NAME} answers decisions, not {surface}")
-        parsed = request if isinstance(request, DecisionsRequest) else parse_request(request)
+        parsed = request
         states: list[str] = []
         options: list[str] = []
         option_index: dict[str, int] = {}
@@ -212,10 +211,10 @@ class SimilarityDecisions(SurfaceModel[SimilarityPlan]):
                 plan.option_inputs[question.name] = rows
             entries.append(plan)
         states_plan = self.host.plan(
-            "embeddings", {"input": states, "options": {"overflow": "window"}}
+            "embeddings", EmbeddingsRequest(input=states, options=InputOptions(overflow="window"))
         )
         options_plan = self.host.plan(
-            "embeddings", {"input": options, "options": {"overflow": "reject"}}
+            "embeddings", EmbeddingsRequest(input=options, options=InputOptions(overflow="reject"))
         )
         return SimilarityPlan(parsed, states_plan, options_plan, entries)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -30,6 +30,7 @@ from vllm_srun.plugins.decisions import (
     response_body,
 )
 from vllm_srun.plugins.loaded import LoadedModel, ModelCard, Plan
+from vllm_srun.plugins.requests import SurfaceRequest
 from vllm_srun.plugins.spec import DecoderBatch, DecoderModel, RequestError, RowOutput, WorkItem
 
 from .package import Description
@@ -203,21 +204,16 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
         }
 
     # -- plan -----------------------------------------------------------------------------
-    def plan(self, surface: str, request: Mapping[str, Any] | DecisionsRequest) -> ReadoutPlan:
-        """Validate, render and tokenise a decisions request.
-
-        ``request`` is a parsed body, or a :class:`DecisionsRequest` already
-        validated by :func:`vllm_srun.plugins.decisions.parse_body` (which
-        also catches duplicate keys in the raw JSON).
+    def plan(self, surface: str, request: SurfaceRequest) -> ReadoutPlan:
+        """Render and tokenise a decisions request (validated by
+        :func:`vllm_srun.plugins.decisions.parse_body` or ``parse_request``).
 
         Raises:
-            RequestError: ``unsupported_surface`` for another surface;
-                ``invalid_request`` for a malformed request, or one with no
-                valid question.
+            RequestError: ``unsupported_surface`` for another surface.
         """
-        if surface != SURFACE:
+        if surface != SURFACE or not isinstance(request, DecisionsRequest):
             raise RequestError("unsupported_surface", f"this model serves {SURFACE}, not {surface}")
-        parsed = request if isinstance(request, DecisionsRequest) else parse_request(request)
+        parsed = request
         plan = ReadoutPlan(parsed, [])
         for entry in parsed.entries:
             plan.entries.append(

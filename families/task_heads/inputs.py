@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_srun.plugins.spec import RequestError, WorkItem
+from vllm_srun.plugins.requests import InputOptions, Overflow
+from vllm_srun.plugins.spec import ItemErrorCode, RequestError, WorkItem
 from vllm_srun.plugins.tokenizing import load_fast_tokenizer
 from vllm_srun.plugins.windows import DEFAULT_OVERLAP, DEFAULT_SCAN_BUDGET, plan_windows
-
-OVERFLOW_MODES = ("reject", "truncate", "window")
 
 
 @dataclass(frozen=True)
@@ -37,45 +36,21 @@ class InputPolicy:
             or half a window's content tokens when a window holds fewer than 128).
     """
 
-    overflow: str = "reject"
+    overflow: Overflow = "reject"
     max_tokens: int | None = None
     window_tokens: int | None = None
     window_overlap: int | None = None
 
     @classmethod
-    def from_options(cls, options: dict[str, Any]) -> InputPolicy:
-        """Read ``overflow``, ``max_tokens`` and ``window: {tokens, overlap}``.
-
-        Raises:
-            RequestError: ``invalid_request`` for an unknown mode or a bad number.
-        """
-        overflow = options.get("overflow") or "reject"
-        if overflow not in OVERFLOW_MODES:
-            raise RequestError(
-                "invalid_request",
-                f"options.overflow must be one of {', '.join(OVERFLOW_MODES)}, not {overflow!r}",
-            )
-        max_tokens = _positive(options.get("max_tokens"), "options.max_tokens")
-        window = options.get("window")
-        if window is None:
-            window = {}
-        if not isinstance(window, dict):
-            raise RequestError(
-                "invalid_request", "options.window must be an object {tokens, overlap}"
-            )
-        tokens = _positive(window.get("tokens"), "options.window.tokens")
-        overlap = window.get("overlap")
-        if overlap is not None and (type(overlap) is not int or overlap < 0):
-            raise RequestError("invalid_request", "options.window.overlap must be an integer >= 0")
-        return cls(overflow, max_tokens, tokens, overlap)
-
-
-def _positive(value: Any, name: str) -> int | None:
-    if value is None:
-        return None
-    if type(value) is not int or value < 1:
-        raise RequestError("invalid_request", f"{name} must be a positive integer, not {value!r}")
-    return value
+    def from_options(cls, options: InputOptions) -> InputPolicy:
+        """The policy of a request's (already validated) ``options``."""
+        window = options.window
+        return cls(
+            options.overflow,
+            options.max_tokens,
+            None if window is None else window.tokens,
+            None if window is None else window.overlap,
+        )
 
 
 @dataclass
@@ -104,7 +79,7 @@ class EncodedInput:
     tokens: int = 0
     processed_tokens: int = 0
     truncated: bool = False
-    error: tuple[str, str] | None = None
+    error: tuple[ItemErrorCode, str] | None = None
 
     def usage(self) -> dict[str, Any]:
         """The ``input`` object every result reports."""

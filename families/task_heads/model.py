@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from vllm_srun.plugins.loaded import HeadCard, LoadedModel, ModelCard, Plan
+from vllm_srun.plugins.requests import (
+    OVERFLOW_MODES,
+    ClassifyRequest,
+    EmbeddingsRequest,
+    RerankRequest,
+    SurfaceRequest,
+)
 from vllm_srun.plugins.spans import decode_spans
 from vllm_srun.plugins.spec import (
     EncoderBatch,
     EncoderModel,
+    ItemErrorCode,
     RequestError,
     RowError,
     RowOutput,
@@ -26,8 +33,6 @@ from .inputs import EncodedInput, InputPolicy, TextEncoder
 from .package import Description, Head
 from .readouts import finish_embedding, label_scores, merge_pooled, pool, token_probabilities
 
-AGGREGATIONS = ("max", "first", "average", "none")
-ENCODING_FORMATS = ("float", "base64")
 PROBE_TEXTS = (
     "a",
     "Batch invariance probe: a row alone and inside a batch must agree.",
@@ -53,30 +58,6 @@ class TaskPlan(Plan):
         self.items = [row for encoded in self.inputs for row in encoded.rows]
 
 
-def _texts(value: Any, name: str, allow_pairs: bool) -> tuple[list[str], list[str | None]]:
-    """``input`` as a string, a list of strings, or (classify) a list of ``{text, text_pair}``."""
-    if isinstance(value, str):
-        return [value], [None]
-    if not isinstance(value, list) or not value:
-        raise RequestError("invalid_request", f"{name} must be a string or a non-empty list")
-    texts: list[str] = []
-    pairs: list[str | None] = []
-    for index, item in enumerate(value):
-        if isinstance(item, str):
-            texts.append(item)
-            pairs.append(None)
-        elif allow_pairs and isinstance(item, dict) and isinstance(item.get("text"), str):
-            pair = item.get("text_pair")
-            if pair is not None and not isinstance(pair, str):
-                raise RequestError("invalid_request", f"{name}[{index}].text_pair must be a string")
-            texts.append(item["text"])
-            pairs.append(pair)
-        else:
-            shape = "a string or {text, text_pair}" if allow_pairs else "a string"
-            raise RequestError("invalid_request", f"{name}[{index}] must be {shape}")
-    return texts, pairs
-
-
 def _failed(rows: list[Any]) -> RowError | None:
     """The first failed row of an input, if any."""
     return next((r for r in rows if isinstance(r, RowError)), None)
@@ -86,7 +67,7 @@ def _finite(tensor: torch.Tensor) -> bool:
     return bool(torch.isfinite(tensor).all())
 
 
-def _error(index: int, code: str, message: str) -> dict[str, Any]:
+def _error(index: int, code: ItemErrorCode, message: str) -> dict[str, Any]:
     return {"index": index, "error": code, "message": message}
 
 
@@ -122,7 +103,7 @@ class TaskModel(LoadedModel[TaskPlan]):
                 "kind": h.kind,
                 "labels": list(h.labels),
                 "inputs": ["text", "text_pair"] if h.kind in ("sequence", "scores") else ["text"],
-                "overflow": ["reject", "truncate", "window"],
+                "overflow": list(OVERFLOW_MODES),
                 "window": {
                     "tokens": self.encoder.limit,
                     "overlap": min(
@@ -151,71 +132,56 @@ class TaskModel(LoadedModel[TaskPlan]):
         }
 
     # -- plan -------------------------------------------------------------------------------
-    def plan(self, surface: str, request: Mapping[str, Any]) -> TaskPlan:
-        """Validate and tokenise a request for ``surface``.
+    def plan(self, surface: str, request: SurfaceRequest) -> TaskPlan:
+        """Tokenise a typed request for ``surface`` and check what depends on this model.
 
         Raises:
             RequestError: ``unsupported_surface`` when the model does not serve
-                the surface; ``invalid_request`` for a malformed request.
+                the surface; ``invalid_request`` for settings this model cannot
+                honour (``dimensions`` above its size, an unknown head, a text
+                pair for a token head, windows that do not fit its limit).
         """
         if surface not in self.surfaces:
             raise RequestError(
                 "unsupported_surface",
                 f"this model serves {', '.join(self.surfaces)}, not {surface}",
             )
-        if not isinstance(request, dict):
-            raise RequestError("invalid_request", "the request must be a JSON object")
-        options = request.get("options")
-        if options is None:
-            options = {}
-        if not isinstance(options, dict):
-            raise RequestError("invalid_request", "options must be an object")
-        policy = InputPolicy.from_options(options)
-        if surface == "embeddings":
-            return self._plan_embeddings(request, policy)
-        if surface == "classify":
-            return self._plan_classify(request, options, policy)
-        return self._plan_rerank(request, policy)
+        if isinstance(request, EmbeddingsRequest):
+            return self._plan_embeddings(request)
+        if isinstance(request, ClassifyRequest):
+            return self._plan_classify(request)
+        if isinstance(request, RerankRequest):
+            return self._plan_rerank(request)
+        raise RequestError("invalid_request", f"a {surface} request was expected")
 
     def _encode(
         self, texts: list[str], pairs: list[str | None], policy: InputPolicy
     ) -> list[EncodedInput]:
         return [self.encoder.encode(t, p, policy) for t, p in zip(texts, pairs, strict=True)]
 
-    def _plan_embeddings(self, request: Mapping[str, Any], policy: InputPolicy) -> TaskPlan:
-        texts, pairs = _texts(request.get("input"), "input", allow_pairs=False)
+    def _plan_embeddings(self, request: EmbeddingsRequest) -> TaskPlan:
         pooling = self.description.pooling
         assert pooling is not None
-        dimensions = request.get("dimensions")
-        if dimensions is not None and (
-            type(dimensions) is not int or not 1 <= dimensions <= pooling.dimensions
-        ):
+        dimensions = request.dimensions
+        if dimensions is not None and dimensions > pooling.dimensions:
             raise RequestError(
                 "invalid_request",
                 f"dimensions must be an integer from 1 to {pooling.dimensions}, not {dimensions!r}",
             )
-        encoding_format = request.get("encoding_format") or "float"
-        if encoding_format not in ENCODING_FORMATS:
-            raise RequestError(
-                "invalid_request",
-                f"encoding_format must be float or base64, not {encoding_format!r}",
-            )
+        texts = request.texts
         head = next(h for h in self.description.heads if h.kind == "pooled")
+        policy = InputPolicy.from_options(request.input_options)
         return TaskPlan(
             "embeddings",
             head,
-            self._encode(texts, pairs, policy),
+            self._encode(texts, [None] * len(texts), policy),
             texts,
-            options={"dimensions": dimensions, "encoding_format": encoding_format},
+            options={"dimensions": dimensions, "encoding_format": request.encoding_format},
         )
 
-    def _plan_classify(
-        self, request: Mapping[str, Any], options: dict[str, Any], policy: InputPolicy
-    ) -> TaskPlan:
+    def _plan_classify(self, request: ClassifyRequest) -> TaskPlan:
         classify = [h for h in self.description.heads if h.surface == "classify"]
-        name = request.get("head")
-        if name is not None and not isinstance(name, str):
-            raise RequestError("invalid_request", "head must be a string")
+        name = request.head
         if name is None:
             if len(classify) != 1:
                 names = ", ".join(h.name for h in classify)
@@ -226,51 +192,32 @@ class TaskModel(LoadedModel[TaskPlan]):
         else:
             names = ", ".join(h.name for h in classify)
             raise RequestError("invalid_request", f"unknown head {name!r}; this model has {names}")
-        texts, pairs = _texts(request.get("input"), "input", allow_pairs=True)
-        if head.kind == "token" and any(p is not None for p in pairs):
-            index = next(i for i, p in enumerate(pairs) if p is not None)
-            raise RequestError(
-                "invalid_request",
-                f"input[{index}] has a text_pair; the token head reads single texts",
-            )
-        threshold = options.get("threshold")
-        if threshold is not None and (
-            type(threshold) not in (int, float) or not 0 <= threshold <= 1
-        ):
-            raise RequestError("invalid_request", "options.threshold must be a number from 0 to 1")
-        aggregation = options.get("aggregation") or "max"
-        if aggregation not in AGGREGATIONS:
-            raise RequestError(
-                "invalid_request",
-                f"options.aggregation must be one of {', '.join(AGGREGATIONS)}, "
-                f"not {aggregation!r}",
-            )
+        pairs = request.pairs
+        if head.kind == "token":
+            index = next((i for i, p in enumerate(pairs) if p.text_pair is not None), None)
+            if index is not None:
+                raise RequestError(
+                    "invalid_request",
+                    f"input[{index}] has a text_pair; the token head reads single texts",
+                )
+        options = request.classify_options
+        texts = [p.text for p in pairs]
         return TaskPlan(
             "classify",
             head,
-            self._encode(texts, pairs, policy),
+            self._encode(texts, [p.text_pair for p in pairs], InputPolicy.from_options(options)),
             texts,
-            options={"threshold": threshold, "aggregation": aggregation},
+            options={"threshold": options.threshold, "aggregation": options.aggregation or "max"},
         )
 
-    def _plan_rerank(self, request: Mapping[str, Any], policy: InputPolicy) -> TaskPlan:
-        query = request.get("query")
-        documents = request.get("documents")
-        if not isinstance(query, str):
-            raise RequestError("invalid_request", "query must be a string")
-        if not isinstance(documents, list) or not all(isinstance(d, str) for d in documents):
-            raise RequestError("invalid_request", "documents must be a list of strings")
-        top_n = request.get("top_n")
-        if top_n is not None and (type(top_n) is not int or top_n < 1):
-            raise RequestError("invalid_request", f"top_n must be an integer >= 1, not {top_n!r}")
+    def _plan_rerank(self, request: RerankRequest) -> TaskPlan:
+        query, documents = request.query, list(request.documents)
+        policy = InputPolicy.from_options(request.input_options)
+        options = {"top_n": request.top_n, "return_documents": request.return_documents}
         cross = next((h for h in self.description.heads if h.kind == "relevance"), None)
-        return_documents = request.get("return_documents", False)
-        if not isinstance(return_documents, bool):
-            raise RequestError("invalid_request", "return_documents must be true or false")
-        options = {"top_n": top_n, "return_documents": return_documents}
         if cross is not None:
             encoded = self._encode([query] * len(documents), list(documents), policy)
-            return TaskPlan("rerank", cross, encoded, list(documents), options=options)
+            return TaskPlan("rerank", cross, encoded, documents, options=options)
         head = next(h for h in self.description.heads if h.kind == "pooled")
         encoded = self._encode([query, *documents], [None] * (len(documents) + 1), policy)
         if encoded[0].error is not None:

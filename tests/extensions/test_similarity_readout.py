@@ -19,6 +19,7 @@ from vllm_srun.extended import ExtendedModel
 from vllm_srun.extensions.similarity_readout import SimilarityReadout, calibrate
 from vllm_srun.extensions.similarity_readout.readout import CALIBRATION, read_calibration
 from vllm_srun.loader import LoadOptions, load_model
+from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.testing import check_plugin
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -96,7 +97,7 @@ def test_probabilities_are_the_softmax_of_cosines_over_the_temperature(minilm):
     texts = ["The parcel never arrived"] + [
         f"Which team should handle this? {key}: {text}" for key, text in TEAMS.items()
     ]
-    plan = host.plan("embeddings", {"input": texts})
+    plan = host.plan("embeddings", read_request("embeddings", {"input": texts}))
     vectors = [
         torch.tensor(d["embedding"], dtype=torch.float64)
         for d in host.finish(plan, host.run(plan.items))["data"]
@@ -449,8 +450,9 @@ class VectorHost:
     def plan(self, surface, body):
         from types import SimpleNamespace
 
-        self.requests.append((surface, body))
-        return SimpleNamespace(items=list(body["input"]))
+        options = {"overflow": body.input_options.overflow}
+        self.requests.append((surface, {"input": body.texts, "options": options}))
+        return SimpleNamespace(items=body.texts)
 
     def run(self, items):
         return list(items)
@@ -476,7 +478,7 @@ def readout_over(host, temperature=None, baseline=0.25):
 
 
 def answered(readout, host, body):
-    plan = readout.plan("decisions", body)
+    plan = readout.plan("decisions", read_request("decisions", body))
     return readout.finish(plan, host.run(plan.items))
 
 
@@ -575,7 +577,10 @@ def test_the_host_embeds_the_documented_texts_once_each_states_windowed_options_
     assert body["answers"]["again"] == body["answers"]["pick"]
     [other] = body["states"]
     assert other["index"] == 0 and other["answers"]["pick"]["choice"] == "b"
-    plan = readout.plan("decisions", {"state": "state", "questions": {"q": PICK}, "states": []})
+    plan = readout.plan(
+        "decisions",
+        read_request("decisions", {"state": "state", "questions": {"q": PICK}, "states": []}),
+    )
     assert plan.queue_entries == 1
     assert [*plan.items] == ["state", "Pick a: same", "Pick b", "Pick c: opposite"]
 
@@ -737,7 +742,7 @@ def test_another_surface_is_unsupported_by_the_readout():
     from vllm_srun.plugins.spec import RequestError
 
     with pytest.raises(RequestError) as err:
-        readout_over(VectorHost({})).plan("embeddings", {"input": "x"})
+        readout_over(VectorHost({})).plan("embeddings", read_request("embeddings", {"input": "x"}))
     assert err.value.code == "unsupported_surface"
     assert err.value.message == "similarity_readout answers decisions, not embeddings"
 

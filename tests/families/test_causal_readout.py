@@ -19,6 +19,7 @@ from vllm_srun.families.causal_readout.model import ReadoutRow
 from vllm_srun.families.task_heads import TaskHeadsFamily
 from vllm_srun.loader import LoadError, LoadOptions, load_model
 from vllm_srun.plugins import load_catalog
+from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.spec import RequestError, RowError
 from vllm_srun.plugins.testing import assert_conforms
 from vllm_srun.scheduler import plan_forwards
@@ -202,7 +203,9 @@ def test_chat_template_rendering(unshared, packages):
     import transformers
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(packages["qwen3"])
-    plan = unshared["qwen3"].loaded.plan("decisions", {"state": STATE, "questions": {"t": CHOICE}})
+    plan = unshared["qwen3"].loaded.plan(
+        "decisions", read_request("decisions", {"state": STATE, "questions": {"t": CHOICE}})
+    )
     [row] = plan.items
     rendered = tokenizer.apply_chat_template(
         [{"role": "user", "content": EXPECTED_MESSAGE}], add_generation_prompt=True, tokenize=False
@@ -216,7 +219,9 @@ def test_plain_template_rendering_with_bos(unshared, packages):
     import transformers
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(packages["llama"])
-    plan = unshared["llama"].loaded.plan("decisions", {"state": STATE, "questions": {"t": CHOICE}})
+    plan = unshared["llama"].loaded.plan(
+        "decisions", read_request("decisions", {"state": STATE, "questions": {"t": CHOICE}})
+    )
     [row] = plan.items
     expected = tokenizer(EXPECTED_MESSAGE + "\nAnswer:")["input_ids"]
     assert expected[0] == tokenizer.bos_token_id
@@ -227,7 +232,7 @@ def test_plain_template_rendering_with_bos(unshared, packages):
 
 def test_object_states_are_compact_json(unshared):
     body = {"state": {"order": 42, "items": ["book"]}, "questions": {"late": NOUL}}
-    plan = unshared["gpt2"].loaded.plan("decisions", body)
+    plan = unshared["gpt2"].loaded.plan("decisions", read_request("decisions", body))
     text = unshared["gpt2"].loaded.renderer.tokenizer.decode(plan.items[0].input_ids)
     assert text.startswith('State:\n{"order": 42, "items": ["book"]}\n\nQuestion: Is the')
     assert "Options:\nyes: angry\nno: calm\nReply with one of: yes, no.\nAnswer:" in text
@@ -236,10 +241,13 @@ def test_object_states_are_compact_json(unshared):
 def test_request_text_never_becomes_a_control_token(unshared):
     model = unshared["qwen3"].loaded
     end = model.renderer.tokenizer.convert_tokens_to_ids("<|im_end|>")
-    plain = model.plan("decisions", {"state": "hello", "questions": {"q": NOUL}}).items[0]
-    spoofed = model.plan("decisions", {"state": "hello<|im_end|>", "questions": {"q": NOUL}}).items[
-        0
-    ]
+    plain = model.plan(
+        "decisions", read_request("decisions", {"state": "hello", "questions": {"q": NOUL}})
+    ).items[0]
+    spoofed = model.plan(
+        "decisions",
+        read_request("decisions", {"state": "hello<|im_end|>", "questions": {"q": NOUL}}),
+    ).items[0]
     assert plain.input_ids.count(end) == spoofed.input_ids.count(end) == 1
 
 
@@ -247,7 +255,7 @@ def test_request_text_never_becomes_a_control_token(unshared):
 @pytest.mark.parametrize("model_type", DECODERS)
 def test_rows_equal_a_direct_transformers_forward_bit_for_bit(unshared, packages, model_type):
     model = unshared[model_type].loaded
-    plan = model.plan("decisions", REQUEST)
+    plan = model.plan("decisions", read_request("decisions", REQUEST))
     assert len(plan.items) == 3 and all(isinstance(r, ReadoutRow) for r in plan.items)
     assert len({r.tokens for r in plan.items}) > 1  # the batch really pads
     got = model.run(plan.items)
@@ -262,7 +270,7 @@ def test_answers_equal_the_transformers_readout_bit_for_bit(unshared, packages, 
     """Choice, Noul and Score through ``ServedModel.answer``; the reference runs the same
     rows in the same forwards the model's scheduler forms and applies the documented readout."""
     served = unshared[model_type]
-    plan = served.loaded.plan("decisions", REQUEST)
+    plan = served.loaded.plan("decisions", read_request("decisions", REQUEST))
     by_key = {}
     bounds = dataclasses.replace(served.limits(), forward_overhead_tokens=None)
     for batch in plan_forwards(plan.items, bounds):
@@ -311,7 +319,7 @@ def test_alone_batched_and_shared_context_agree_within_1e_5(unshared, shared, mo
 
 def test_shared_context_rows_continue_one_prefix(shared):
     model = shared["qwen3"].loaded
-    plan = model.plan("decisions", REQUEST)
+    plan = model.plan("decisions", read_request("decisions", REQUEST))
     prefixes = {r.input_ids[: r.prefix] for r in plan.items}
     assert len(prefixes) == 1 and all(r.prefix == plan.entries[0].prefix for r in plan.items)
     calls = []
@@ -338,7 +346,7 @@ def test_the_engine_gets_the_documented_decoder_batch(unshared):
     """int64 ids and mask left-padded to the longest row, no prefix, and the label ids to read
     per row (zero-filled past a row's own labels)."""
     model = unshared["gpt2"].loaded
-    plan = model.plan("decisions", REQUEST)
+    plan = model.plan("decisions", read_request("decisions", REQUEST))
     calls = []
     original = model.engine_model.forward
     model.engine_model.forward = lambda batch: calls.append(batch) or original(batch)
@@ -364,7 +372,7 @@ def test_the_engine_gets_the_documented_decoder_batch(unshared):
 
 def test_the_shared_prefix_is_the_longest_common_token_prefix(shared):
     model = shared["llama"].loaded
-    plan = model.plan("decisions", REQUEST)
+    plan = model.plan("decisions", read_request("decisions", REQUEST))
     rows = [list(r.input_ids) for r in plan.items]
     common = 0
     while all(len(r) > common and r[common] == rows[0][common] for r in rows):
@@ -380,7 +388,7 @@ def test_a_shared_prefix_never_covers_a_whole_row(shared, unshared):
     """The same question asked twice under two names renders two equal rows: their shared
     prefix stops one token short, so each row still has a token to read the labels after."""
     body = {"state": STATE, "questions": {"a": NOUL, "b": NOUL}, "options": {"return_meta": True}}
-    plan = shared["qwen3"].loaded.plan("decisions", body)
+    plan = shared["qwen3"].loaded.plan("decisions", read_request("decisions", body))
     first, second = plan.items
     assert first.input_ids == second.input_ids
     assert first.prefix == second.prefix == len(first.input_ids) - 1
@@ -393,7 +401,9 @@ def test_a_shared_prefix_never_covers_a_whole_row(shared, unshared):
 
 
 def test_a_lone_question_has_no_prefix(shared):
-    plan = shared["gpt2"].loaded.plan("decisions", {"state": STATE, "questions": {"q": NOUL}})
+    plan = shared["gpt2"].loaded.plan(
+        "decisions", read_request("decisions", {"state": STATE, "questions": {"q": NOUL}})
+    )
     assert plan.items[0].prefix == 0
 
 
@@ -421,7 +431,7 @@ def test_only_bad_questions_is_invalid_request(unshared):
 
 def test_another_surface_is_unsupported(unshared):
     with pytest.raises(RequestError) as err:
-        unshared["gpt2"].loaded.plan("classify", {"input": "x"})
+        unshared["gpt2"].loaded.plan("classify", read_request("classify", {"input": "x"}))
     assert err.value.code == "unsupported_surface"
     assert err.value.message == "this model serves decisions, not classify"
 
@@ -442,7 +452,10 @@ def test_states_entries_answer_under_the_same_names(unshared):
 
 def test_identical_questions_share_one_row(unshared):
     model = unshared["qwen3"]
-    plan = model.loaded.plan("decisions", {"state": STATE, "questions": {"a": NOUL, "b": NOUL}})
+    plan = model.loaded.plan(
+        "decisions",
+        read_request("decisions", {"state": STATE, "questions": {"a": NOUL, "b": NOUL}}),
+    )
     assert plan.items[0].key == plan.items[1].key
     body = model.answer("decisions", {"state": STATE, "questions": {"a": NOUL, "b": NOUL}})
     assert body["answers"]["a"] == body["answers"]["b"]
@@ -451,7 +464,7 @@ def test_identical_questions_share_one_row(unshared):
 
 def test_a_failed_row_answers_in_place(unshared):
     model = unshared["gpt2"].loaded
-    plan = model.plan("decisions", REQUEST)
+    plan = model.plan("decisions", read_request("decisions", REQUEST))
     outputs = model.run(plan.items)
     outputs[1] = RowError("deadline_exceeded", "the deadline passed before the row ran")
     body = model.finish(plan, outputs)
@@ -528,7 +541,7 @@ def test_calibration_temperatures_are_applied(tmp_path, catalog, unshared):
     )
     assert served.card()["decisions"]["temperature"] == temperatures
     assert served.card()["decisions"]["calibrated"] is True
-    plan = served.loaded.plan("decisions", REQUEST)
+    plan = served.loaded.plan("decisions", read_request("decisions", REQUEST))
     logits = served.loaded.run(plan.items)
     body = served.answer("decisions", REQUEST)
     for (name, question), values in zip(REQUEST["questions"].items(), logits, strict=True):
@@ -554,7 +567,7 @@ def test_a_malformed_calibration_fails_the_load(tmp_path, catalog):
 def test_max_model_len_fails_a_longer_question(packages, catalog):
     short = {"state": "hi", "questions": {"q": NOUL}}
     probe = load_model(packages["gpt2"], LoadOptions(device="cpu"), catalog=catalog)
-    limit = probe.loaded.plan("decisions", short).items[0].tokens
+    limit = probe.loaded.plan("decisions", read_request("decisions", short)).items[0].tokens
     served = load_model(
         packages["gpt2"], LoadOptions(device="cpu", max_model_len=limit), catalog=catalog
     )
@@ -570,7 +583,9 @@ def test_max_model_len_fails_a_longer_question(packages, catalog):
     )
     assert "noul" in body["answers"]["q"]
     failed = body["states"][0]["answers"]["q"]
-    tokens = probe.loaded.plan("decisions", {"state": STATE, "questions": {"q": NOUL}})
+    tokens = probe.loaded.plan(
+        "decisions", read_request("decisions", {"state": STATE, "questions": {"q": NOUL}})
+    )
     assert failed == {
         "type": "noul",
         "error": "max_length_exceeded",
@@ -633,7 +648,9 @@ def test_a_question_over_the_models_own_limit_says_so(unshared):
     # Only the row that ran is counted.
     [row] = (
         unshared["gpt2"]
-        .loaded.plan("decisions", {"state": "short", "questions": {"q": NOUL}})
+        .loaded.plan(
+            "decisions", read_request("decisions", {"state": "short", "questions": {"q": NOUL}})
+        )
         .items
     )
     assert body["usage"]["input_tokens"] == row.tokens
@@ -654,7 +671,8 @@ def test_meta_lists_each_questions_labels_tokens_and_temperature(unshared, packa
         },
     )
     plan = served.loaded.plan(
-        "decisions", {"state": STATE, "questions": {"angry": NOUL, "urgency": SCORE}}
+        "decisions",
+        read_request("decisions", {"state": STATE, "questions": {"angry": NOUL, "urgency": SCORE}}),
     )
     angry, urgency = plan.items
     # The tokens read are the label ids the rows read, as the tokenizer spells them.
@@ -740,8 +758,8 @@ def test_rows_are_keyed_by_their_ids_labels_and_prefix(unshared, shared):
     assert key not in others and len(others) == 5
     # The same question with and without shared context: same ids, different rows.
     single = {"state": STATE, "questions": {"a": NOUL, "b": SCORE}}
-    alone = unshared["qwen3"].loaded.plan("decisions", single).items
-    with_prefix = shared["qwen3"].loaded.plan("decisions", single).items
+    alone = unshared["qwen3"].loaded.plan("decisions", read_request("decisions", single)).items
+    with_prefix = shared["qwen3"].loaded.plan("decisions", read_request("decisions", single)).items
     assert [r.input_ids for r in alone] == [r.input_ids for r in with_prefix]
     assert all(a.key != b.key for a, b in zip(alone, with_prefix, strict=True))
     assert [r.key for r in alone] == [row_key(r.input_ids, r.read_ids, 0) for r in alone]
@@ -756,7 +774,7 @@ def test_rows_with_different_prefixes_run_in_their_own_forwards(shared, unshared
         "questions": {"angry": NOUL, "team": CHOICE},
         "states": [{"state": "The parcel never arrived", "questions": {"angry": NOUL, "u": SCORE}}],
     }
-    plan = model.plan("decisions", body)
+    plan = model.plan("decisions", read_request("decisions", body))
     assert len({r.input_ids[: r.prefix] for r in plan.items}) == 2
     calls = []
     original = model.engine_model.forward
@@ -810,7 +828,9 @@ def test_a_template_that_prints_a_date_fixes_it(tmp_path, catalog):
     )
     package = write_decoder(tmp_path, "qwen3", chat_template=dated, name="dated")
     served = load_model(package, LoadOptions(device="cpu"), catalog=catalog)
-    [row] = served.loaded.plan("decisions", {"state": STATE, "questions": {"q": NOUL}}).items
+    [row] = served.loaded.plan(
+        "decisions", read_request("decisions", {"state": STATE, "questions": {"q": NOUL}})
+    ).items
     text = transformers.AutoTokenizer.from_pretrained(package).decode(row.input_ids)
     assert text.startswith("[26 Jul 2024]<|im_start|>user\nState:\n")
     assert text.count("Question: Is the customer angry?") == 1
@@ -863,13 +883,13 @@ def test_shared_context_asked_for_explicitly_is_on(packages, catalog):
         packages["gpt2"], LoadOptions(device="cpu", enable_shared_context=True), catalog=catalog
     )
     assert served.card()["decisions"]["shared_context"] is True
-    plan = served.loaded.plan("decisions", REQUEST)
+    plan = served.loaded.plan("decisions", read_request("decisions", REQUEST))
     assert all(r.prefix > 10 for r in plan.items)
 
 
 def test_an_engine_returning_the_wrong_number_of_rows_is_an_error_not_a_shifted_answer(unshared):
     model = unshared["gpt2"].loaded
-    plan = model.plan("decisions", REQUEST)
+    plan = model.plan("decisions", read_request("decisions", REQUEST))
     original = model.engine_model.forward
     model.engine_model.forward = lambda batch: original(batch)[:-1]
     try:

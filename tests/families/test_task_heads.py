@@ -11,6 +11,7 @@ import torch
 from vllm_srun.families.task_heads.package import describe
 from vllm_srun.loader import LoadError, LoadOptions, load_model
 from vllm_srun.plugins import load_catalog
+from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.spec import RequestError
 
 from ..fixtures import ENCODER_CONFIGS, HEAD_LABELS, write_task_package
@@ -124,7 +125,11 @@ def test_pooled_head_matches_a_manual_mean_pool(models, packages):
 
     model = models[("bert", "pooled")]
     [item] = model.answer("embeddings", {"input": "good movie"})["data"]
-    ids = list(model.loaded.plan("embeddings", {"input": "good movie"}).items[0].input_ids)
+    ids = list(
+        model.loaded.plan("embeddings", read_request("embeddings", {"input": "good movie"}))
+        .items[0]
+        .input_ids
+    )
     reference = transformers.AutoModel.from_pretrained(
         packages[("bert", "pooled")], attn_implementation="eager"
     ).eval()
@@ -201,7 +206,10 @@ def test_bi_encoder_rerank_is_the_cosine_of_embeddings(models):
 
 def test_pairs_reach_the_model_with_segment_ids(models):
     model = models[("bert", "sequence")]
-    plan = model.loaded.plan("classify", {"input": [{"text": "good movie", "text_pair": "okay"}]})
+    plan = model.loaded.plan(
+        "classify",
+        read_request("classify", {"input": [{"text": "good movie", "text_pair": "okay"}]}),
+    )
     [item] = plan.items
     assert item.token_type_ids is not None and 1 in item.token_type_ids
     single = model.answer("classify", {"input": [{"text": "good movie", "text_pair": "okay"}]})
@@ -266,7 +274,7 @@ def test_one_bad_input_never_fails_its_siblings(models):
             "embeddings",
             {"input": "x", "dimensions": 0},
             "invalid_request",
-            "dimensions must be an integer from 1 to 32, not 0",
+            "dimensions: Input should be greater than or equal to 1",
         ),
         (
             "embeddings",
@@ -278,7 +286,7 @@ def test_one_bad_input_never_fails_its_siblings(models):
             "embeddings",
             {"input": "x", "encoding_format": "hex"},
             "invalid_request",
-            "encoding_format must be float or base64, not 'hex'",
+            "encoding_format: Input should be 'float' or 'base64'",
         ),
         ("embeddings", {"input": [1]}, "invalid_request", "input[0] must be a string"),
         (
@@ -291,13 +299,13 @@ def test_one_bad_input_never_fails_its_siblings(models):
             "rerank",
             {"query": "q", "documents": ["d"], "top_n": 0},
             "invalid_request",
-            "top_n must be an integer >= 1, not 0",
+            "top_n: Input should be greater than or equal to 1",
         ),
         (
             "embeddings",
             {"input": "x", "options": {"overflow": "cut"}},
             "invalid_request",
-            "options.overflow must be one of reject, truncate, window, not 'cut'",
+            "options.overflow: Input should be 'reject', 'truncate' or 'window'",
         ),
     ],
 )
@@ -311,11 +319,11 @@ def test_classify_head_selection(models):
     model = models[("bert", "token")]
     with pytest.raises(RequestError, match="unknown head 'nope'; this model has token"):
         model.answer("classify", {"input": "x", "head": "nope"})
-    with pytest.raises(RequestError, match=r"options\.aggregation must be one of"):
+    with pytest.raises(RequestError, match=r"options\.aggregation: Input should be 'max'"):
         model.answer("classify", {"input": "x", "options": {"aggregation": "mean"}})
     with pytest.raises(RequestError, match=r"input\[0\] has a text_pair; the token head reads"):
         model.answer("classify", {"input": [{"text": "a", "text_pair": "b"}]})
-    with pytest.raises(RequestError, match="head must be a string"):
+    with pytest.raises(RequestError, match="head: Input should be a valid string"):
         model.answer("classify", {"input": "x", "head": ["token"]})
 
 
@@ -406,7 +414,9 @@ def test_a_lone_surrogate_is_an_item_error_beside_good_siblings(models):
 
 def test_text_spelling_a_special_token_is_read_as_text(models):
     model = models[("bert", "sequence")]
-    [item] = model.loaded.plan("classify", {"input": "good [SEP] movie"}).items
+    [item] = model.loaded.plan(
+        "classify", read_request("classify", {"input": "good [SEP] movie"})
+    ).items
     assert item.input_ids.count(3) == 1  # [SEP] (id 3) only closes the row
     assert item.input_ids[-1] == 3
 
@@ -415,8 +425,11 @@ def test_text_spelling_a_special_token_is_read_as_text(models):
     ("request_body", "message"),
     [
         (None, "the request must be a JSON object"),
-        ({"input": "x", "options": []}, "options must be an object"),
-        ({"input": "x", "options": {"window": 0}}, r"options\.window must be an object"),
+        ({"input": "x", "options": []}, "options: Input should be a valid dictionary"),
+        (
+            {"input": "x", "options": {"window": 0}},
+            r"options\.window: Input should be a valid dict",
+        ),
         (
             {"input": "x", "options": {"overflow": "window", "window": {"tokens": 2}}},
             "a window of 2 tokens has no room for content beside 2 special tokens",
@@ -436,7 +449,9 @@ def test_tiny_windows_stay_linear(models):
     model = models[("bert", "sequence")]
     text = "good " * 4000
     options = {"overflow": "window", "window": {"tokens": 3, "overlap": 0}}
-    plan = model.loaded.plan("classify", {"input": text, "options": options})
+    plan = model.loaded.plan(
+        "classify", read_request("classify", {"input": text, "options": options})
+    )
     assert len(plan.items) == 4000
     assert all(item.tokens == 3 for item in plan.items)
 
@@ -448,7 +463,7 @@ def test_rerank_top_n_counts_failed_documents_and_cosines_stay_in_range(models):
     )
     assert [r["index"] for r in body["results"]] == [0]
     assert -1.0 <= body["results"][0]["relevance_score"] <= 1.0
-    with pytest.raises(RequestError, match="return_documents must be true or false"):
+    with pytest.raises(RequestError, match="return_documents: Input should be a valid boolean"):
         model.answer("rerank", {"query": "q", "documents": ["d"], "return_documents": "no"})
 
 

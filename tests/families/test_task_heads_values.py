@@ -25,6 +25,7 @@ from vllm_srun.families.task_heads.readouts import (
 )
 from vllm_srun.loader import load_model
 from vllm_srun.plugins import load_catalog
+from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.spec import RequestError, RowError
 
 from ..fixtures import HEAD_LABELS, write_task_package
@@ -495,7 +496,10 @@ def test_max_tokens_lowers_the_limit_but_never_raises_it(models, tokenizer):
         "windows": 1,
     }
     plan = model.loaded.plan(
-        "classify", {"input": words(5), "options": {"overflow": "truncate", "max_tokens": 3}}
+        "classify",
+        read_request(
+            "classify", {"input": words(5), "options": {"overflow": "truncate", "max_tokens": 3}}
+        ),
     )
     assert list(plan.items[0].input_ids) == [CLS, content_ids(tokenizer, words(5))[0], SEP]
 
@@ -508,7 +512,9 @@ def test_truncating_a_pair_cuts_the_longer_text_first(models, tokenizer):
 
     def planned(max_tokens: int) -> list[int]:
         options = {"overflow": "truncate", "max_tokens": max_tokens}
-        [item] = model.loaded.plan("classify", {"input": pair, "options": options}).items
+        [item] = model.loaded.plan(
+            "classify", read_request("classify", {"input": pair, "options": options})
+        ).items
         return list(item.input_ids)
 
     # 3 special tokens; 9 content tokens -> budget 6: the longer first text loses 3
@@ -533,7 +539,9 @@ def test_window_rows_wrap_each_slice_in_the_model_envelope(models, packages):
         tok = transformers.AutoTokenizer.from_pretrained(packages[key])
         ids = tok(text, add_special_tokens=False)["input_ids"]
         head, tail = [tok.cls_token_id], [tok.sep_token_id]
-        plan = models[key].loaded.plan("classify", {"input": text, "options": options})
+        plan = models[key].loaded.plan(
+            "classify", read_request("classify", {"input": text, "options": options})
+        )
         # 6 content tokens a window, step 4: [0, 6), [4, 10), [6, 12)
         assert [list(item.input_ids) for item in plan.items] == [
             head + ids[0:6] + tail,
@@ -579,17 +587,23 @@ def test_window_overlap_defaults_to_half_a_small_window(models):
             "a window of 2 tokens has no room for content beside 2 special tokens; "
             "raise options.window.tokens",
         ),
-        ({"window": {"overlap": -1}}, "options.window.overlap must be an integer >= 0"),
-        ({"window": {"overlap": 2.0}}, "options.window.overlap must be an integer >= 0"),
-        ({"window": {"overlap": True}}, "options.window.overlap must be an integer >= 0"),
+        (
+            {"window": {"overlap": -1}},
+            "options.window.overlap: Input should be greater than or equal to 0",
+        ),
+        ({"window": {"overlap": 2.0}}, "options.window.overlap: Input should be a valid integer"),
+        ({"window": {"overlap": True}}, "options.window.overlap: Input should be a valid integer"),
         (
             {"window": {"tokens": 0}},
-            "options.window.tokens must be a positive integer, not 0",
+            "options.window.tokens: Input should be greater than or equal to 1",
         ),
-        ({"max_tokens": 0}, "options.max_tokens must be a positive integer, not 0"),
-        ({"max_tokens": "5"}, "options.max_tokens must be a positive integer, not '5'"),
-        ({"max_tokens": True}, "options.max_tokens must be a positive integer, not True"),
-        ({"window": [8]}, "options.window must be an object {tokens, overlap}"),
+        ({"max_tokens": 0}, "options.max_tokens: Input should be greater than or equal to 1"),
+        ({"max_tokens": "5"}, "options.max_tokens: Input should be a valid integer"),
+        ({"max_tokens": True}, "options.max_tokens: Input should be a valid integer"),
+        (
+            {"window": [8]},
+            "options.window: Input should be a valid dictionary or instance of WindowOptions",
+        ),
     ],
 )
 def test_bad_window_settings_say_what_to_change(models, options, message):
@@ -659,13 +673,17 @@ def test_truncate_needs_room_for_one_content_token(models):
     assert empty["input"] == {"tokens": 2, "processed_tokens": 2, "truncated": False, "windows": 1}
 
 
-def test_an_empty_or_unset_overflow_means_reject(models):
+def test_an_unset_overflow_means_reject_and_a_null_one_is_refused(models):
     model = models["sequence"]
-    for overflow in (None, ""):
-        [result] = model.answer(
-            "classify", {"input": words(63), "options": {"overflow": overflow, "window": None}}
-        )["results"]
+    for options in ({}, {"window": None}):
+        [result] = model.answer("classify", {"input": words(63), "options": options})["results"]
         assert result["error"] == "max_length_exceeded"
+    for overflow in (None, ""):
+        with pytest.raises(RequestError) as raised:
+            model.answer("classify", {"input": "x", "options": {"overflow": overflow}})
+        assert raised.value.message == (
+            "options.overflow: Input should be 'reject', 'truncate' or 'window'"
+        )
 
 
 def test_a_lone_surrogate_in_either_text_is_an_item_error(models):
@@ -700,7 +718,7 @@ def task_model(model):
 def finish_with_failures(model, surface, request, failures):
     """Plan and run ``request``, replace the outputs of rows ``failures`` by row errors."""
     loaded = task_model(model)
-    plan = loaded.plan(surface, request)
+    plan = loaded.plan(surface, read_request(surface, request))
     outputs = loaded.run(plan.items)
     for row, code in failures.items():
         outputs[row] = RowError(code, f"row {row} failed")
@@ -736,7 +754,7 @@ def with_engine(model, engine):
 
 
 def answer(loaded, surface, request):
-    plan = loaded.plan(surface, request)
+    plan = loaded.plan(surface, read_request(surface, request))
     return loaded.finish(plan, loaded.run(plan.items))
 
 
@@ -1032,15 +1050,25 @@ def test_a_model_with_several_classify_heads_asks_which(models):
     multi = TaskModel(replace(loaded.description, heads=heads), loaded.encoder, loaded.engine_model)
     assert multi.surfaces == ("classify", "embeddings", "rerank")
     with pytest.raises(RequestError) as raised:
-        multi.plan("classify", {"input": "good"})
+        multi.plan("classify", read_request("classify", {"input": "good"}))
     assert (raised.value.code, raised.value.message) == (
         "invalid_request",
         "name the head: one of sequence, second",
     )
-    assert multi.plan("classify", {"input": "good", "head": "second"}).head.name == "second"
-    assert multi.plan("classify", {"input": "good", "head": "sequence"}).head.kind == "sequence"
+    assert (
+        multi.plan(
+            "classify", read_request("classify", {"input": "good", "head": "second"})
+        ).head.name
+        == "second"
+    )
+    assert (
+        multi.plan(
+            "classify", read_request("classify", {"input": "good", "head": "sequence"})
+        ).head.kind
+        == "sequence"
+    )
     with pytest.raises(RequestError) as raised:
-        multi.plan("classify", {"input": "good", "head": "pooled"})
+        multi.plan("classify", read_request("classify", {"input": "good", "head": "pooled"}))
     assert raised.value.message == "unknown head 'pooled'; this model has sequence, second"
 
 
@@ -1060,7 +1088,7 @@ def test_a_model_with_several_classify_heads_asks_which(models):
             "classify",
             {"input": "x", "options": "window"},
             "invalid_request",
-            "options must be an object",
+            "options: Input should be a valid dictionary or instance of ClassifyOptions",
         ),
         (
             "sequence",
@@ -1072,14 +1100,14 @@ def test_a_model_with_several_classify_heads_asks_which(models):
         (
             "sequence",
             "classify",
-            {"input": ["ok", {"text": "a", "text_pair": 3}]},
+            {"input": [{"text": "ok"}, {"text": "a", "text_pair": 3}]},
             "invalid_request",
             "input[1].text_pair must be a string",
         ),
         (
             "sequence",
             "classify",
-            {"input": ["ok", {"text_pair": "b"}]},
+            {"input": [{"text": "ok"}, {"text_pair": "b"}]},
             "invalid_request",
             "input[1] must be a string or {text, text_pair}",
         ),
@@ -1095,12 +1123,12 @@ def test_a_model_with_several_classify_heads_asks_which(models):
             "embeddings",
             {"input": "x", "dimensions": True},
             "invalid_request",
-            "dimensions must be an integer from 1 to 32, not True",
+            "dimensions: Input should be a valid integer",
         ),
         (
             "token",
             "classify",
-            {"input": ["a", "b", {"text": "a", "text_pair": "b"}]},
+            {"input": [{"text": "a"}, {"text": "b"}, {"text": "a", "text_pair": "b"}]},
             "invalid_request",
             "input[2] has a text_pair; the token head reads single texts",
         ),
@@ -1109,35 +1137,35 @@ def test_a_model_with_several_classify_heads_asks_which(models):
             "classify",
             {"input": "x", "options": {"threshold": 1.5}},
             "invalid_request",
-            "options.threshold must be a number from 0 to 1",
+            "options.threshold: Input should be less than or equal to 1",
         ),
         (
             "sequence",
             "classify",
             {"input": "x", "options": {"threshold": -0.1}},
             "invalid_request",
-            "options.threshold must be a number from 0 to 1",
+            "options.threshold: Input should be greater than or equal to 0",
         ),
         (
             "sequence",
             "classify",
             {"input": "x", "options": {"threshold": "0.5"}},
             "invalid_request",
-            "options.threshold must be a number from 0 to 1",
+            "options.threshold: Input should be a valid number",
         ),
         (
             "sequence",
             "classify",
             {"input": "x", "options": {"threshold": True}},
             "invalid_request",
-            "options.threshold must be a number from 0 to 1",
+            "options.threshold: Input should be a valid number",
         ),
         (
             "sequence",
             "classify",
             {"input": "x", "options": {"aggregation": "mean"}},
             "invalid_request",
-            "options.aggregation must be one of max, first, average, none, not 'mean'",
+            "options.aggregation: Input should be 'max', 'first', 'average' or 'none'",
         ),
         (
             "sequence",
@@ -1151,42 +1179,42 @@ def test_a_model_with_several_classify_heads_asks_which(models):
             "classify",
             {"input": "x", "head": ["sequence"]},
             "invalid_request",
-            "head must be a string",
+            "head: Input should be a valid string",
         ),
-        ("relevance", "rerank", {"documents": ["d"]}, "invalid_request", "query must be a string"),
+        ("relevance", "rerank", {"documents": ["d"]}, "invalid_request", "query: Field required"),
         (
             "relevance",
             "rerank",
             {"query": "q", "documents": "d"},
             "invalid_request",
-            "documents must be a list of strings",
+            "documents: Input should be a valid list",
         ),
         (
             "relevance",
             "rerank",
             {"query": "q", "documents": ["d", 1]},
             "invalid_request",
-            "documents must be a list of strings",
+            "documents.1: Input should be a valid string",
         ),
         (
             "relevance",
             "rerank",
             {"query": "q", "documents": ["d"], "top_n": True},
             "invalid_request",
-            "top_n must be an integer >= 1, not True",
+            "top_n: Input should be a valid integer",
         ),
         (
             "relevance",
             "rerank",
             {"query": "q", "documents": ["d"], "return_documents": 1},
             "invalid_request",
-            "return_documents must be true or false",
+            "return_documents: Input should be a valid boolean",
         ),
     ],
 )
 def test_malformed_requests_say_what_is_wrong(models, key, surface, request_body, code, message):
     with pytest.raises(RequestError) as raised:
-        task_model(models[key]).plan(surface, request_body)
+        task_model(models[key]).plan(surface, read_request(surface, request_body))
     assert (raised.value.code, raised.value.message) == (code, message)
 
 
@@ -1195,26 +1223,30 @@ def test_request_values_at_their_bounds_are_accepted(models):
     for dimensions in (1, 32):
         [item] = pooled.answer("embeddings", {"input": "good", "dimensions": dimensions})["data"]
         assert len(item["embedding"]) == dimensions
-    [item] = pooled.answer("embeddings", {"input": "good", "encoding_format": None})["data"]
-    assert isinstance(item["embedding"], list)
+    [item] = pooled.answer("embeddings", {"input": "good"})["data"]
+    assert isinstance(item["embedding"], list)  # float unless asked
     plan = task_model(models["sequence"]).plan(
-        "classify", {"input": [{"text": "good"}], "options": None}
+        "classify", read_request("classify", {"input": [{"text": "good"}], "options": None})
     )
     assert plan.options == {"threshold": None, "aggregation": "max"}
     assert plan.items[0].token_type_ids is None  # {text} alone is a single text
     for threshold in (0, 1, 0.5):
         plan = task_model(models["sequence"]).plan(
-            "classify", {"input": "x", "options": {"threshold": threshold}}
+            "classify",
+            read_request("classify", {"input": "x", "options": {"threshold": threshold}}),
         )
         assert plan.options["threshold"] == threshold
     for aggregation in ("max", "first", "average", "none"):
         plan = task_model(models["token"]).plan(
-            "classify", {"input": "x", "options": {"aggregation": aggregation}}
+            "classify",
+            read_request("classify", {"input": "x", "options": {"aggregation": aggregation}}),
         )
         assert plan.options["aggregation"] == aggregation
     top = models["relevance"].answer("rerank", {"query": "q", "documents": ["a", "b"], "top_n": 1})
     assert len(top["results"]) == 1
-    plan = task_model(models["relevance"]).plan("rerank", {"query": "q", "documents": ["a"]})
+    plan = task_model(models["relevance"]).plan(
+        "rerank", read_request("rerank", {"query": "q", "documents": ["a"]})
+    )
     assert plan.options == {"top_n": None, "return_documents": False}
 
 
@@ -1237,10 +1269,14 @@ def test_row_keys_differ_with_ids_or_segments():
 def test_the_default_scan_budget_is_32768_content_tokens(models):
     loaded = task_model(models["sequence"])
     options = {"overflow": "window"}
-    [at] = loaded.plan("classify", {"input": "good " * 32768, "options": options}).inputs
+    [at] = loaded.plan(
+        "classify", read_request("classify", {"input": "good " * 32768, "options": options})
+    ).inputs
     assert at.error is None and at.content_tokens == 32768
     assert len(at.rows) == 1 + -(-(32768 - 62) // 31)  # step 31 after the first window
-    [over] = loaded.plan("classify", {"input": "good " * 32769, "options": options}).inputs
+    [over] = loaded.plan(
+        "classify", read_request("classify", {"input": "good " * 32769, "options": options})
+    ).inputs
     assert over.error == (
         "scan_budget_exceeded",
         "input has 32769 content tokens; the scan budget is 32768. "
@@ -1324,7 +1360,10 @@ def test_rows_reach_the_engine_right_padded_with_the_pad_id(models, packages, to
     engine = Recording(3)
     loaded = with_engine(models["sequence"], engine)
     good, film = content_ids(tokenizer, "good"), content_ids(tokenizer, words(4))
-    plan = loaded.plan("classify", {"input": ["good", {"text": "good", "text_pair": words(4)}]})
+    plan = loaded.plan(
+        "classify",
+        read_request("classify", {"input": ["good", {"text": "good", "text_pair": words(4)}]}),
+    )
     loaded.run(plan.items)
     [batch] = engine.batches
     assert batch.input_ids.tolist() == [
@@ -1333,12 +1372,16 @@ def test_rows_reach_the_engine_right_padded_with_the_pad_id(models, packages, to
     ]
     assert batch.attention_mask.tolist() == [[1] * 3 + [0] * 5, [1] * 8]
     assert batch.token_type_ids.tolist() == [[0] * 8, [0] * 3 + [1] * 5]
-    loaded.run(loaded.plan("classify", {"input": ["good", words(3)]}).items)
+    loaded.run(
+        loaded.plan("classify", read_request("classify", {"input": ["good", words(3)]})).items
+    )
     assert engine.batches[1].token_type_ids is None  # single texts: no segments
     roberta = Recording(3)
     tok = transformers.AutoTokenizer.from_pretrained(packages["roberta-sequence"])
     loaded = with_engine(models["roberta-sequence"], roberta)
-    loaded.run(loaded.plan("classify", {"input": ["good", words(3)]}).items)
+    loaded.run(
+        loaded.plan("classify", read_request("classify", {"input": ["good", words(3)]})).items
+    )
     assert tok.pad_token_id == 1
     [good_id] = tok("good", add_special_tokens=False)["input_ids"]
     row = [tok.cls_token_id, good_id, tok.sep_token_id, 1, 1]  # padded to 5 tokens

@@ -73,13 +73,12 @@ BAD_FIELDS = [
     (
         "/v1/embeddings",
         {"model": "pooled", "input": 5},
-        "input.str: Input should be a valid string; input.list[str]: Input should be a valid list",
+        "input must be a string or a non-empty list",
     ),
     (
         "/v1/embeddings",
         {"model": "pooled", "input": ["good", 7]},
-        "input.str: Input should be a valid string; "
-        "input.list[str].1: Input should be a valid string",
+        "input[1] must be a string",
     ),
     (
         "/v1/embeddings",
@@ -612,3 +611,43 @@ def test_metrics_count_requests_by_model_without_request_text(make_runtime):
     assert value(samples, "vllm_srun_model_ready", model="sequence") == 1
     model_scoped = [s for s in samples if s.name.startswith("vllm_srun_")]
     assert model_scoped and all("model" in s.labels for s in model_scoped)
+
+
+# -- one request shape over HTTP and in process ---------------------------------------------
+def test_window_settings_reach_embeddings_over_http(make_runtime):
+    client = make_client(make_runtime(("pooled",)))
+    options = {"overflow": "window", "window": {"tokens": 20, "overlap": 4}}
+    response = client.post("/v1/embeddings", json={"input": LONG, "options": options})
+    [item] = response.json()["data"]
+    # 120 content tokens, 18 a window, step 14: [0, 18), [14, 32), ..., [112, 120)
+    assert item["input"] == {
+        "tokens": 122,
+        "processed_tokens": 120 + 2 * 9,
+        "truncated": False,
+        "windows": 9,
+    }
+    assert math.isclose(math.fsum(v * v for v in item["embedding"]), 1.0, rel_tol=1e-5)
+
+
+def test_a_classify_request_may_mix_single_texts_and_pairs(make_runtime):
+    client = make_client(make_runtime(("sequence",)))
+    pair = {"text": "good movie", "text_pair": "okay"}
+    mixed = client.post("/v1/classify", json={"input": ["good", pair]}).json()["results"]
+    single = client.post("/v1/classify", json={"input": "good"}).json()["results"]
+    paired = client.post("/v1/classify", json={"input": [pair]}).json()["results"]
+    assert close(mixed[0]["probabilities"], single[0]["probabilities"])
+    assert close(mixed[1]["probabilities"], paired[0]["probabilities"])
+
+
+def test_a_bundle_task_naming_a_model_that_is_not_a_string_fails_alone(make_runtime):
+    client = make_client(make_runtime(("pooled",)))
+    tasks = [
+        {"id": "a", "decisions": {"model": {}, "state": "x", "questions": {}}},
+        {"id": "b", "embeddings": {"input": "good"}},
+    ]
+    response = client.post("/v1/bundle", json={"tasks": tasks})
+    assert response.status_code == 200, response.text
+    first, second = response.json()["results"]
+    assert (first["status"], first["error"]["code"]) == (400, "invalid_request")
+    assert "model must be a string, not an object" in first["error"]["message"]
+    assert second["status"] == 200

@@ -1,0 +1,334 @@
+"""The typed request of each surface: what a family's ``plan`` receives.
+
+The serving layer validates every HTTP body into one of these classes once:
+pydantic checks each field's type and range (the OpenAPI document is generated
+from the same classes), and :meth:`SurfaceBody.check` applies the few rules a
+JSON Schema cannot state (a non-empty ``input``). A family then checks only
+what depends on its model: ``dimensions`` against its size, ``head`` against
+its heads, token counts against its limit.
+
+``/v1/decisions`` bodies are read from their raw bytes instead (a duplicated
+key must be caught before a JSON parser drops it, and a bad question fails
+only itself): their typed request is
+:class:`vllm_srun.plugins.decisions.DecisionsRequest`.
+
+Callers without HTTP (the conformance kit, calibration, tests) build the same
+objects from a parsed JSON body with :func:`read_request`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal, get_args
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+)
+from pydantic_core import PydanticCustomError
+
+from vllm_srun.plugins.decisions import DecisionsRequest, parse_request
+from vllm_srun.plugins.spec import RequestError
+
+Overflow = Literal["reject", "truncate", "window"]
+"""What happens to an input longer than the model's limit: ``reject`` (an item
+error naming both counts), ``truncate`` (keep the beginning) or ``window``
+(overlapping windows, merged back by the head)."""
+
+OVERFLOW_MODES: tuple[Overflow, ...] = get_args(Overflow)
+"""Every :data:`Overflow` mode, the default (``reject``) first."""
+
+Aggregation = Literal["max", "first", "average", "none"]
+"""How a token head's word pieces become word labels (the Hugging Face
+token-classification pipeline's ``aggregation_strategy`` names; ``max`` default)."""
+
+AGGREGATIONS: tuple[Aggregation, ...] = get_args(Aggregation)
+
+EncodingFormat = Literal["float", "base64"]
+"""OpenAI's ``encoding_format``: a JSON array of floats, or the little-endian
+float32 bytes in base64."""
+
+Milliseconds = StrictFloat | StrictInt
+"""A duration in ms: a JSON number, never a string or a boolean (``true`` is not 1 ms)."""
+
+
+class Strict(BaseModel):
+    """Unknown fields are an error: a typo must not be silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WindowOptions(Strict):
+    """How ``overflow: window`` cuts an input (both default to the model's choice)."""
+
+    tokens: StrictInt | None = Field(
+        default=None, ge=1, description="Window length in tokens, specials included."
+    )
+    overlap: StrictInt | None = Field(
+        default=None, ge=0, description="Content tokens neighbouring windows share."
+    )
+
+
+class InputOptions(Strict):
+    """``options`` every text surface takes."""
+
+    overflow: Overflow = "reject"
+    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    window: WindowOptions | None = None
+    deadline_ms: Milliseconds | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Answer within this many ms, or deadline_exceeded.",
+    )
+
+
+class ClassifyOptions(InputOptions):
+    """``/v1/classify`` options: input options plus the heads' readout settings."""
+
+    threshold: StrictFloat | None = Field(default=None, ge=0, le=1)
+    aggregation: Aggregation | None = None
+
+
+class SurfaceBody(BaseModel):
+    """What every surface request has: ``model`` and ``options.deadline_ms``."""
+
+    surface: ClassVar[str]
+    model: str | None = None
+    options: InputOptions | None = None
+
+    @property
+    def deadline_ms(self) -> float | None:
+        """``options.deadline_ms`` (ms), or ``None``."""
+        return None if self.options is None else self.options.deadline_ms
+
+    @property
+    def input_options(self) -> InputOptions:
+        """``options``, or the defaults when absent."""
+        return self.options if self.options is not None else InputOptions()
+
+    def check(self) -> None:
+        """The rules a JSON Schema does not state (none here).
+
+        Raises:
+            RequestError: ``invalid_request`` naming the field and the fix.
+        """
+
+
+RULE = "request_rule"
+"""The pydantic error type of a rule worded whole (its message names the field)."""
+
+
+def _texts_rule(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """``input`` of embeddings: one message naming the first bad item, instead of
+    one per member of the union."""
+    try:
+        return handler(value)
+    except ValidationError:
+        if isinstance(value, list):
+            index = next(i for i, item in enumerate(value) if not isinstance(item, str))
+            raise PydanticCustomError(RULE, f"input[{index}] must be a string") from None
+        raise PydanticCustomError(RULE, "input must be a string or a non-empty list") from None
+
+
+def _pairs_rule(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """``input`` of classify: one message naming the first bad item."""
+    try:
+        return handler(value)
+    except ValidationError:
+        if not isinstance(value, list):
+            raise PydanticCustomError(RULE, "input must be a string or a non-empty list") from None
+        for index, item in enumerate(value):
+            if isinstance(item, dict) and isinstance(item.get("text"), str):
+                if set(item) - {"text", "text_pair"}:
+                    extra = sorted(set(item) - {"text", "text_pair"})[0]
+                    raise PydanticCustomError(
+                        RULE, f"input[{index}].{extra}: not a field of this request"
+                    ) from None
+                if not isinstance(item.get("text_pair", ""), str | None):
+                    raise PydanticCustomError(
+                        RULE, f"input[{index}].text_pair must be a string"
+                    ) from None
+            elif not isinstance(item, str):
+                raise PydanticCustomError(
+                    RULE, f"input[{index}] must be a string or {{text, text_pair}}"
+                ) from None
+        raise
+
+
+def _non_empty(value: str | list[Any]) -> None:
+    if isinstance(value, list) and not value:
+        raise RequestError("invalid_request", "input must be a string or a non-empty list")
+
+
+class EmbeddingsRequest(SurfaceBody):
+    """OpenAI-compatible; unknown OpenAI fields (``user``) are accepted and ignored."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    surface: ClassVar[str] = "embeddings"
+
+    input: Annotated[str | list[str], WrapValidator(_texts_rule)]
+    model: str | None = None
+    dimensions: StrictInt | None = Field(default=None, ge=1)
+    encoding_format: EncodingFormat = "float"
+    options: InputOptions | None = None
+
+    @property
+    def texts(self) -> list[str]:
+        """``input`` as a list of texts."""
+        return [self.input] if isinstance(self.input, str) else list(self.input)
+
+    def check(self) -> None:
+        """``input`` is not an empty list.
+
+        Raises:
+            RequestError: ``invalid_request``.
+        """
+        _non_empty(self.input)
+
+
+class TextPair(Strict):
+    """A text and, for a pair head (sequence, scores, relevance), its second text."""
+
+    text: str
+    text_pair: str | None = None
+
+
+class ClassifyRequest(SurfaceBody, Strict):
+    """``/v1/classify``: texts (or pairs) for one head."""
+
+    surface: ClassVar[str] = "classify"
+
+    input: Annotated[str | list[str | TextPair], WrapValidator(_pairs_rule)]
+    model: str | None = None
+    head: str | None = None
+    options: ClassifyOptions | None = None
+
+    @property
+    def pairs(self) -> list[TextPair]:
+        """``input`` as a list of :class:`TextPair` (plain texts have no pair)."""
+        if isinstance(self.input, str):
+            return [TextPair(text=self.input)]
+        return [p if isinstance(p, TextPair) else TextPair(text=p) for p in self.input]
+
+    @property
+    def classify_options(self) -> ClassifyOptions:
+        """``options``, or the defaults when absent."""
+        return self.options if self.options is not None else ClassifyOptions()
+
+    def check(self) -> None:
+        """``input`` is not an empty list.
+
+        Raises:
+            RequestError: ``invalid_request``.
+        """
+        _non_empty(self.input)
+
+
+class RerankRequest(SurfaceBody, Strict):
+    """``/v1/rerank``: documents to order by relevance to a query."""
+
+    surface: ClassVar[str] = "rerank"
+
+    query: str
+    documents: list[str]
+    model: str | None = None
+    top_n: StrictInt | None = Field(default=None, ge=1)
+    return_documents: StrictBool = False
+    options: InputOptions | None = None
+
+
+TextRequest = EmbeddingsRequest | ClassifyRequest | RerankRequest
+"""The pydantic-validated requests (every surface but decisions)."""
+
+SurfaceRequest = TextRequest | DecisionsRequest
+"""What a family's ``plan`` receives."""
+
+TEXT_REQUESTS: dict[str, type[TextRequest]] = {
+    "embeddings": EmbeddingsRequest,
+    "classify": ClassifyRequest,
+    "rerank": RerankRequest,
+}
+"""The request class of each pydantic-validated surface."""
+
+
+def validation_problems(errors: list[Any]) -> str:
+    """pydantic's errors as one line: ``location: what is wrong`` per problem, ``; ``-joined.
+
+    ``errors`` is ``ValidationError.errors()`` (or FastAPI's, whose locations
+    start with ``body``, left out here).
+    """
+    problems = []
+    for error in errors:
+        location = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
+        if error.get("type") == RULE:
+            problems.append(str(error.get("msg")))
+            continue
+        if error.get("type") == "extra_forbidden":
+            problems.append(f"{location}: not a field of this request (check the spelling)")
+            continue
+        if error.get("type") == "json_invalid":
+            context = error.get("ctx", {}).get("error", "")
+            problems.append(f"malformed JSON: {context}".rstrip(": "))
+            continue
+        problems.append(f"{location or 'body'}: {error.get('msg', 'invalid')}")
+    return "; ".join(dict.fromkeys(problems)) or "invalid request"
+
+
+def read_request(surface: str, body: Mapping[str, Any] | SurfaceRequest) -> SurfaceRequest:
+    """The typed request of ``surface`` from a parsed JSON body (a typed one passes through).
+
+    Args:
+        surface: ``embeddings``, ``classify``, ``rerank`` or ``decisions``.
+        body: the JSON object, as ``json.loads`` returns it.
+
+    Raises:
+        RequestError: ``invalid_request`` with the problems (as the HTTP
+            surface words them); ``unsupported_surface`` for an unknown surface.
+    """
+    if isinstance(body, (BaseModel, DecisionsRequest)):
+        return body
+    if surface == "decisions":
+        return parse_request(body)
+    model = TEXT_REQUESTS.get(surface)
+    if model is None:
+        raise RequestError("unsupported_surface", f"no surface named {surface!r}")
+    if not isinstance(body, Mapping):
+        raise RequestError("invalid_request", "the request must be a JSON object")
+    try:
+        request = model.model_validate(body)
+    except ValidationError as err:
+        raise RequestError("invalid_request", validation_problems(err.errors())) from err
+    request.check()
+    return request
+
+
+__all__ = [
+    "AGGREGATIONS",
+    "OVERFLOW_MODES",
+    "TEXT_REQUESTS",
+    "Aggregation",
+    "ClassifyOptions",
+    "ClassifyRequest",
+    "EmbeddingsRequest",
+    "EncodingFormat",
+    "InputOptions",
+    "Milliseconds",
+    "Overflow",
+    "RerankRequest",
+    "Strict",
+    "SurfaceBody",
+    "SurfaceRequest",
+    "TextPair",
+    "TextRequest",
+    "WindowOptions",
+    "read_request",
+    "validation_problems",
+]
