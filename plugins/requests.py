@@ -126,16 +126,37 @@ RULE = "request_rule"
 """The pydantic error type of a rule worded whole (its message names the field)."""
 
 
+def _is_id(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
 def _texts_rule(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
     """``input`` of embeddings: one message naming the first bad item, instead of
-    one per member of the union."""
+    one per member of the union (and per token id)."""
     try:
         return handler(value)
     except ValidationError:
-        if isinstance(value, list):
+        if not isinstance(value, list):
+            raise PydanticCustomError(RULE, "input must be a string or a non-empty list") from None
+        if value and isinstance(value[0], str):
             index = next(i for i, item in enumerate(value) if not isinstance(item, str))
             raise PydanticCustomError(RULE, f"input[{index}] must be a string") from None
-        raise PydanticCustomError(RULE, "input must be a string or a non-empty list") from None
+        for index, item in enumerate(value):
+            if isinstance(item, list):
+                bad = next((j for j, i in enumerate(item) if not _is_id(i)), None)
+                if bad is not None:
+                    raise PydanticCustomError(
+                        RULE, f"input[{index}][{bad}] must be a token id (an integer >= 0)"
+                    ) from None
+            elif not _is_id(item):
+                raise PydanticCustomError(
+                    RULE,
+                    f"input[{index}] must be a string, a token id (an integer >= 0) or a list "
+                    "of token ids; send texts or token ids, not both",
+                ) from None
+        raise PydanticCustomError(
+            RULE, "input must hold texts, token ids, or lists of token ids: one kind"
+        ) from None
 
 
 def _pairs_rule(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
@@ -168,30 +189,91 @@ def _non_empty(value: str | list[Any]) -> None:
         raise RequestError("invalid_request", "input must be a string or a non-empty list")
 
 
+TokenId = Annotated[StrictInt, Field(ge=0)]
+"""A token id of the model's vocabulary (checked against its size by the model)."""
+
+
 class EmbeddingsRequest(SurfaceBody):
     """OpenAI-compatible; unknown OpenAI fields (``user``) are accepted and ignored."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
     surface: ClassVar[str] = "embeddings"
 
-    input: Annotated[str | list[str], WrapValidator(_texts_rule)]
+    input: Annotated[
+        str | list[str] | list[TokenId] | list[list[TokenId]], WrapValidator(_texts_rule)
+    ] = Field(
+        description="A text, a list of texts, one input as token ids (a list of integers: "
+        "the whole row, special tokens included, as the model's tokenizer gives it), or "
+        "several (a list of such lists)."
+    )
     model: str | None = None
     dimensions: StrictInt | None = Field(default=None, ge=1)
     encoding_format: EncodingFormat = "float"
+    truncate: StrictBool | None = Field(
+        default=None,
+        description="Text Embeddings Inference's spelling: true is options.overflow "
+        "truncate, false is reject.",
+    )
     options: InputOptions | None = None
 
     @property
+    def token_ids(self) -> list[list[int]] | None:
+        """``input`` as rows of token ids, or ``None`` when it holds texts."""
+        if not isinstance(self.input, list) or not self.input or isinstance(self.input[0], str):
+            return None
+        if isinstance(self.input[0], int):
+            return [[int(i) for i in self.input if isinstance(i, int)]]
+        return [list(row) for row in self.input if isinstance(row, list)]
+
+    @property
     def texts(self) -> list[str]:
-        """``input`` as a list of texts."""
-        return [self.input] if isinstance(self.input, str) else list(self.input)
+        """``input`` as a list of texts (empty when it holds token ids)."""
+        if isinstance(self.input, str):
+            return [self.input]
+        return [text for text in self.input if isinstance(text, str)]
+
+    @property
+    def plain(self) -> bool:
+        """Whether the request is in OpenAI's plain form (no ``options``): an unusable
+        input then fails the request with 400, as OpenAI does, instead of answering
+        an item error in its place."""
+        return self.options is None
+
+    @property
+    def input_options(self) -> InputOptions:
+        """``options`` with ``truncate`` read as ``overflow``; the defaults when absent."""
+        options = self.options if self.options is not None else InputOptions()
+        if self.truncate is None or "overflow" in options.model_fields_set:
+            return options
+        return options.model_copy(update={"overflow": "truncate" if self.truncate else "reject"})
 
     def check(self) -> None:
-        """``input`` is not an empty list.
+        """``input`` is not empty (nor any list of token ids in it); ``truncate``
+        agrees with ``options.overflow`` when both are given.
 
         Raises:
             RequestError: ``invalid_request``.
         """
         _non_empty(self.input)
+        for index, row in enumerate(self.token_ids or ()):
+            if not row:
+                raise RequestError(
+                    "invalid_request", f"input[{index}] is an empty list of token ids"
+                )
+        options = self.options
+        if (
+            self.truncate is not None
+            and options is not None
+            and (
+                "overflow" in options.model_fields_set
+                and options.overflow != ("truncate" if self.truncate else "reject")
+            )
+        ):
+            raise RequestError(
+                "invalid_request",
+                f"truncate {str(self.truncate).lower()} and options.overflow {options.overflow} "
+                "disagree; send one of them",
+            )
 
 
 class TextPair(Strict):
@@ -259,11 +341,17 @@ TEXT_REQUESTS: dict[str, type[TextRequest]] = {
 """The request class of each pydantic-validated surface."""
 
 
+PROBLEMS_SHOWN = 5
+"""Problems a validation message lists before it counts the rest."""
+
+
 def validation_problems(errors: list[Any]) -> str:
     """pydantic's errors as one line: ``location: what is wrong`` per problem, ``; ``-joined.
 
     ``errors`` is ``ValidationError.errors()`` (or FastAPI's, whose locations
-    start with ``body``, left out here).
+    start with ``body``, left out here). The first :data:`PROBLEMS_SHOWN`
+    distinct problems are listed, then ``and N more``: the message never grows
+    with the request (2,048 bad token ids are 5 lines and a count).
     """
     problems = []
     for error in errors:
@@ -279,7 +367,10 @@ def validation_problems(errors: list[Any]) -> str:
             problems.append(f"malformed JSON: {context}".rstrip(": "))
             continue
         problems.append(f"{location or 'body'}: {error.get('msg', 'invalid')}")
-    return "; ".join(dict.fromkeys(problems)) or "invalid request"
+    distinct = [p if len(p) <= 300 else p[:300] + "..." for p in dict.fromkeys(problems)]
+    shown = "; ".join(distinct[:PROBLEMS_SHOWN]) or "invalid request"
+    hidden = len(distinct) - PROBLEMS_SHOWN
+    return f"{shown}; and {hidden} more" if hidden > 0 else shown
 
 
 def read_request(surface: str, body: Mapping[str, Any] | SurfaceRequest) -> SurfaceRequest:

@@ -31,10 +31,10 @@ from vllm_srun.plugins.spec import RequestError
 from . import schemas
 from .bundle import answer_bundle
 from .envelope import Envelope, install_error_handlers
-from .requests import ApiError, ClientGone, Timing
-from .responses import CLIENT_CLOSED, Accounting, respond
+from .requests import ApiError, ClientGone, Timing, clip
+from .responses import CLIENT_CLOSED, Accounting, plain_embeddings_refusal, respond
 from .runtime import Runtime
-from .status import cards, health_document
+from .status import cards, health_document, model_card
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": schemas.ErrorResponse} for status in (400, 404, 413, 422, 429, 500, 503)
@@ -116,6 +116,9 @@ def build_app(runtime: Runtime) -> FastAPI:
             name = planned.state.name
             runtime.submit([planned], timing)
             result = await runtime.wait(planned, request.is_disconnected)
+            refusal = plain_embeddings_refusal(body, result)
+            if refusal is not None:
+                raise refusal
             return respond(200, result, timing)
         except ApiError as err:
             status = err.status
@@ -221,6 +224,22 @@ def build_app(runtime: Runtime) -> FastAPI:
                 "data": cards(runtime),
             },
         )
+
+    @app.get(
+        "/v1/models/{model_id:path}",
+        response_model=None,
+        responses={200: {"model": schemas.ModelCard}, 404: {"model": schemas.ErrorResponse}},
+    )
+    async def model(model_id: str) -> Response:
+        """One model's card (OpenAI's retrieve-model call)."""
+        state = runtime.models.get(model_id)
+        if state is None:
+            served = ", ".join(runtime.models) or "none"
+            raise ApiError(
+                "model_not_found",
+                f"model {clip(model_id)!r} is not served here (served: {served})",
+            )
+        return respond(200, model_card(state))
 
     @app.get(
         "/health",

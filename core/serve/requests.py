@@ -30,6 +30,7 @@ class ApiError(Exception):
     """A request-level failure: an HTTP status with ``{"error": {"code", "message"}}``."""
 
     def __init__(self, code: RequestErrorCode, message: str) -> None:
+        message = clip(message, MESSAGE_LIMIT)
         super().__init__(message)
         self.code: RequestErrorCode = code
         self.message = message
@@ -65,6 +66,21 @@ class Timing:
         parts = [f"{p};dur={self.phases.get(p, 0.0) * 1000:.3f}" for p in order]
         parts.append(f"total;dur={total * 1000:.3f}")
         return ", ".join(parts)
+
+
+CLIP = 200
+"""Characters of a client's value an error message echoes at most."""
+
+MESSAGE_LIMIT = 2000
+"""Characters of an error message at most (problems past it are counted, not listed)."""
+
+
+def clip(value: str, limit: int = CLIP) -> str:
+    """``value`` cut to ``limit`` characters, saying how many were left out: an error
+    message never grows with what the client sent."""
+    if len(value) <= limit:
+        return value
+    return f"{value[:limit]}... ({len(value) - limit} more characters)"
 
 
 def requested_model(body: Any) -> str | None:

@@ -8,8 +8,10 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
+from vllm_srun.plugins.requests import EmbeddingsRequest
+
 from .metrics import Metrics
-from .requests import Timing, requested_model
+from .requests import ApiError, Timing, requested_model
 from .runtime import Runtime
 
 CLIENT_CLOSED = 499
@@ -50,6 +52,37 @@ def respond(
     """A JSON response with ``Server-Timing`` from ``timing`` and any ``extra`` headers."""
     headers = {"server-timing": timing.header()} if timing is not None else {}
     return JSON(body, status_code=status, headers={**headers, **(extra or {})})
+
+
+UNUSABLE_INPUT = ("invalid_input", "max_length_exceeded", "scan_budget_exceeded")
+"""Item errors that say the client's input cannot be used (a 400 in OpenAI's plain form)."""
+
+
+def plain_embeddings_refusal(request: Any, body: dict[str, Any]) -> ApiError | None:
+    """The request-level error OpenAI gives where our contract answers an item error.
+
+    An embeddings request in OpenAI's plain form (no ``options``) is answered
+    the way OpenAI answers it: an unusable input fails the whole request with
+    400 ``invalid_request`` naming the item and the limit (OpenAI clients
+    read every ``embedding`` as a vector and would hand their caller
+    ``None``); any other failed item is a 500. With ``options`` (the runtime
+    contract), and in bundles (never an OpenAI client), item errors stay in
+    their place.
+
+    Args:
+        request: the typed request.
+        body: the answer, ``data`` holding one entry per input.
+    """
+    if not isinstance(request, EmbeddingsRequest) or not request.plain:
+        return None
+    failed = [item for item in body.get("data", ()) if "error" in item]
+    if not failed:
+        return None
+    first = failed[0]
+    more = f" (and {len(failed) - 1} more inputs)" if len(failed) > 1 else ""
+    if first["error"] in UNUSABLE_INPUT:
+        return ApiError("invalid_request", f"input[{first['index']}]: {first['message']}{more}")
+    return ApiError("internal_error", f"input[{first['index']}]: {first['message']}{more}")
 
 
 class Accounting:

@@ -29,7 +29,7 @@ from vllm_srun.scheduler import Job, ModelScheduler, Overloaded, Stopped
 
 from .config import ModelConfig, ServeConfig
 from .metrics import Metrics
-from .requests import ApiError, ClientGone, Timing
+from .requests import ApiError, ClientGone, Timing, clip
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +58,12 @@ class ModelState:
             self-check (its weights are released, its card keeps them).
         planner: the model's planning thread (validation and tokenising): one
             per model, so a huge request stalls only its own model's planning.
+        created: when the runtime took the model on (Unix seconds; OpenAI's
+            ``created`` on the card).
     """
 
     config: ModelConfig
+    created: int = field(default_factory=lambda: int(time.time()))
     status: str = "loading"
     reason: str | None = None
     served: ServedModel | None = None
@@ -292,7 +295,7 @@ class Runtime:
         else:
             served = ", ".join(self.models) or "none"
             raise ApiError(
-                "model_not_found", f"model {name!r} is not served here (served: {served})"
+                "model_not_found", f"model {clip(name)!r} is not served here (served: {served})"
             )
         if state.status != "ready" or state.scheduler is None:
             why = f": {state.reason}" if state.reason else ""

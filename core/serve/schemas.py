@@ -292,6 +292,11 @@ class ModelCard(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     id: str
+    object: Literal["model"] = Field(description="OpenAI's object type.")
+    created: int = Field(description="When the runtime took the model on (Unix seconds).")
+    owned_by: str = Field(
+        description="The repository's owner on the Hub, or vllm-srun for a local package."
+    )
     family: str | None
     repo: str | None
     revision: str | None

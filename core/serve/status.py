@@ -41,6 +41,9 @@ def model_card(state: ModelState) -> dict[str, Any]:
     it is known), then what the loaded model reports (kept after a failed self-check)."""
     card: dict[str, Any] = {
         "id": state.name,
+        "object": "model",
+        "created": state.created,
+        "owned_by": "vllm-srun",
         "family": None,
         "repo": None,
         "revision": state.config.revision,
@@ -69,4 +72,7 @@ def model_card(state: ModelState) -> dict[str, Any]:
     if details is not None:
         card.update(details)
         card["id"] = state.name
+    repo = card.get("repo")
+    if isinstance(repo, str) and "/" in repo:
+        card["owned_by"] = repo.split("/", 1)[0]  # the Hub organisation, as OpenAI names owners
     return card

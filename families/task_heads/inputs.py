@@ -128,6 +128,36 @@ class TextEncoder:
             tuple(ids), tuple(types) if types is not None else None, row_key(ids, types)
         )
 
+    @property
+    def vocabulary(self) -> int:
+        """Token ids the tokenizer knows (added tokens included): valid ids are below this."""
+        return int(self.backend.get_vocab_size(with_added_tokens=True))
+
+    def encode_ids(self, ids: list[int], policy: InputPolicy) -> EncodedInput:
+        """One input given as token ids: the whole row as given, special tokens included.
+
+        ``truncate`` keeps the first ids up to the limit; ``window`` cannot cut a row
+        whose special tokens it does not know, so a longer row is an item error then.
+        The caller checks the ids against :attr:`vocabulary`.
+        """
+        limit = self.limit if policy.max_tokens is None else min(self.limit, policy.max_tokens)
+        result = EncodedInput(content_tokens=len(ids), tokens=len(ids))
+        if len(ids) > limit:
+            if policy.overflow != "truncate":
+                result.error = (
+                    "max_length_exceeded" if policy.overflow == "reject" else "invalid_input",
+                    f"input has {len(ids)} token ids; the limit is {limit}. Send fewer ids, or "
+                    "options.overflow truncate (keep the first ids); windows read texts only",
+                )
+                return result
+            ids = ids[:limit]
+            result.truncated = True
+        result.rows = [WorkItem(tuple(ids), None, row_key(ids, None))]
+        result.windows = [(0, len(ids))]
+        result.row_content = [list(range(len(ids)))]
+        result.processed_tokens = len(ids)
+        return result
+
     def encode(self, text: str, pair: str | None, policy: InputPolicy) -> EncodedInput:
         """Tokenise one input under ``policy``; a failure is ``error``, never an exception.
 

@@ -168,16 +168,27 @@ class TaskModel(LoadedModel[TaskPlan]):
                 "invalid_request",
                 f"dimensions must be an integer from 1 to {pooling.dimensions}, not {dimensions!r}",
             )
-        texts = request.texts
         head = next(h for h in self.description.heads if h.kind == "pooled")
         policy = InputPolicy.from_options(request.input_options)
-        return TaskPlan(
-            "embeddings",
-            head,
-            self._encode(texts, [None] * len(texts), policy),
-            texts,
-            options={"dimensions": dimensions, "encoding_format": request.encoding_format},
-        )
+        options = {"dimensions": dimensions, "encoding_format": request.encoding_format}
+        rows = request.token_ids
+        if rows is not None:
+            vocabulary = self.encoder.vocabulary
+            for index, row in enumerate(rows):
+                at = next((j for j, i in enumerate(row) if i >= vocabulary), None)
+                if at is not None:
+                    single = isinstance(request.input[0], int)  # one row as a list of ids
+                    where = f"input[{at}]" if single else f"input[{index}][{at}]"
+                    raise RequestError(
+                        "invalid_request",
+                        f"{where} is token id {row[at]}; this model's vocabulary has ids 0 to "
+                        f"{vocabulary - 1}",
+                    )
+            encoded = [self.encoder.encode_ids(row, policy) for row in rows]
+            return TaskPlan("embeddings", head, encoded, [""] * len(rows), options=options)
+        texts = request.texts
+        encoded = self._encode(texts, [None] * len(texts), policy)
+        return TaskPlan("embeddings", head, encoded, texts, options=options)
 
     def _plan_classify(self, request: ClassifyRequest) -> TaskPlan:
         classify = [h for h in self.description.heads if h.surface == "classify"]

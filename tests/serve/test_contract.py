@@ -35,7 +35,7 @@ SURFACE_ERRORS = (400, 404, 413, 422, 429, 500, 503)
 # surface has them, and one for each way a surface fails.
 SUCCESS: dict[str, list[dict[str, Any]]] = {
     "/v1/embeddings": [
-        {"model": "pooled", "input": ["good movie", "", LONG], "user": "ignored"},
+        {"model": "pooled", "input": ["good movie", "", LONG], "user": "ignored", "options": {}},
         {"model": "pooled", "input": "okay", "dimensions": 8, "encoding_format": "base64"},
         {"model": "pooled", "input": [LONG], "options": {"overflow": "window"}},
     ],

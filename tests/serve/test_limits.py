@@ -51,7 +51,7 @@ def test_a_chunked_body_over_the_limit_is_413(limited, path):
 
 
 def test_a_body_at_the_limit_is_served(limited):
-    prefix, suffix = b'{"model": "pooled", "input": "', b'"}'
+    prefix, suffix = b'{"model": "pooled", "options": {},  "input": "', b'"}'
     body = prefix + b"a " * ((LIMIT - len(prefix) - len(suffix)) // 2) + suffix
     assert len(body) == LIMIT
     client = make_client(limited)
@@ -59,13 +59,13 @@ def test_a_body_at_the_limit_is_served(limited):
         "/v1/embeddings", content=body, headers={"content-type": "application/json"}
     )
     assert response.status_code == 200
-    # 1008 words "a" between [CLS] and [SEP]: over the model's 48 tokens, answered per item
+    # 1000 words "a" between [CLS] and [SEP]: over the model's 48 tokens, answered per item
     assert response.json()["data"] == [
         {
             "object": "embedding",
             "index": 0,
             "error": "max_length_exceeded",
-            "message": "input has 1010 tokens; the limit is 48. Shorten it, or send "
+            "message": "input has 1002 tokens; the limit is 48. Shorten it, or send "
             "options.overflow truncate (keep the beginning) or window",
         }
     ]

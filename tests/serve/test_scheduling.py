@@ -211,7 +211,7 @@ def test_a_request_past_its_deadline_answers_deadline_exceeded(make_runtime, liv
 def test_a_forward_that_raises_fails_its_items_and_the_next_request_succeeds(runtime):
     client = make_client(runtime)
     for model, path, body in [
-        ("pooled", "/v1/embeddings", {"model": "pooled", "input": ["good", "bad"]}),
+        ("pooled", "/v1/embeddings", {"model": "pooled", "input": ["good", "bad"], "options": {}}),
         ("sequence", "/v1/classify", {"model": "sequence", "input": ["good", "bad"]}),
         ("relevance", "/v1/rerank", {"model": "relevance", "query": "q", "documents": ["a"]}),
     ]:

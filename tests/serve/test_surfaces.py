@@ -222,7 +222,7 @@ def test_an_unknown_route_answers_an_error_document(client):
 
 # -- per-item errors and answers ------------------------------------------------------------
 def test_an_input_over_the_limit_fails_alone_beside_its_siblings(client, packages):
-    body = {"model": "pooled", "input": ["good movie", LONG, "okay"]}
+    body = {"model": "pooled", "input": ["good movie", LONG, "okay"], "options": {}}
     response = client.post("/v1/embeddings", json=body)
     assert response.status_code == 200
     data = response.json()["data"]
@@ -651,3 +651,80 @@ def test_a_bundle_task_naming_a_model_that_is_not_a_string_fails_alone(make_runt
     assert (first["status"], first["error"]["code"]) == (400, "invalid_request")
     assert "model must be a string, not an object" in first["error"]["message"]
     assert second["status"] == 200
+
+
+# -- OpenAI-faithful embeddings --------------------------------------------------------------
+def test_a_plain_openai_request_with_an_unusable_input_is_400_naming_it(client):
+    response = client.post("/v1/embeddings", json={"model": "pooled", "input": ["good", LONG]})
+    assert error_of(response, 400, "invalid_request") == (
+        "input[1]: input has 122 tokens; the limit is 48. Shorten it, or send "
+        "options.overflow truncate (keep the beginning) or window"
+    )
+    contract = {"model": "pooled", "input": ["good", LONG], "options": {}}
+    data = client.post("/v1/embeddings", json=contract).json()["data"]
+    assert "embedding" in data[0] and data[1]["error"] == "max_length_exceeded"
+
+
+def test_tei_truncate_spells_overflow(client, packages):
+    body = {"model": "pooled", "input": LONG, "truncate": True}
+    [item] = client.post("/v1/embeddings", json=body).json()["data"]
+    assert item["input"]["truncated"] is True
+    assert close(item["embedding"], reference.embedding(packages["pooled"], LONG, max_tokens=48))
+    refused = client.post("/v1/embeddings", json={**body, "truncate": False})
+    assert error_of(refused, 400, "invalid_request").startswith("input[0]: input has 122 tokens")
+    both = {**body, "options": {"overflow": "reject"}}
+    assert error_of(client.post("/v1/embeddings", json=both), 400, "invalid_request") == (
+        "truncate true and options.overflow reject disagree; send one of them"
+    )
+
+
+def test_token_ids_are_embedded_as_the_row_they_spell(client, packages):
+    text = client.post("/v1/embeddings", json={"model": "pooled", "input": "good movie"}).json()
+    ids = reference.ids(packages["pooled"], "good movie")  # [CLS] good movie [SEP]
+    for body in ({"input": ids}, {"input": [ids, ids]}):
+        data = client.post("/v1/embeddings", json={"model": "pooled", **body}).json()["data"]
+        for item in data:
+            assert item["embedding"] == text["data"][0]["embedding"]
+            assert item["input"]["tokens"] == len(ids)
+    out_of_range = client.post(
+        "/v1/embeddings", json={"model": "pooled", "input": [[2], [1, 99999]]}
+    )
+    assert error_of(out_of_range, 400, "invalid_request").startswith(
+        "input[1][1] is token id 99999; this model's vocabulary has ids 0 to "
+    )
+    single = client.post("/v1/embeddings", json={"model": "pooled", "input": [1, 99999]})
+    assert error_of(single, 400, "invalid_request").startswith("input[1] is token id 99999")
+    negative = client.post("/v1/embeddings", json={"model": "pooled", "input": [[1, -1]]})
+    assert error_of(negative, 400, "invalid_request") == (
+        "input[0][1] must be a token id (an integer >= 0)"
+    )
+    empty = client.post("/v1/embeddings", json={"model": "pooled", "input": [[1], []]})
+    assert error_of(empty, 400, "invalid_request") == "input[1] is an empty list of token ids"
+
+
+# -- OpenAI's models list and retrieve; bounded error bodies -------------------------------
+def test_the_models_list_and_each_model_answer_as_openai_does(client):
+    listed = client.get("/v1/models").json()
+    assert listed["object"] == "list"
+    for card in listed["data"]:
+        assert card["object"] == "model" and card["owned_by"] == "vllm-srun"  # local packages
+        assert isinstance(card["created"], int) and card["created"] > 1_700_000_000
+        assert client.get(f"/v1/models/{card['id']}").json() == card
+    missing = client.get("/v1/models/owner/nope")
+    assert error_of(missing, 404, "model_not_found") == (
+        "model 'owner/nope' is not served here (served: sequence, scores, token, pooled, relevance)"
+    )
+
+
+def test_error_bodies_never_grow_with_the_request(client):
+    name = "m" * 1_000_000
+    response = client.post("/v1/embeddings", json={"model": name, "input": "good"})
+    message = error_of(response, 404, "model_not_found")
+    assert message.startswith("model 'mmm") and "(999800 more characters)" in message
+    assert len(response.content) < 1_000
+    bad = client.post(
+        "/v1/classify",
+        json={"model": "sequence", "input": "x", "options": {f"k{i}": i for i in range(2048)}},
+    )
+    message = error_of(bad, 400, "invalid_request")
+    assert message.endswith("; and 2043 more") and len(bad.content) < 1_000
