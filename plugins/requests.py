@@ -55,8 +55,9 @@ EncodingFormat = Literal["float", "base64"]
 """OpenAI's ``encoding_format``: a JSON array of floats, or the little-endian
 float32 bytes in base64."""
 
-Milliseconds = StrictFloat | StrictInt
-"""A duration in ms: a JSON number, never a string or a boolean (``true`` is not 1 ms)."""
+Milliseconds = StrictFloat
+"""A duration in ms: a JSON number (an integer too), never a string or a boolean
+(``true`` is not 1 ms)."""
 
 
 class Strict(BaseModel):
@@ -80,7 +81,13 @@ class InputOptions(Strict):
     """``options`` every text surface takes."""
 
     overflow: Overflow = "reject"
-    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    max_tokens: StrictInt | None = Field(
+        default=None,
+        ge=1,
+        description="reject and truncate: a lower limit than the model's (with truncate it "
+        "must leave room for the model's special tokens: 3 or more for BERT-style models); "
+        "window: the scan budget in content tokens (default 32768).",
+    )
     window: WindowOptions | None = None
     deadline_ms: Milliseconds | None = Field(
         default=None,

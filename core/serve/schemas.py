@@ -13,7 +13,7 @@ JSON shape and nothing else, read top to bottom against the OpenAPI snapshot
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
@@ -134,7 +134,7 @@ class DecisionQuestion(Strict):
     """One typed question; ``criteria``, or ``choices`` / ``levels``, never both."""
 
     type: Literal["choice", "noul", "score"]
-    instructions: str = Field(description="The question itself; not blank.")
+    instructions: NonBlank = Field(description="The question itself; not blank.")
     criteria: dict[str, str | None] | list[str] | None = Field(
         None,
         description="Choice: 2..255 option keys to descriptions (null allowed); "
@@ -159,15 +159,23 @@ class DecisionOptions(Strict):
     return_meta: StrictBool = False
 
 
+NonBlank = Annotated[str, Field(pattern=r"\S")]
+"""Text with at least one character that is not white space."""
+
+
 class DecisionState(Strict):
-    state: str | dict[str, Any] | list[Any]
-    questions: dict[str, DecisionQuestion]
+    state: NonBlank | dict[str, Any] | list[Any]
+    questions: dict[str, DecisionQuestion] = Field(min_length=1)
 
 
 class DecisionsRequest(Strict):
     model: str | None = None
-    state: str | dict[str, Any] | list[Any] = Field(description="Text, an object or an array.")
-    questions: dict[str, DecisionQuestion] = Field(description="Answered in this order.")
+    state: NonBlank | dict[str, Any] | list[Any] = Field(
+        description="Text (not blank), an object or an array."
+    )
+    questions: dict[str, DecisionQuestion] = Field(
+        min_length=1, description="Answered in this order; at least one."
+    )
     states: list[DecisionState] | None = Field(
         None, description="More states asked in the same call, each under its own questions."
     )

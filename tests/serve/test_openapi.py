@@ -127,3 +127,30 @@ def test_health_documents_200_and_503_and_metrics_is_text():
         schema = health[status]["content"]["application/json"]["schema"]
         assert schema == {"$ref": "#/components/schemas/HealthResponse"}
     assert list(paths["/metrics"]["get"]["responses"]["200"]["content"]) == ["text/plain"]
+
+
+def test_the_document_uses_json_schema_keywords_only():
+    found = []
+
+    def walk(node, where):
+        if isinstance(node, dict):
+            found.extend(f"{where}.{k}" for k in node if k in ("gt", "ge", "lt", "le"))
+            for key, value in node.items():
+                walk(value, f"{where}.{key}")
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                walk(value, f"{where}[{index}]")
+
+    walk(snapshot(), "")
+    assert found == []
+
+
+def test_the_document_states_what_decisions_refuse():
+    schemas = snapshot()["components"]["schemas"]
+    request = schemas["DecisionsRequest"]["properties"]
+    assert request["questions"]["minProperties"] == 1
+    assert {"type": "string", "pattern": r"\S"} in request["state"]["anyOf"]
+    assert schemas["InputOptions"]["properties"]["deadline_ms"]["anyOf"][0] == {
+        "type": "number",
+        "exclusiveMinimum": 0.0,
+    }
