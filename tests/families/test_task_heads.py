@@ -288,7 +288,7 @@ def test_one_bad_input_never_fails_its_siblings(models):
             "invalid_request",
             "encoding_format: Input should be 'float' or 'base64'",
         ),
-        ("embeddings", {"input": [1]}, "invalid_request", "input[0] must be a string"),
+        ("embeddings", {"input": ["a", 1]}, "invalid_request", "input[1] must be a string"),
         (
             "classify",
             {"input": "x"},
