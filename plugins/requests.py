@@ -192,6 +192,9 @@ def _pairs_rule(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
 
 
 def _non_empty(value: str | list[Any]) -> None:
+    """One rule on every surface: the list of inputs a request asks about is never
+    empty (``input`` of embeddings and classify, ``documents`` of rerank, the
+    questions of a decisions request); an empty one is 400 ``invalid_request``."""
     if isinstance(value, list) and not value:
         raise RequestError("invalid_request", "input must be a string or a non-empty list")
 
@@ -332,6 +335,15 @@ class RerankRequest(SurfaceBody, Strict):
     top_n: StrictInt | None = Field(default=None, ge=1)
     return_documents: StrictBool = False
     options: InputOptions | None = None
+
+    def check(self) -> None:
+        """``documents`` is not empty: like every surface's inputs (see :func:`_non_empty`).
+
+        Raises:
+            RequestError: ``invalid_request``.
+        """
+        if not self.documents:
+            raise RequestError("invalid_request", "documents must be a non-empty list")
 
 
 TextRequest = EmbeddingsRequest | ClassifyRequest | RerankRequest

@@ -100,7 +100,7 @@ class ClassifyResult(Strict):
 class ClassifyResponse(Strict):
     model: str
     head: str
-    kind: Literal["sequence", "scores", "token"]
+    kind: Literal["sequence", "scores", "token", "relevance"]
     labels: list[str]
     results: list[ClassifyResult | ItemError]
     usage: Usage

@@ -166,7 +166,7 @@ class TextEncoder:
                 work with this model (too large, or no room for content).
         """
         special = self.specials[1 if pair is not None else 0]
-        bad = _invalid_text(text) or (_invalid_text(pair) if pair is not None else None)
+        bad = invalid_text(text) or (invalid_text(pair) if pair is not None else None)
         if bad is not None:
             return EncodedInput(error=("invalid_input", bad))
         if (
@@ -293,7 +293,7 @@ def _envelope(backend: Any) -> tuple[list[int], list[int]]:
     return ids[:first], ids[last + 1 :]
 
 
-def _invalid_text(text: str) -> str | None:
+def invalid_text(text: str) -> str | None:
     """Why ``text`` cannot be tokenised (a lone surrogate), else ``None``."""
     try:
         text.encode("utf-8")

@@ -29,7 +29,7 @@ from vllm_srun.plugins.spec import (
 )
 from vllm_srun.plugins.windows import DEFAULT_OVERLAP
 
-from .inputs import EncodedInput, InputPolicy, TextEncoder
+from .inputs import EncodedInput, InputPolicy, TextEncoder, invalid_text
 from .package import Description, Head
 from .readouts import finish_embedding, label_scores, merge_pooled, pool, token_probabilities
 
@@ -56,6 +56,12 @@ class TaskPlan(Plan):
 
     def __post_init__(self) -> None:
         self.items = [row for encoded in self.inputs for row in encoded.rows]
+
+
+def relevance_score(logit: float) -> float:
+    """A cross-encoder's logit as a probability: the logistic sigmoid, in float64
+    (``0.0`` below -700, where ``exp`` would overflow)."""
+    return 1.0 / (1.0 + math.exp(-logit)) if logit > -700 else 0.0
 
 
 def _failed(rows: list[Any]) -> RowError | None:
@@ -90,8 +96,20 @@ class TaskModel(LoadedModel[TaskPlan]):
         self.surfaces = tuple(sorted({h.surface for h in description.heads} | self._extra()))
 
     def _extra(self) -> set[str]:
-        # A bi-encoder answers rerank with the cosine of its embeddings.
-        return {"rerank"} if any(h.kind == "pooled" for h in self.description.heads) else set()
+        # A bi-encoder answers rerank with the cosine of its embeddings; a cross-encoder
+        # answers classify too, scoring each {text, text_pair} as rerank scores it.
+        kinds = {h.kind for h in self.description.heads}
+        extra = set()
+        if "pooled" in kinds:
+            extra.add("rerank")
+        if "relevance" in kinds:
+            extra.add("classify")
+        return extra
+
+    def _classify_heads(self) -> list[Head]:
+        return [
+            h for h in self.description.heads if h.surface == "classify" or h.kind == "relevance"
+        ]
 
     # -- the card -------------------------------------------------------------------------
     def card(self) -> ModelCard:
@@ -102,7 +120,9 @@ class TaskModel(LoadedModel[TaskPlan]):
                 "name": h.name,
                 "kind": h.kind,
                 "labels": list(h.labels),
-                "inputs": ["text", "text_pair"] if h.kind in ("sequence", "scores") else ["text"],
+                "inputs": ["text", "text_pair"]
+                if h.kind in ("sequence", "scores", "relevance")
+                else ["text"],
                 "overflow": list(OVERFLOW_MODES),
                 "window": {
                     "tokens": self.encoder.limit,
@@ -191,14 +211,14 @@ class TaskModel(LoadedModel[TaskPlan]):
         return TaskPlan("embeddings", head, encoded, texts, options=options)
 
     def _plan_classify(self, request: ClassifyRequest) -> TaskPlan:
-        classify = [h for h in self.description.heads if h.surface == "classify"]
+        classify = self._classify_heads()
         name = request.head
         if name is None:
             if len(classify) != 1:
                 names = ", ".join(h.name for h in classify)
                 raise RequestError("invalid_request", f"name the head: one of {names}")
             head = classify[0]
-        elif name in self.heads and self.heads[name].surface == "classify":
+        elif name in self.heads and self.heads[name] in classify:
             head = self.heads[name]
         else:
             names = ", ".join(h.name for h in classify)
@@ -223,6 +243,9 @@ class TaskModel(LoadedModel[TaskPlan]):
 
     def _plan_rerank(self, request: RerankRequest) -> TaskPlan:
         query, documents = request.query, list(request.documents)
+        bad = invalid_text(query)
+        if bad is not None:  # the query belongs to every pair: it fails the request
+            raise RequestError("invalid_request", f"query: {bad}")
         policy = InputPolicy.from_options(request.input_options)
         options = {"top_n": request.top_n, "return_documents": request.return_documents}
         cross = next((h for h in self.description.heads if h.kind == "relevance"), None)
@@ -355,6 +378,11 @@ class TaskModel(LoadedModel[TaskPlan]):
                 threshold=plan.options["threshold"],
             )
             return {**result, "spans": [span.to_json() for span in spans]}
+        if head.kind == "relevance":  # the same score rerank answers, per window at most
+            return {
+                **result,
+                "scores": [max(relevance_score(float(r.reshape(-1)[0])) for r in rows)],
+            }
         scores = label_scores(rows, head.kind)
         if head.kind == "sequence":
             best = int(torch.argmax(scores))
@@ -388,7 +416,7 @@ class TaskModel(LoadedModel[TaskPlan]):
                 if not math.isfinite(logit):
                     results.append(_error(index, "invalid_model_output", "the logit is not finite"))
                     continue
-                score = 1.0 / (1.0 + math.exp(-logit)) if logit > -700 else 0.0
+                score = relevance_score(logit)
                 results.append({"index": index, "relevance_score": score, "logit": logit})
             documents = plan.texts
         else:

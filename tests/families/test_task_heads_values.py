@@ -793,7 +793,10 @@ def test_cards_describe_each_head_kind(models):
         "pooling": "mean",
         "max_tokens": 48,
     }
-    assert task_model(models["relevance"]).card()["surfaces"] == ["rerank"]
+    relevance = task_model(models["relevance"]).card()
+    assert relevance["surfaces"] == ["classify", "rerank"]  # a cross-encoder scores pairs on both
+    [head] = relevance["heads"]
+    assert (head["kind"], head["inputs"]) == ("relevance", ["text", "text_pair"])
 
 
 def test_responses_have_their_documented_shape(models):
@@ -816,7 +819,8 @@ def test_responses_have_their_documented_shape(models):
     assert reranked["usage"] == {"prompt_tokens": 5, "total_tokens": 5}
     bi = models["pooled"].answer("rerank", {"query": "good", "documents": ["bad", "okay"]})
     assert bi["usage"] == {"prompt_tokens": 3 * 3, "total_tokens": 3 * 3}  # query counted
-    assert models["pooled"].answer("rerank", {"query": "good", "documents": []})["results"] == []
+    with pytest.raises(RequestError, match="documents must be a non-empty list"):
+        models["pooled"].answer("rerank", {"query": "good", "documents": []})
 
 
 def test_a_batch_of_singles_and_pairs_answers_each_as_alone(models, reference, tokenizer):

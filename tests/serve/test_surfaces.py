@@ -728,3 +728,43 @@ def test_error_bodies_never_grow_with_the_request(client):
     )
     message = error_of(bad, 400, "invalid_request")
     assert message.endswith("; and 2043 more") and len(bad.content) < 1_000
+
+
+def test_a_cross_encoder_scores_pairs_on_classify_as_rerank_does(make_runtime):
+    client = make_client(make_runtime(("relevance",)))
+    documents = ["good food", "a movie"]
+    reranked = client.post("/v1/rerank", json={"query": "food", "documents": documents}).json()
+    pairs = [{"text": "food", "text_pair": d} for d in documents]
+    classified = client.post("/v1/classify", json={"input": pairs}).json()
+    assert classified["kind"] == "relevance"
+    by_index = {r["index"]: r["relevance_score"] for r in reranked["results"]}
+    assert [r["scores"] for r in classified["results"]] == [[by_index[0]], [by_index[1]]]
+
+
+def test_an_empty_list_of_inputs_is_400_on_every_surface(client):
+    for path, body in (
+        ("/v1/embeddings", {"model": "pooled", "input": []}),
+        ("/v1/classify", {"model": "sequence", "input": []}),
+        ("/v1/rerank", {"model": "relevance", "query": "q", "documents": []}),
+    ):
+        message = error_of(client.post(path, json=body), 400, "invalid_request")
+        assert message.endswith("a non-empty list"), (path, message)
+
+
+def test_a_lone_surrogate_fails_what_it_belongs_to(make_runtime):
+    client = make_client(make_runtime(("pooled", "relevance")))
+    query = b'{"model": "%s", "query": "q\\ud800", "documents": ["a", "b"]}'
+    for model in (b"relevance", b"pooled"):  # the query is every pair's: the request fails
+        response = client.post(
+            "/v1/rerank", content=query % model, headers={"content-type": "application/json"}
+        )
+        assert error_of(response, 400, "invalid_request") == (
+            "query: the text has a lone surrogate U+D800 at code point 1; send valid Unicode "
+            "(UTF-8)"
+        )
+    document = b'{"model": "relevance", "query": "q", "documents": ["a\\ud800", "b"]}'
+    response = client.post(
+        "/v1/rerank", content=document, headers={"content-type": "application/json"}
+    )
+    failed = [r for r in response.json()["results"] if "error" in r]
+    assert [(r["index"], r["error"]) for r in failed] == [(0, "invalid_input")]  # one document
