@@ -20,7 +20,14 @@ from typing import Any
 from vllm_srun.plugins import ModelEntry
 
 from .resolve import ResolvedSource, check_revision, resolve, split_model
-from .verify import Verification, count_parameters, identity, is_loadable, verify_package
+from .verify import (
+    Verification,
+    count_parameters,
+    identity,
+    is_loadable,
+    pinned_result,
+    verify_package,
+)
 
 
 @dataclass(frozen=True)
@@ -91,14 +98,8 @@ def prepare(
         status = "local" if source.kind == "local" else "revision"
         verification = verify_package(source.path, entry=None, root=source.root, status=status)
         entry = _matching_builtin(builtins, verification) if status == "local" else None
-        if entry is not None:
-            verification = Verification(
-                "pinned",
-                verification.model_sha256,
-                verification.files,
-                verification.extra_files,
-                verification.identity,
-            )
+        if entry is not None:  # the same bytes as a built-in: the same identity
+            verification = pinned_result(verification.files, verification.extra_files)
     if entry is not None:
         return PreparedModel(
             source,

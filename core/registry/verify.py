@@ -291,6 +291,17 @@ def _fix(entry: ModelEntry, source: str) -> str:
     return "Replace the package with an intact copy and start again"
 
 
+def pinned_result(digests: Mapping[str, str], extra: tuple[str, ...]) -> Verification:
+    """The verification of bytes that equal a built-in model's listed files, wherever
+    they were found (a mirror, the cache, a local copy): one identity for the same bytes.
+
+    Args:
+        digests: relative path -> SHA-256 of every listed file.
+        extra: files present beside them that the table does not list.
+    """
+    return _result("pinned", dict(digests), extra)
+
+
 def _result(status: str, digests: dict[str, str], extra: tuple[str, ...]) -> Verification:
     """The verification; ``model_sha256`` is the single weights file's digest for a
     ``pinned`` built-in (whose every other file the table fixes), else the digest over

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
+import shutil
 
 import huggingface_hub
 import pytest
@@ -394,3 +395,16 @@ def test_a_restricted_licence_must_be_accepted_before_any_download(
     )
     assert accepted.kind == "cache"
     assert no_download == []
+
+
+def test_a_local_copy_of_a_built_in_model_has_the_built_in_identity(no_download, tmp_path):
+    builtins = load_catalog().layer("models")
+    name = "sentence-transformers/all-MiniLM-L6-v2"
+    built_in = prepare(name, builtins=builtins, offline=True, cache_dir=tmp_path / "empty")
+    copy = tmp_path / "minilm"
+    shutil.copytree(built_in.source.path, copy)
+    local = prepare(str(copy), builtins=builtins, offline=True, cache_dir=tmp_path / "empty")
+    assert local.source.kind == "local"
+    assert local.card()["verification"] == "pinned"
+    assert local.card()["model_sha256"] == built_in.card()["model_sha256"]
+    assert local.verification.identity == built_in.verification.identity
