@@ -1529,3 +1529,49 @@ def test_pair_rows_with_the_same_ids_but_other_segments_have_other_keys(tmp_path
     assert one.input_ids == two.input_ids
     assert one.token_type_ids == (0, 0, 1) and two.token_type_ids == (0, 1, 1)
     assert one.key != two.key  # the scheduler computes (and caches) each on its own
+
+
+# -- token ids as input ----------------------------------------------------------------------
+def test_token_ids_run_as_the_row_they_are_under_each_overflow(models, tokenizer):
+    loaded = task_model(models["pooled"])
+    limit = loaded.encoder.limit
+    assert limit < 72
+    vocabulary = loaded.encoder.vocabulary
+    assert vocabulary == len(tokenizer)
+    ids = [CLS, *content_ids(tokenizer, words(70)), SEP]  # 72 ids
+    assert len(ids) == 72
+
+    def plan(body):
+        return loaded.plan("embeddings", read_request("embeddings", body)).inputs
+
+    [fits] = plan({"input": ids[:limit]})
+    assert [list(r.input_ids) for r in fits.rows] == [ids[:limit]]
+    assert (fits.tokens, fits.processed_tokens, fits.truncated) == (limit, limit, False)
+    assert fits.error is None
+    assert fits.windows == [(0, limit)] and fits.row_content == [list(range(limit))]
+    [rejected] = plan({"input": ids})
+    assert rejected.rows == [] and rejected.error == (
+        "max_length_exceeded",
+        f"input has 72 token ids; the limit is {limit}. Send fewer ids, or options.overflow "
+        "truncate (keep the first ids); windows read texts only",
+    )
+    [cut] = plan({"input": ids, "options": {"overflow": "truncate"}})
+    assert [list(r.input_ids) for r in cut.rows] == [ids[:limit]]
+    assert (cut.tokens, cut.processed_tokens, cut.truncated) == (72, limit, True)
+    [lowered] = plan({"input": ids, "options": {"overflow": "truncate", "max_tokens": 10}})
+    assert [list(r.input_ids) for r in lowered.rows] == [ids[:10]]
+    [limited] = plan({"input": ids[:11], "options": {"max_tokens": 10}})
+    assert limited.error[0] == "max_length_exceeded"
+    assert limited.error[1].startswith("input has 11 token ids; the limit is 10.")
+    [windowed] = plan({"input": ids, "options": {"overflow": "window"}})
+    assert windowed.rows == [] and windowed.error[0] == "invalid_input"
+    [short] = plan({"input": ids[:5], "options": {"overflow": "window"}})
+    assert short.error is None and [list(r.input_ids) for r in short.rows] == [ids[:5]]
+    with pytest.raises(RequestError) as raised:
+        plan({"input": [[CLS, SEP], [CLS, vocabulary, SEP]]})
+    assert raised.value.message == (
+        f"input[1][1] is token id {vocabulary}; this model's vocabulary has ids 0 to "
+        f"{vocabulary - 1}"
+    )
+    [last] = plan({"input": [CLS, vocabulary - 1, SEP]})
+    assert last.error is None
