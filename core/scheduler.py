@@ -270,7 +270,10 @@ class ModelScheduler:
         """Admit every job of one request, or none.
 
         Raises:
-            Overloaded: a bound would be exceeded while other work is queued.
+            Overloaded: a bound would be exceeded while other work is queued, or
+                the request alone counts as more requests than ``max_queue``
+                (a decisions request with more states than the queue holds;
+                the token bound is waived for a request that finds nothing queued).
             Stopped: the scheduler is shutting down.
         """
         tokens = sum(job.tokens for job in jobs)
@@ -278,6 +281,12 @@ class ModelScheduler:
         with self._cond:
             if self._stopping:
                 raise Stopped(f"model {self.name} is shutting down")
+            if entries > self.limits.max_queue:
+                raise Overloaded(
+                    f"the request counts as {entries} requests (one per state) against "
+                    f"--max-queue {self.limits.max_queue} of model {self.name}; split it into "
+                    "smaller requests, or raise --max-queue"
+                )
             busy = self._unanswered > 0
             if busy and (
                 self._unanswered + entries > self.limits.max_queue

@@ -8,6 +8,7 @@ in :mod:`.responses`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import Any
 
@@ -35,6 +36,7 @@ from .requests import ApiError, ClientGone, Timing, clip
 from .responses import CLIENT_CLOSED, Accounting, plain_embeddings_refusal, respond
 from .runtime import Runtime
 from .status import cards, health_document, model_card
+from .systemone import Shape, read_systemone, reshape
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": schemas.ErrorResponse} for status in (400, 404, 413, 422, 429, 500, 503)
@@ -62,18 +64,26 @@ def _openapi_with_decisions(app: FastAPI) -> Any:
         if app.openapi_schema is not None:
             return app.openapi_schema
         document = build()
-        extra = schemas.DecisionsRequest.model_json_schema(
-            ref_template="#/components/schemas/{model}"
-        )
         components = document.setdefault("components", {}).setdefault("schemas", {})
-        for name, schema in extra.pop("$defs", {}).items():
-            components.setdefault(name, schema)
-        components["DecisionsRequest"] = extra
+        for model in (schemas.DecisionsRequest, schemas.SystemOneBatchRequest):
+            extra = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            for name, schema in extra.pop("$defs", {}).items():
+                components.setdefault(name, schema)
+            components[model.__name__] = extra
         app.openapi_schema = document
         return document
 
     return openapi
 
+
+SYSTEMONE_BATCH_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/SystemOneBatchRequest"}}
+        },
+    }
+}
 
 DECISIONS_BODY = {
     "requestBody": {
@@ -103,7 +113,11 @@ def build_app(runtime: Runtime) -> FastAPI:
     metrics = runtime.metrics
 
     async def answer(
-        surface: str, request: Request, body: SurfaceRequest, timing: Timing | None = None
+        surface: str,
+        request: Request,
+        body: SurfaceRequest,
+        timing: Timing | None = None,
+        shape: Shape | None = None,
     ) -> Response:
         if timing is None:
             timing = Timing()
@@ -119,7 +133,7 @@ def build_app(runtime: Runtime) -> FastAPI:
             refusal = plain_embeddings_refusal(body, result)
             if refusal is not None:
                 raise refusal
-            return respond(200, result, timing)
+            return respond(200, result if shape is None else reshape(result, shape), timing)
         except ApiError as err:
             status = err.status
             raise
@@ -159,7 +173,9 @@ def build_app(runtime: Runtime) -> FastAPI:
         """Documents by descending relevance to a query."""
         return await answer("rerank", request, body)
 
-    async def decide(request: Request) -> Response:
+    async def decide(request: Request, schema: str | None = None, batch: bool = False) -> Response:
+        """Read a decisions body from its raw bytes (as ``/v1/decisions`` reads it, or
+        through a System One ``schema``) and answer it."""
         timing = Timing()
         request.state.timing = timing
         try:
@@ -168,12 +184,17 @@ def build_app(runtime: Runtime) -> FastAPI:
             count(model_label({}), "decisions", CLIENT_CLOSED, time.perf_counter() - timing.started)
             return Response(status_code=CLIENT_CLOSED)
         loop = asyncio.get_running_loop()
+        shape = None
         try:
-            parsed = await loop.run_in_executor(runtime.executor, parse_decisions, raw)
+            if schema is None:
+                parsed = await loop.run_in_executor(runtime.executor, parse_decisions, raw)
+            else:
+                read = functools.partial(read_systemone, raw, schema, batch=batch)
+                parsed, shape = await loop.run_in_executor(runtime.executor, read)
         except ApiError as err:
             count(model_label({}), "decisions", err.status, time.perf_counter() - timing.started)
             raise
-        return await answer("decisions", request, parsed, timing)
+        return await answer("decisions", request, parsed, timing, shape)
 
     @app.post(
         "/v1/decisions",
@@ -192,8 +213,18 @@ def build_app(runtime: Runtime) -> FastAPI:
         openapi_extra=DECISIONS_BODY,
     )
     async def systemone(request: Request) -> Response:
-        """The same as ``/v1/decisions``."""
-        return await decide(request)
+        """The same as ``/v1/decisions``, in the ``--systemone-schema`` schema."""
+        return await decide(request, runtime.config.systemone_schema)
+
+    @app.post(
+        "/v1/systemone/batch",
+        response_model=None,
+        responses={200: {"model": schemas.SystemOneBatchResponse}, **ERROR_RESPONSES},
+        openapi_extra=SYSTEMONE_BATCH_BODY,
+    )
+    async def systemone_batch(request: Request) -> Response:
+        """The same questions about each of 1 to 64 states; one answer block per state."""
+        return await decide(request, runtime.config.systemone_schema, batch=True)
 
     @app.post(
         "/v1/bundle",

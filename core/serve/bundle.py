@@ -9,6 +9,7 @@ a task that fails never fails its siblings.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -30,9 +31,14 @@ from . import schemas
 from .requests import ApiError, ClientGone, Timing
 from .responses import CLIENT_CLOSED, Accounting, respond
 from .runtime import Planned, Runtime
+from .systemone import SCHEMAS, Shape, reshape, systemone_request
 
-BUNDLE_SURFACES = ("embeddings", "classify", "rerank", "decisions")
-"""The surface keys a bundle task may carry (exactly one)."""
+BUNDLE_SURFACES = ("embeddings", "classify", "rerank", "decisions", "systemone_batch")
+"""The surface keys a bundle task may carry (exactly one); ``systemone_batch`` is a
+``/v1/systemone/batch`` body, answered by the decisions surface."""
+
+RAW_SURFACES = ("decisions", "systemone_batch")
+"""Task keys whose body is validated from the raw JSON (duplicate keys included)."""
 
 
 def bundle_duplicates(raw: bytes) -> list[tuple[str | int, ...]]:
@@ -48,42 +54,55 @@ def bundle_duplicates(raw: bytes) -> list[tuple[str | int, ...]]:
 
 
 def bundle_decisions(
-    payload: dict[str, Any], index: int, duplicates: list[tuple[str | int, ...]]
-) -> DecisionsRequest:
-    """A bundle task's ``decisions`` body validated, with the duplicate keys found under it.
+    payload: dict[str, Any],
+    index: int,
+    duplicates: list[tuple[str | int, ...]],
+    key: str = "decisions",
+    schema: str = SCHEMAS[0],
+) -> tuple[DecisionsRequest, Shape | None]:
+    """A bundle task's ``decisions`` (or ``systemone_batch``) body validated, with the
+    duplicate keys found under it, and how its answer is reshaped.
 
     Raises:
         ApiError: 400 ``invalid_request`` (for this task only): the task gives
-            ``decisions`` twice, holds NaN or Infinity, or fails validation.
+            its key twice, holds NaN or Infinity, or fails validation.
     """
-    prefix = ("tasks", index, "decisions")
+    prefix = ("tasks", index, key)
     try:
         if prefix in duplicates:
             raise RequestError(
-                "invalid_request", f"tasks[{index}] has the key 'decisions' more than once"
+                "invalid_request", f"tasks[{index}] has the key {key!r} more than once"
             )
         where = non_finite(payload)
         if where is not None:
             raise RequestError(
                 "invalid_request",
-                f"tasks[{index}].decisions.{describe_path(where)}: NaN and Infinity are not "
+                f"tasks[{index}].{key}.{describe_path(where)}: NaN and Infinity are not "
                 "JSON numbers",
             )
         own = [d[len(prefix) :] for d in duplicates if d[: len(prefix)] == prefix]
-        return parse_request(payload, own)
+        if key == "systemone_batch":
+            return systemone_request(payload, own, schema, batch=True)
+        return parse_request(payload, own), None
     except RequestError as err:
         raise ApiError(err.code, err.message) from err
 
 
 @dataclass
 class Task:
-    """One bundle task: its ``id``, its surface and that surface's request: typed
-    (:mod:`vllm_srun.plugins.requests`), or a decisions body's JSON object, which
-    is validated per task when the bundle is planned."""
+    """One bundle task: its ``id``, its key (the surface, or ``systemone_batch``) and
+    that key's request: typed (:mod:`vllm_srun.plugins.requests`), or a decisions
+    body's JSON object, which is validated per task when the bundle is planned."""
 
     id: str
-    surface: str
+    key: str
     payload: TextRequest | dict[str, Any]
+    shape: Shape | None = None
+
+    @property
+    def surface(self) -> str:
+        """The surface that answers the task."""
+        return "decisions" if self.key in RAW_SURFACES else self.key
 
 
 def read_tasks(body: schemas.BundleRequest, limit: int) -> list[Task]:
@@ -135,7 +154,9 @@ def task_result(task: Task, outcome: Any) -> dict[str, Any]:
     if isinstance(outcome, BaseException):
         error = ApiError("internal_error", type(outcome).__name__)
         return {"id": task.id, "status": 500, "error": error.body()["error"]}
-    return {"id": task.id, "status": 200, task.surface: outcome}
+    if task.shape is not None:
+        outcome = reshape(outcome, task.shape)
+    return {"id": task.id, "status": 200, task.key: outcome}
 
 
 async def answer_bundle(
@@ -155,7 +176,7 @@ async def answer_bundle(
         raise
     loop = asyncio.get_running_loop()
     duplicates: list[tuple[str | int, ...]] = []
-    if any(t.surface == "decisions" for t in tasks):
+    if any(t.key in RAW_SURFACES for t in tasks):
         raw = await request.body()
         duplicates = await loop.run_in_executor(runtime.executor, bundle_duplicates, raw)
     timing.add("parse", time.perf_counter() - timing.started)
@@ -163,9 +184,11 @@ async def answer_bundle(
     async def plan_task(index: int, task: Task) -> Planned:
         request: SurfaceRequest
         if isinstance(task.payload, dict):
-            request = await loop.run_in_executor(
-                runtime.executor, bundle_decisions, task.payload, index, duplicates
+            schema = runtime.config.systemone_schema
+            read = functools.partial(
+                bundle_decisions, task.payload, index, duplicates, task.key, schema
             )
+            request, task.shape = await loop.run_in_executor(runtime.executor, read)
         else:
             request = task.payload
         return await runtime.plan(task.surface, request, timing)

@@ -149,6 +149,13 @@ def add_serve_parser(commands: Any) -> None:
         default=ServeConfig.load_retry_seconds,
         help="wait before the first reload of a model, then doubling, at most 300 s",
     )
+    serve.add_argument(
+        "--systemone-schema",
+        choices=("vllm-sr/5.0", "vllm-sr/4.0"),
+        default=ServeConfig.systemone_schema,
+        help="the System One schema of /v1/systemone and /v1/systemone/batch; vllm-sr/4.0 "
+        "also accepts the older request forms",
+    )
 
 
 def serve_config(args: argparse.Namespace) -> Any:
@@ -203,4 +210,5 @@ def serve_config(args: argparse.Namespace) -> Any:
         accept_licences=tuple(args.accept_licence),
         load_attempts=args.load_attempts,
         load_retry_seconds=args.load_retry_seconds,
+        systemone_schema=args.systemone_schema,
     )

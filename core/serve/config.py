@@ -73,6 +73,7 @@ class ServeConfig:
     accept_licences: tuple[str, ...] = ()
     load_attempts: int = 5
     load_retry_seconds: float = 5.0
+    systemone_schema: str = "vllm-sr/5.0"
 
 
 def _checked(entry: dict[str, Any], key: str, where: str) -> Any:

@@ -228,11 +228,46 @@ class DecisionStateAnswers(Strict):
     meta: dict[str, Any] | None = None
 
 
+class DecisionNamedStateAnswers(Strict):
+    answers: dict[str, DecisionAnswer]
+    meta: dict[str, Any] | None = None
+
+
 class DecisionsResponse(Strict):
     model: str
     answers: dict[str, DecisionAnswer]
     usage: DecisionUsage
-    states: list[DecisionStateAnswers] | None = None
+    states: list[DecisionStateAnswers] | dict[str, DecisionNamedStateAnswers] | None = Field(
+        default=None,
+        description="The answers of each states entry: a list with index, or (vllm-sr/4.0, "
+        "states sent as an object) an object under the same names.",
+    )
+    meta: dict[str, Any] | None = None
+
+
+class SystemOneBatchRequest(Strict):
+    """The same questions about each state (``vllm-sr/4.0`` also accepts the older
+    question forms; see ``--systemone-schema``)."""
+
+    model: str | None = None
+    states: list[NonBlank | dict[str, Any] | list[Any]] = Field(
+        min_length=1, max_length=64, description="The states, each answered in order."
+    )
+    questions: dict[str, DecisionQuestion] = Field(
+        min_length=1, description="Asked about every state, in this order."
+    )
+    options: DecisionOptions | None = None
+
+
+class SystemOneBatchResult(Strict):
+    index: int = Field(description="The state's position in the request's states.")
+    answers: dict[str, DecisionAnswer]
+
+
+class SystemOneBatchResponse(Strict):
+    model: str
+    results: list[SystemOneBatchResult]
+    usage: DecisionUsage
     meta: dict[str, Any] | None = None
 
 
@@ -250,6 +285,9 @@ class BundleTask(Strict):
     decisions: dict[str, Any] | None = Field(
         None, description="A /v1/decisions body (DecisionsRequest), validated per question."
     )
+    systemone_batch: dict[str, Any] | None = Field(
+        None, description="A /v1/systemone/batch body (SystemOneBatchRequest)."
+    )
 
 
 class BundleRequest(Strict):
@@ -264,6 +302,7 @@ class BundleResult(Strict):
     classify: ClassifyResponse | None = None
     rerank: RerankResponse | None = None
     decisions: DecisionsResponse | None = None
+    systemone_batch: SystemOneBatchResponse | None = None
     error: ErrorBody | None = None
 
 

@@ -403,3 +403,98 @@ def test_a_deadline_counts_from_arrival_so_slow_planning_spends_it(make_runtime)
         "/v1/embeddings", json={"model": "pooled", "input": "y", "options": {"deadline_ms": 5000}}
     )
     assert "embedding" in in_time.json()["data"][0]
+
+
+# -- /v1/systemone/batch and --systemone-schema ----------------------------------------------
+def test_a_batch_answers_the_same_questions_about_each_state_in_order(client, make_runtime):
+    states = ["I was charged twice", "my parcel is late", {"ticket": "refund please"}]
+    batch = client.post(
+        "/v1/systemone/batch",
+        json={"model": "pooled", "states": states, "questions": {"team": QUESTION}},
+    )
+    assert batch.status_code == 200, batch.text
+    body = batch.json()
+    assert [r["index"] for r in body["results"]] == [0, 1, 2]
+    for state, result in zip(states, body["results"], strict=True):
+        alone = client.post(
+            "/v1/decisions",
+            json={"model": "pooled", "state": state, "questions": {"team": QUESTION}},
+        ).json()
+        assert result["answers"] == alone["answers"]
+    single = client.post(
+        "/v1/decisions",
+        json={"model": "pooled", "state": states[0], "questions": {"team": QUESTION}},
+    ).json()
+    assert body["usage"]["input_tokens"] > single["usage"]["input_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            {"states": [], "questions": {"q": QUESTION}},
+            "states must be an array of 1 to 64 states, not 0 states",
+        ),
+        (
+            {"states": ["s"] * 65, "questions": {"q": QUESTION}},
+            "states must be an array of 1 to 64 states, not 65 states",
+        ),
+        (
+            {"states": "s", "questions": {"q": QUESTION}},
+            "states must be an array of 1 to 64 states, not no array",
+        ),
+        ({"states": ["s"], "question": {"q": QUESTION}}, "question: not a field of this request"),
+    ],
+)
+def test_a_bad_batch_is_400_naming_the_problem(client, body, message):
+    response = client.post("/v1/systemone/batch", json={"model": "pooled", **body})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["message"].startswith(message)
+
+
+def test_each_batch_state_counts_against_the_queue(make_runtime):
+    client = make_client(make_runtime(("pooled",), max_queue=4))
+    body = {"states": ["a", "b", "c", "d", "e"], "questions": {"q": QUESTION}}
+    response = client.post("/v1/systemone/batch", json=body)
+    assert response.status_code == 429, response.text
+
+
+def test_the_older_schema_accepts_the_older_forms(make_runtime):
+    old = make_client(make_runtime(("pooled",), systemone_schema="vllm-sr/4.0"))
+    new = make_client(make_runtime(("pooled",)))
+    keys = {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "shipping"]}
+    named = {
+        "state": "I was charged twice",
+        "questions": {"team": keys},
+        "states": {"eu": {"state": "my parcel is late", "questions": {"team": keys}}},
+    }
+    answered = old.post("/v1/systemone", json=named)
+    assert answered.status_code == 200, answered.text
+    body = answered.json()
+    assert set(body["answers"]["team"]["probabilities"]) == {"billing", "shipping"}
+    assert list(body["states"]) == ["eu"] and "answers" in body["states"]["eu"]
+    as_new = {
+        "state": "I was charged twice",
+        "questions": {"team": {**keys, "criteria": {"billing": None, "shipping": None}}},
+    }
+    assert body["answers"] == new.post("/v1/systemone", json=as_new).json()["answers"]
+    refused = new.post("/v1/systemone", json=named)
+    assert refused.status_code == 400
+    batch = old.post("/v1/systemone/batch", json={"states": ["a"], "questions": {"team": keys}})
+    assert batch.status_code == 200, batch.text
+    # /v1/decisions keeps the current schema whatever --systemone-schema says
+    assert old.post("/v1/decisions", json=named).status_code == 400
+
+
+def test_a_bundle_carries_a_systemone_batch_task(client):
+    batch = {"model": "pooled", "states": ["a refund", "a parcel"], "questions": {"q": QUESTION}}
+    alone = client.post("/v1/systemone/batch", json=batch).json()
+    tasks = [
+        {"id": "b", "systemone_batch": batch},
+        {"id": "bad", "systemone_batch": {**batch, "states": []}},
+    ]
+    response = client.post("/v1/bundle", json={"tasks": tasks})
+    assert response.status_code == 200, response.text
+    good, bad = response.json()["results"]
+    assert good["status"] == 200 and good["systemone_batch"] == alone
+    assert bad["status"] == 400 and bad["error"]["message"].startswith("states must be an array")

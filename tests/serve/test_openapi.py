@@ -77,6 +77,7 @@ def test_every_route_is_in_the_snapshot(served_openapi):
         "/v1/bundle",
         "/v1/decisions",
         "/v1/systemone",
+        "/v1/systemone/batch",
         "/v1/models",
         "/v1/models/{model_id}",
         "/health",
