@@ -121,7 +121,7 @@ def batch_body(body: dict[str, Any], duplicates: list[Path]) -> tuple[dict[str, 
     if "questions" not in body:
         raise RequestError("invalid_request", "questions: field required")
     questions = body["questions"]
-    rewritten = {key: body[key] for key in ("model", "options") if key in body}
+    rewritten: dict[str, Any] = {k: body[k] for k in ("model", "options") if k in body}
     rewritten["state"] = states[0]
     rewritten["questions"] = questions
     if len(states) > 1:

@@ -111,7 +111,8 @@ INVALID_MESSAGES = {
     "/v1/embeddings": "dimensions must be an integer from 1 to 32, not 33",
     "/v1/classify": "colour: not a field of this request (check the spelling)",
     "/v1/rerank": "top_n: Input should be greater than or equal to 1",
-    "/v1/bundle": "tasks[0] (two) must have exactly one of embeddings, classify, rerank, decisions, systemone_batch",
+    "/v1/bundle": "tasks[0] (two) must have exactly one of embeddings, classify, rerank, "
+    "decisions, systemone_batch",
 }
 UNSUPPORTED_MESSAGES = {
     "/v1/embeddings": "this model serves classify, not embeddings",

@@ -431,7 +431,8 @@ def test_a_bundle_task_needs_exactly_one_surface(client, surfaces):
     ok = {"id": "fine", "embeddings": {"model": "pooled", "input": "good"}}
     response = client.post("/v1/bundle", json={"tasks": [ok, task]})
     assert error_of(response, 400, "invalid_request") == (
-        "tasks[1] (odd) must have exactly one of embeddings, classify, rerank, decisions, systemone_batch"
+        "tasks[1] (odd) must have exactly one of embeddings, classify, rerank, decisions, "
+        "systemone_batch"
     )
 
 
