@@ -117,6 +117,10 @@ class CpuAccelerator(Accelerator):
         caps = device.capabilities
         return [f"cpu:{caps['arch']}:{caps['isa']}:{caps['bf16']}", "cpu"]
 
+    def weight_format_refusal(self, device: DeviceInfo, weight_format: str) -> str | None:
+        """A CPU multiplies neither FP8 nor NVFP4 weights."""
+        return "it is a CPU"
+
     def onnx_providers(self, device: DeviceInfo) -> list[ExecutionProvider]:
         """ONNX Runtime's CPU execution provider."""
         return [("CPUExecutionProvider", {})]

@@ -8,6 +8,7 @@ then ``cuda``.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 import torch
@@ -23,6 +24,13 @@ from vllm_srun.plugins.hookspecs import RegisterAccelerator
 
 BF16_NATIVE_MAJOR = 8
 """Compute capability 8.0 (Ampere) is the first with bf16 tensor cores (CUDA programming guide)."""
+
+
+FP8_MIN_CAPABILITY = (8, 9)
+"""FP8 tensor cores start with compute capability 8.9 (Ada Lovelace; Hopper is 9.0)."""
+
+NVFP4_MAJORS = (10, 12)
+"""Blackwell data-centre (10.x) and consumer (12.x) GPUs multiply NVFP4."""
 
 
 class CudaAccelerator(Accelerator):
@@ -55,6 +63,24 @@ class CudaAccelerator(Accelerator):
     def hardware_keys(self, device: DeviceInfo) -> list[str]:
         """``cuda:sm_90`` then ``cuda``."""
         return [f"cuda:{device.capabilities['sm']}", "cuda"]
+
+    def weight_format_refusal(self, device: DeviceInfo, weight_format: str) -> str | None:
+        """FP8 from compute capability 8.9 (Ada, Hopper); NVFP4 on 10.x and 12.x
+        (Blackwell) with a PyTorch that has FP4 tensors and Triton installed."""
+        capability = str(device.capabilities.get("compute_capability", "0.0"))
+        major, _, minor = capability.partition(".")
+        version = (int(major), int(minor or 0))
+        if weight_format == "fp8":
+            return None if version >= FP8_MIN_CAPABILITY else f"compute capability {capability}"
+        if weight_format == "nvfp4":
+            if version[0] not in NVFP4_MAJORS:
+                return f"compute capability {capability} has no FP4 tensor cores"
+            if not hasattr(torch, "float4_e2m1fn_x2"):
+                return f"PyTorch {torch.__version__} has no FP4 tensors"
+            if importlib.util.find_spec("triton") is None:
+                return "Triton is missing"
+            return None
+        return super().weight_format_refusal(device, weight_format)
 
     def onnx_providers(self, device: DeviceInfo) -> list[ExecutionProvider]:
         """CUDA on this GPU, then the CPU for operators CUDA lacks."""

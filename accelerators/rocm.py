@@ -30,6 +30,10 @@ def gfx_arch(props: Any) -> str:
     return raw.split(":", 1)[0] or "unknown"
 
 
+FP8_ARCHS = ("gfx942", "gfx950")
+"""The Instinct MI300 (gfx942) and MI350 (gfx950) series multiply FP8."""
+
+
 class RocmAccelerator(Accelerator):
     """AMD GPUs; devices ``rocm:0``, ``rocm:1``, ..."""
 
@@ -60,6 +64,15 @@ class RocmAccelerator(Accelerator):
     def hardware_keys(self, device: DeviceInfo) -> list[str]:
         """``rocm:gfx942`` then ``rocm``."""
         return [f"rocm:{device.capabilities['gfx_arch']}", "rocm"]
+
+    def weight_format_refusal(self, device: DeviceInfo, weight_format: str) -> str | None:
+        """FP8 on the Instinct MI300 (gfx942) and MI350 (gfx950) series; never NVFP4."""
+        arch = str(device.capabilities.get("gfx_arch", "unknown"))
+        if weight_format == "fp8" and arch in FP8_ARCHS:
+            return None
+        if weight_format == "nvfp4":
+            return "it is a ROCm GPU"
+        return f"{arch} has no FP8 matrix units"
 
     def onnx_providers(self, device: DeviceInfo) -> list[ExecutionProvider]:
         """MIGraphX, then the older ROCm provider, then the CPU."""

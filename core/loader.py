@@ -38,6 +38,7 @@ from vllm_srun.placement import (
     model_bytes,
     on_cpu,
     place,
+    refuse_weight_formats,
     required_bytes,
 )
 from vllm_srun.plugins import Catalog, Engine, Family, load_catalog
@@ -334,6 +335,7 @@ def load_model(
         raise LoadError(str(err)) from err
     except NotEnoughMemory as err:
         raise LoadError(str(err), retryable=True) from err
+    refuse_weight_formats(package, placement)
     cpu = on_cpu(placement)
     if dtype == "float16" and cpu:
         raise LoadError(
@@ -371,8 +373,8 @@ def load_model(
         free = free_now(placement)
         raise LoadError(
             f"needs about {gib(required_bytes(spec, placement))} GiB, "
-            f"{'an unknown amount' if free is None else gib(free)} GiB free on "
-            f"{placement.device.device}; out of memory ({str(err).splitlines()[0]})",
+            f"{'an unknown amount' if free is None else gib(free)} GiB free; out of memory on "
+            f"{placement.device.device} ({str(err).splitlines()[0]})",
             retryable=True,
         ) from err
     except RuntimeError as err:

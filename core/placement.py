@@ -10,12 +10,16 @@ a GPU.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from vllm_srun.errors import LoadError
 from vllm_srun.plugins import Accelerator, Catalog, DeviceInfo
+from vllm_srun.plugins.accelerator import WEIGHT_FORMATS
 from vllm_srun.plugins.spec import ModelSpec
 
 _DEVICE_SPEC = re.compile(r"^(?P<name>[a-z][a-z0-9_]*)(?::(?P<index>\d+))?$")
@@ -40,8 +44,9 @@ class NotEnoughMemory(Exception):
 
     def __init__(self, need_bytes: int, free_bytes: int, device: str) -> None:
         super().__init__(
-            f"needs about {gib(need_bytes)} GiB, {gib(free_bytes)} GiB free on {device}; "
-            "free memory on it, choose another device with --device, or serve a smaller model"
+            f"needs about {gib(need_bytes)} GiB, {gib(free_bytes)} GiB free; out of memory on "
+            f"{device}: free memory on it, choose another device with --device, or serve a "
+            "smaller model"
         )
         self.need_bytes = need_bytes
         self.free_bytes = free_bytes
@@ -53,6 +58,59 @@ def gib(size: int | float) -> str:
     digits below 0.01 GiB (``0.00031``) so a small model never reads as 0."""
     value = size / GIB
     return f"{value:.2f}" if value >= 0.01 or value == 0 else f"{value:.2g}"
+
+
+def weight_formats(package: Path) -> list[str]:
+    """The :data:`~vllm_srun.plugins.accelerator.WEIGHT_FORMATS` a package's weights use.
+
+    Read from the safetensors headers (``F8_E4M3``/``F8_E5M2`` tensors are FP8) and
+    ``config.json``'s ``quantization_config`` (``quant_method: fp8``; any setting
+    naming ``nvfp4``, as ModelOpt and compressed-tensors packages do). A package
+    whose files cannot be read says nothing here; its loading reports that.
+    """
+    found: set[str] = set()
+    for weights in sorted(package.glob("*.safetensors")):
+        try:
+            with weights.open("rb") as handle:
+                size = int.from_bytes(handle.read(8), "little")
+                header = json.loads(handle.read(min(size, MAX_HEADER_BYTES)))
+        except (OSError, ValueError):
+            continue
+        dtypes = {v.get("dtype") for v in header.values() if isinstance(v, dict)}
+        if dtypes & {"F8_E4M3", "F8_E5M2"}:
+            found.add("fp8")
+    try:
+        config = json.loads((package / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    quantization = config.get("quantization_config") if isinstance(config, dict) else None
+    if isinstance(quantization, dict):
+        if str(quantization.get("quant_method", "")).lower() == "fp8":
+            found.add("fp8")
+        if "nvfp4" in json.dumps(quantization).lower():
+            found.add("nvfp4")
+    return sorted(found)
+
+
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+"""The largest safetensors header read (the format's own limit is 100 MB)."""
+
+
+def refuse_weight_formats(package: Path, placement: Placement) -> None:
+    """Refuse a package whose weight format the placed device cannot multiply.
+
+    Raises:
+        LoadError: the troubleshooting guide's sentence for the format, the
+            device's reason, and what to serve instead (not retried).
+    """
+    for weight_format in weight_formats(package):
+        reason = placement.accelerator.weight_format_refusal(placement.device, weight_format)
+        if reason is not None:
+            instead = "BF16 or int4" if weight_format == "fp8" else "BF16, FP8 or int4"
+            raise LoadError(
+                f"{WEIGHT_FORMATS[weight_format]} ({placement.device.device}: {reason}). Serve "
+                f"it on such a GPU, or serve the {instead} package of the model instead"
+            )
 
 
 @dataclass(frozen=True)

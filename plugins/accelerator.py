@@ -138,6 +138,30 @@ class Accelerator(abc.ABC):
     def onnx_providers(self, device: DeviceInfo) -> list[ExecutionProvider]:
         """ONNX Runtime execution providers for the device, preferred first."""
 
+    def weight_format_refusal(self, device: DeviceInfo, weight_format: str) -> str | None:
+        """Why ``device`` cannot multiply weights of ``weight_format``, or ``None`` when it can.
+
+        Args:
+            device: a device of this accelerator.
+            weight_format: one of :data:`WEIGHT_FORMATS` (``fp8``, ``nvfp4``).
+
+        Returns:
+            One clause naming the cause (``it is a CPU``, ``compute capability
+            8.6``, ``Triton is missing``); the runtime puts it after the
+            troubleshooting guide's sentence. By default a device has no
+            matrix units for either format.
+        """
+        return f"{device.device} has no {weight_format.upper()} matrix units"
+
+
+WEIGHT_FORMATS = {
+    "fp8": "FP8 weights need an NVIDIA GPU of compute capability 8.9 or later or an AMD "
+    "Instinct MI300 or MI350 series GPU",
+    "nvfp4": "NVFP4 packages need FP4 tensor cores; serve NVFP4 packages on a Blackwell GPU",
+}
+"""Weight formats only some devices multiply, each with the troubleshooting guide's
+sentence that refuses a package of it on another device."""
+
 
 def slug(text: str) -> str:
     """Lower-case ``text`` with every run of other characters made one ``_``.

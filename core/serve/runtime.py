@@ -299,6 +299,8 @@ class Runtime:
             )
         if state.status != "ready" or state.scheduler is None:
             why = f": {state.reason}" if state.reason else ""
+            if state.status == "failed":  # the form the frontend and the router print
+                raise ApiError("not_ready", f"model {state.name} failed to load{why}")
             raise ApiError("not_ready", f"model {state.name} is {state.status}{why}")
         return state
 

@@ -20,15 +20,25 @@ def health_document(runtime: Runtime) -> tuple[int, dict[str, Any]]:
     elif states == {"ready"}:
         status = "ready"
     elif states == {"failed"}:
-        status, reason = "failed", "every model failed to load"
+        status, reason = "failed", "every model failed to load: " + _failures(runtime)
     elif "loading" in states:
         status = "loading"
     elif "warming" in states:
         status = "warming"
     else:
-        status, reason = "degraded", "some models failed to load"
+        status, reason = "degraded", "some models failed to load: " + _failures(runtime)
     body = {"status": status, "api_version": API_VERSION, "reason": reason, "models": models}
     return (200 if status == "ready" else 503), body
+
+
+def _failures(runtime: Runtime) -> str:
+    """``model a failed to load: <reason>; model b failed to load: <reason>``: the form
+    the frontend and the router print for each failed model."""
+    return "; ".join(
+        f"model {name} failed to load: {state.reason}"
+        for name, state in runtime.models.items()
+        if state.status == "failed"
+    )
 
 
 def cards(runtime: Runtime) -> list[dict[str, Any]]:

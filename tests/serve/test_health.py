@@ -75,7 +75,10 @@ def test_a_model_that_fails_to_load_is_reported_and_refused(make_runtime, contro
     assert response.status_code == 503
     body = response.json()
     assert body["status"] == "degraded"
-    assert body["reason"] == "some models failed to load"
+    assert body["reason"] == (
+        "some models failed to load: model sequence failed to load: no engine can run the "
+        "model: native: broken weights"
+    )
     assert body["models"]["sequence"] == {
         "status": "failed",
         "reason": "no engine can run the model: native: broken weights",
@@ -83,7 +86,7 @@ def test_a_model_that_fails_to_load_is_reported_and_refused(make_runtime, contro
     refused = client.post("/v1/classify", json={"model": "sequence", "input": "good"})
     assert refused.status_code == 503
     assert refused.json()["error"]["message"] == (
-        "model sequence is failed: no engine can run the model: native: broken weights"
+        "model sequence failed to load: no engine can run the model: native: broken weights"
     )
     assert 'vllm_srun_model_ready{model="sequence"} 0.0' in client.get("/metrics").text
 
@@ -95,7 +98,10 @@ def test_every_model_failing_is_failed(make_runtime):
     runtime = make_runtime(("pooled",), loader=loader, load_attempts=1)  # a passing cause
     body = make_client(runtime).get("/health").json()
     assert body["status"] == "failed"
-    assert body["reason"] == "every model failed to load"
+    assert body["reason"] == (
+        "every model failed to load: model pooled failed to load: loading raised "
+        "RuntimeError: out of memory"
+    )
     assert body["models"]["pooled"]["reason"] == "loading raised RuntimeError: out of memory"
 
 

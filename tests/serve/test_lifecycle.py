@@ -13,7 +13,7 @@ from vllm_srun.plugins import GoldenReference
 from .conftest import make_client, wait_until
 
 GOLDEN_REQUESTS = ({"surface": "embeddings", "body": {"input": ["golden text", "another one"]}},)
-NO_MEMORY = "needs about 1.00 GiB, 0.50 GiB free on cpu; free memory on it"
+NO_MEMORY = "needs about 1.00 GiB, 0.50 GiB free; out of memory on cpu: free memory on it"
 
 
 def with_reference(catalog, reference):
@@ -251,8 +251,8 @@ def test_too_little_free_memory_is_a_passing_cause(make_runtime, catalog):
     assert state.reason is not None
     assert state.reason.startswith("needs about 0.")
     assert state.reason.endswith(
-        "GiB, 9.3e-07 GiB free on cpu; free memory on it, choose another device with "
-        "--device, or serve a smaller model (gave up after 2 attempts)"
+        "GiB, 9.3e-07 GiB free; out of memory on cpu: free memory on it, choose another "
+        "device with --device, or serve a smaller model (gave up after 2 attempts)"
     )
 
 
