@@ -84,8 +84,13 @@ MODULES: dict[str, tuple[str, str, list[str]]] = {
     ),
     "task_model": (
         "families/task_heads/model.py",
-        "task heads: window merging, rerank, responses",
+        "task heads: planning each surface, padding rows, the card",
         ["tests/families", "tests/engines/test_native.py"],
+    ),
+    "task_answers": (
+        "families/task_heads/answers.py",
+        "task heads: window merging, rerank, responses",
+        ["tests/families", "tests/engines/test_native.py", "tests/serve/test_surfaces.py"],
     ),
     "overflow": (
         "families/task_heads/inputs.py",

@@ -1,0 +1,230 @@
+"""From a task plan and its rows' outputs to the response body, one surface at a time.
+
+Every input answers in its own place: a vector, a label distribution, label
+scores, token spans or a relevance score, or the item error of its failed
+row. Rerank results come sorted by score, failed documents after every scored one.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from vllm_srun.plugins.loaded import Plan
+from vllm_srun.plugins.spans import decode_spans
+from vllm_srun.plugins.spec import ItemErrorCode, RowError, RowOutput, WorkItem
+
+from .inputs import EncodedInput
+from .package import Head, Pooling
+from .readouts import finish_embedding, label_scores, merge_pooled, pool, token_probabilities
+
+
+@dataclass
+class TaskPlan(Plan):
+    """A planned request: its inputs, the rows they need, and what finishing needs."""
+
+    surface: str
+    head: Head
+    inputs: list[EncodedInput]
+    texts: list[str]
+    items: list[WorkItem] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.items = [row for encoded in self.inputs for row in encoded.rows]
+
+
+def relevance_score(logit: float) -> float:
+    """A cross-encoder's logit as a probability: the logistic sigmoid, in float64
+    (``0.0`` below -700, where ``exp`` would overflow)."""
+    return 1.0 / (1.0 + math.exp(-logit)) if logit > -700 else 0.0
+
+
+def _failed(rows: list[Any]) -> RowError | None:
+    """The first failed row of an input, if any."""
+    return next((r for r in rows if isinstance(r, RowError)), None)
+
+
+def _finite(tensor: torch.Tensor) -> bool:
+    return bool(torch.isfinite(tensor).all())
+
+
+def _error(index: int, code: ItemErrorCode, message: str) -> dict[str, Any]:
+    return {"index": index, "error": code, "message": message}
+
+
+def answer(plan: TaskPlan, outputs: list[RowOutput], pooling: Pooling | None) -> dict[str, Any]:
+    """The response body (without ``model``) for a plan and one output per planned row.
+
+    An input with a failed row (:class:`RowError`) answers with that error in its place.
+    """
+    per_input: list[list[Any]] = []
+    cursor = 0
+    for encoded in plan.inputs:
+        per_input.append(outputs[cursor : cursor + len(encoded.rows)])
+        cursor += len(encoded.rows)
+    usage_tokens = sum(e.processed_tokens for e in plan.inputs if e.error is None)
+    usage = {"prompt_tokens": usage_tokens, "total_tokens": usage_tokens}
+    if plan.surface == "embeddings":
+        data = [
+            _embedding(i, e, r, plan, pooling)
+            for i, (e, r) in enumerate(zip(plan.inputs, per_input, strict=True))
+        ]
+        return {"object": "list", "data": data, "usage": usage}
+    if plan.surface == "classify":
+        results = [
+            _classified(i, e, r, plan)
+            for i, (e, r) in enumerate(zip(plan.inputs, per_input, strict=True))
+        ]
+        head = plan.head
+        return {
+            "head": head.name,
+            "kind": head.kind,
+            "labels": list(head.labels),
+            "results": results,
+            "usage": usage,
+        }
+    return {"results": _reranked(plan, per_input, pooling), "usage": usage}
+
+
+def _pooled(
+    pooling: Pooling | None, encoded: EncodedInput, rows: list[torch.Tensor]
+) -> torch.Tensor:
+    assert pooling is not None
+    vectors = [pool(r, pooling.mode) for r in rows]
+    return merge_pooled(vectors, [end - start for start, end in encoded.windows])
+
+
+def _embedding(
+    index: int,
+    encoded: EncodedInput,
+    rows: list[torch.Tensor],
+    plan: TaskPlan,
+    pooling: Pooling | None,
+) -> dict[str, Any]:
+    item: dict[str, Any] = {"object": "embedding", "index": index}
+    if encoded.error is not None:
+        return {**item, "error": encoded.error[0], "message": encoded.error[1]}
+    failed = _failed(rows)
+    if failed is not None:
+        return {**item, "error": failed.code, "message": failed.message}
+    assert pooling is not None
+    vector = finish_embedding(
+        _pooled(pooling, encoded, rows), pooling.normalize, plan.options["dimensions"]
+    )
+    if not _finite(vector):
+        return {
+            **item,
+            "error": "invalid_model_output",
+            "message": "the embedding is not finite",
+        }
+    if plan.options["encoding_format"] == "base64":
+        payload: Any = base64.b64encode(vector.numpy().astype("<f4").tobytes()).decode("ascii")
+    else:
+        payload = vector.tolist()
+    return {**item, "embedding": payload, "input": encoded.usage()}
+
+
+def _classified(
+    index: int, encoded: EncodedInput, rows: list[torch.Tensor], plan: TaskPlan
+) -> dict[str, Any]:
+    if encoded.error is not None:
+        return _error(index, *encoded.error)
+    failed = _failed(rows)
+    if failed is not None:
+        return _error(index, failed.code, failed.message)
+    head = plan.head
+    result: dict[str, Any] = {"index": index, "input": encoded.usage()}
+    if not all(_finite(r) for r in rows):
+        return _error(index, "invalid_model_output", "the model's output is not finite")
+    if head.kind == "token":
+        content = max(end for _, end in encoded.windows)
+        probabilities = token_probabilities(rows, encoded.row_content, encoded.windows, content)
+        spans = decode_spans(
+            plan.texts[index],
+            encoded.offsets[:content],
+            probabilities,
+            list(head.tags),
+            aggregation=plan.options["aggregation"],
+            threshold=plan.options["threshold"],
+        )
+        return {**result, "spans": [span.to_json() for span in spans]}
+    if head.kind == "relevance":  # the same score rerank answers, per window at most
+        return {
+            **result,
+            "scores": [max(relevance_score(float(r.reshape(-1)[0])) for r in rows)],
+        }
+    scores = label_scores(rows, head.kind)
+    if head.kind == "sequence":
+        best = int(torch.argmax(scores))
+        return {**result, "label": head.labels[best], "probabilities": scores.tolist()}
+    values = scores.tolist()
+    result["scores"] = values
+    threshold = plan.options["threshold"]
+    if threshold is not None or head.thresholds is not None:
+        limits = [threshold] * len(values) if threshold is not None else list(head.thresholds or ())
+        result["selected"] = [
+            label for label, v, t in zip(head.labels, values, limits, strict=True) if v >= t
+        ]
+    return result
+
+
+def _reranked(
+    plan: TaskPlan, per_input: list[list[torch.Tensor]], pooling: Pooling | None
+) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+    if plan.head.kind == "relevance":
+        for index, (encoded, rows) in enumerate(zip(plan.inputs, per_input, strict=True)):
+            if encoded.error is not None:
+                results.append(_error(index, *encoded.error))
+                continue
+            failed = _failed(rows)
+            if failed is not None:
+                results.append(_error(index, failed.code, failed.message))
+                continue
+            logit = float(rows[0].reshape(-1)[0])
+            if not math.isfinite(logit):
+                results.append(_error(index, "invalid_model_output", "the logit is not finite"))
+                continue
+            score = relevance_score(logit)
+            results.append({"index": index, "relevance_score": score, "logit": logit})
+        documents = plan.texts
+    else:
+        query_encoded, query_rows = plan.inputs[0], per_input[0]
+        query_failed = _failed(query_rows)
+        query = torch.zeros(0)
+        if query_failed is None:
+            query = torch.nn.functional.normalize(
+                _pooled(pooling, query_encoded, query_rows), dim=0
+            )
+        documents = plan.texts[1:]
+        for index, (encoded, rows) in enumerate(zip(plan.inputs[1:], per_input[1:], strict=True)):
+            if encoded.error is not None:
+                results.append(_error(index, *encoded.error))
+                continue
+            failed = query_failed or _failed(rows)
+            if failed is not None:
+                results.append(_error(index, failed.code, failed.message))
+                continue
+            doc = torch.nn.functional.normalize(_pooled(pooling, encoded, rows), dim=0)
+            cosine = float(torch.dot(query, doc))
+            if not math.isfinite(cosine):  # before clamping: max(-1.0, nan) is -1.0
+                results.append(_error(index, "invalid_model_output", "the score is not finite"))
+                continue
+            cosine = min(1.0, max(-1.0, cosine))
+            results.append({"index": index, "relevance_score": cosine, "logit": cosine})
+    ranked = sorted(
+        (r for r in results if "error" not in r),
+        key=lambda r: (-r["relevance_score"], r["index"]),
+    )
+    unscored = [r for r in results if "error" in r]
+    if plan.options["return_documents"]:
+        for r in ranked:
+            r["document"] = documents[r["index"]]
+    ordered = ranked + unscored  # failed documents after every scored one
+    top_n: int | None = plan.options["top_n"]
+    return ordered if top_n is None else ordered[:top_n]
