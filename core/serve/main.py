@@ -16,7 +16,7 @@ per-model states) while models load. SIGTERM (or SIGINT) starts the shutdown:
 4. the listener closes, the schedulers and planning threads stop, and the
    process exits 0 when every request was answered in time, else 1.
 
-A model still loading is abandoned. A thread still inside native code (a
+A model still loading is abandoned. A thread still inside compiled code (a
 model load, a forward) would make the interpreter's teardown abort the process
 (``terminate called without an active exception``, SIGABRT), so the process
 then ends with ``os._exit`` once its logs are flushed. A second signal exits
@@ -73,7 +73,7 @@ def serve(config: ServeConfig) -> int:
         The exit status: 0 when every request received was answered (a
         shutdown within its grace period), 1 when the listener could not be
         bound, the grace period ran out, or a second signal cut the shutdown
-        short. When threads are still busy in native code at the end, the
+        short. When threads are still busy in compiled code at the end, the
         process exits here (``os._exit``) with that status instead of returning.
     """
     logging.basicConfig(
@@ -381,7 +381,7 @@ class DrainingServer(uvicorn.Server):
 def _exit_if_busy(code: int) -> None:
     """End the process now, with ``code``, when a thread other than this one still runs.
 
-    A daemon thread inside native code (a model still loading, a forward cut
+    A daemon thread inside compiled code (a model still loading, a forward cut
     short) that returns to Python while the interpreter tears down is stopped
     by unwinding its C++ frames, which aborts the whole process (SIGABRT,
     ``terminate called without an active exception``); a planning thread still
