@@ -1,4 +1,9 @@
-"""The ``vllm-srun`` command line."""
+"""The ``vllm-srun`` command line.
+
+Building the parser imports nothing heavy: ``vllm-srun --help`` and
+``--version`` answer without importing torch, the plugins or the HTTP stack
+(each command imports what it needs when it runs).
+"""
 
 from __future__ import annotations
 
@@ -8,17 +13,17 @@ import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from vllm_srun import __version__
-from vllm_srun.engine_args import (
-    add_engine_arguments,
-)
-from vllm_srun.placement import auto_accelerators
-from vllm_srun.plugins import Catalog, DeviceInfo, load_catalog
-from vllm_srun.plugins.testing import check_plugin
+from vllm_srun.engine_args import add_engine_arguments
 from vllm_srun.serve.command import add_serve_parser, serve_config
 from vllm_srun.serve.config import ConfigError
+
+if TYPE_CHECKING:
+    from vllm_srun.plugins import Catalog
+
+__all__ = ["build_parser", "devices_json", "main", "serve_config"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,6 +133,8 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     if args.command not in ("plugins", "devices", "models", "golden"):
         parser.print_help()
         return 2
+    from vllm_srun.plugins import load_catalog
+
     with _plugin_output_to_stderr() as out:
         if args.command == "golden":
             return run_golden_record(args, load_catalog(), out)
@@ -263,6 +270,8 @@ def run_models(catalog: Catalog, *, as_json: bool, out: TextIO) -> int:
 
 def _probe(name: str, acc: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One accelerator's state and its devices as JSON; a misbehaving plugin is an ``error``."""
+    from vllm_srun.plugins import DeviceInfo
+
     state: dict[str, Any] = {"name": name, "available": False, "error": None}
     try:
         priority = type(acc).auto_priority
@@ -292,6 +301,8 @@ def devices_json(catalog: Catalog) -> dict[str, Any]:
     An accelerator whose probes raise or return malformed data is listed with
     an ``error`` and contributes no device; the document stays valid JSON.
     """
+    from vllm_srun.placement import auto_accelerators
+
     devices: list[dict[str, Any]] = []
     accelerators = []
     for name, acc in sorted(catalog.layer("accelerators").items()):
@@ -315,6 +326,8 @@ def run_devices(catalog: Catalog, out: TextIO) -> int:
 
 def run_check(name: str, out: TextIO, *, as_json: bool = False) -> int:
     """Run the conformance kit on one plugin; 0 when it conforms, else 1."""
+    from vllm_srun.plugins.testing import check_plugin
+
     report = check_plugin(name)
     if as_json:
         json.dump(report.to_json(), out, indent=2)

@@ -1,4 +1,5 @@
-"""Per-model engine arguments, defined once.
+"""Per-model engine arguments, defined once; and how a declared option becomes a
+command-line option.
 
 :class:`EngineArgs` is the one place an option a model can take is written:
 its default, its check and its help. From it come the ``vllm-srun serve``
@@ -7,6 +8,11 @@ file entry (:func:`check_entry_value`, the same rules and messages as the
 command line) and the card's ``engine_args`` (:meth:`EngineArgs.card`). A
 models-file entry is an :class:`EngineArgs` plus the model it names
 (:class:`vllm_srun.serve.config.ModelConfig`).
+
+The process-wide options (:class:`vllm_srun.serve.config.ServeConfig`) are
+declared the same way, with :func:`option`; :func:`add_arguments` and
+:func:`namespace_values` turn any such declaration into argparse options and
+back.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -27,10 +33,13 @@ class Rule:
     """How one engine argument is checked and shown.
 
     Attributes:
-        kind: ``text``, ``choice``, ``count`` (an int of at least 1),
-            ``count0`` (an int of 0 or more), ``amount`` (a finite number
-            above 0), ``amount0`` (a finite number of 0 or more) or ``switch``
-            (a bool; ``--x`` / ``--no-x`` on the command line).
+        kind: ``text`` (not blank), ``choice``, ``count`` (an int of at least
+            1), ``count0`` (an int of 0 or more), ``amount`` (a finite number
+            above 0), ``amount0`` (a finite number of 0 or more), ``port`` (an
+            int from 0 to 65535), ``switch`` (a bool; ``--x`` / ``--no-x`` on
+            the command line), ``flag`` (a bool; ``--x`` only, off by default)
+            or ``repeat`` (a tuple of texts; the option may be given several
+            times).
         help: the command line's help text.
         flag: the command-line option (``--memory-budget``); by default the
             field name with dashes.
@@ -47,7 +56,13 @@ class Rule:
     on_card: bool = False
 
 
-def _arg(default: Any, **rule: Any) -> Any:
+def option(default: Any, **rule: Any) -> Any:
+    """A dataclass field declaring one option: its ``default`` and its :class:`Rule`
+    (``kind``, ``help``, and optionally ``flag``, ``metavar``, ``choices``, ``on_card``).
+
+    Raises:
+        TypeError: a keyword :class:`Rule` does not take.
+    """
     return dataclasses.field(default=default, metadata={"rule": Rule(**rule)})
 
 
@@ -57,50 +72,50 @@ class EngineArgs:
     the command line's value, and what the command line leaves out takes these defaults
     (the command reference's)."""
 
-    device: str = _arg("auto", kind="text", help="auto, or cpu, cuda[:N], rocm[:N], ...")
-    engine: str = _arg(
+    device: str = option("auto", kind="text", help="auto, or cpu, cuda[:N], rocm[:N], ...")
+    engine: str = option(
         "auto", kind="text", help="auto, or an installed engine (see `vllm-srun plugins`)"
     )
-    family: str | None = _arg(None, kind="text", help="force a model-family plugin")
-    memory_budget_gib: float | None = _arg(
+    family: str | None = option(None, kind="text", help="force a model-family plugin")
+    memory_budget_gib: float | None = option(
         None,
         kind="amount",
         flag="--memory-budget",
         metavar="GIB",
         help="refuse to load a model whose estimated size is above this many GiB",
     )
-    max_model_len: int | None = _arg(
+    max_model_len: int | None = option(
         None,
         kind="count",
         on_card=True,
         help="decision models: most tokens of one question (state, instructions and options); "
         "a longer question answers max_length_exceeded",
     )
-    max_num_seqs: int = _arg(
+    max_num_seqs: int = option(
         8192,
         kind="count",
         on_card=True,
         help="most rows in one forward, across requests (1 runs each row alone)",
     )
-    max_num_batched_tokens: int = _arg(
+    max_num_batched_tokens: int = option(
         65536,
         kind="count",
         on_card=True,
         help="most padded tokens in one forward (rows times the longest row)",
     )
-    batch_window_ms: float = _arg(
+    batch_window_ms: float = option(
         2.0,
         kind="amount0",
         on_card=True,
         help="how long a busy worker waits after the oldest queued request for more",
     )
-    dtype: str = _arg(
+    dtype: str = option(
         "auto",
         kind="choice",
         choices=DTYPES,
         help="auto: the precision the model was released in; float16 runs on GPUs only",
     )
-    enable_shared_context: bool | None = _arg(
+    enable_shared_context: bool | None = option(
         None,
         kind="switch",
         on_card=True,
@@ -129,6 +144,34 @@ def rule(field: dataclasses.Field[Any]) -> Rule:
 
 
 # -- the command line ------------------------------------------------------------------------
+def non_blank(text: str) -> str:
+    """An argparse type: text that is not empty or only whitespace.
+
+    Raises:
+        argparse.ArgumentTypeError: ``must not be blank``.
+    """
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be blank")
+    return text
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, an int from 0 to 65535 (0: any free port).
+
+    Raises:
+        argparse.ArgumentTypeError: not an int, or outside 0..65535.
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number, not {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"must be a port number from 0 to 65535 (0: any free port), not {value}"
+        )
+    return value
+
+
 def positive_int(text: str) -> int:
     """An argparse type: an int of at least 1."""
     value = int(text)
@@ -162,6 +205,8 @@ def non_negative_float(text: str) -> float:
 
 
 ARGPARSE_TYPES: dict[str, Callable[[str], Any]] = {
+    "text": non_blank,
+    "port": port_number,
     "count": positive_int,
     "count0": non_negative_int,
     "amount": positive_float,
@@ -174,18 +219,25 @@ def flag(field: dataclasses.Field[Any]) -> str:
     return rule(field).flag or "--" + field.name.replace("_", "-")
 
 
-def add_engine_arguments(
-    parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None
-) -> None:
-    """Add the engine arguments (every one, or those named in ``only``) to ``parser``
-    as options with their defaults and help."""
-    for field in engine_fields():
-        if only is not None and field.name not in only:
-            continue
+def add_arguments(parser: Any, fields: Iterable[dataclasses.Field[Any]]) -> None:
+    """Add one command-line option per declared field (:func:`option`) to ``parser``,
+    in the order given: the field's :func:`flag`, its default, its help, and the
+    argparse type, action or choices of its kind. The parsed value lands under
+    the field's name (:func:`namespace_values` reads it back).
+
+    Raises:
+        KeyError: a field declared without a :class:`Rule`.
+    """
+    for field in fields:
         spec = rule(field)
         options: dict[str, Any] = {"dest": field.name, "default": field.default, "help": spec.help}
         if spec.kind == "switch":
             options["action"] = argparse.BooleanOptionalAction
+        elif spec.kind == "flag":
+            options["action"] = "store_true"
+        elif spec.kind == "repeat":
+            options["action"] = "append"
+            options["default"] = []  # argparse appends to a copy of a list, never a tuple
         elif spec.kind == "choice":
             options["choices"] = spec.choices
         elif spec.kind in ARGPARSE_TYPES:
@@ -195,9 +247,29 @@ def add_engine_arguments(
         parser.add_argument(flag(field), **options)
 
 
+def namespace_values(
+    args: argparse.Namespace, fields: Iterable[dataclasses.Field[Any]]
+) -> dict[str, Any]:
+    """The values :func:`add_arguments` parsed for ``fields``, by field name (a
+    ``repeat`` option as a tuple), ready to pass to the dataclass that declares them."""
+    values: dict[str, Any] = {}
+    for field in fields:
+        value = getattr(args, field.name)
+        values[field.name] = tuple(value) if rule(field).kind == "repeat" else value
+    return values
+
+
+def add_engine_arguments(
+    parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None
+) -> None:
+    """Add the engine arguments (every one, or those named in ``only``) to ``parser``
+    as options with their defaults and help."""
+    add_arguments(parser, [f for f in engine_fields() if only is None or f.name in only])
+
+
 def from_namespace(args: argparse.Namespace) -> EngineArgs:
     """The :class:`EngineArgs` parsed by :func:`add_engine_arguments`."""
-    return EngineArgs(**{f.name: getattr(args, f.name) for f in engine_fields()})
+    return EngineArgs(**namespace_values(args, engine_fields()))
 
 
 # -- a models file ---------------------------------------------------------------------------
@@ -222,7 +294,8 @@ def check_entry_value(key: str, value: Any) -> Any:
     command line checks it.
 
     Raises:
-        EntryValueError: ``KEY must be int`` (or the other types),
+        EntryValueError: ``KEY must be int`` (or the other types), ``KEY is
+            blank; ...`` (a text of only whitespace),
             ``KEY must be at least 1, not V``, ``KEY must be a number above 0,
             not V``, ``KEY must be 0 or more, not V``, ``KEY must be one of
             ..., not V``.
@@ -232,6 +305,10 @@ def check_entry_value(key: str, value: Any) -> Any:
     types = TYPES[spec.kind]
     if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
         raise EntryValueError(f"{key} must be {' or '.join(t.__name__ for t in types)}")
+    if spec.kind == "text" and not cast(str, value).strip():
+        raise EntryValueError(
+            f"{key} is blank; give a value, or leave {key} out to take the command line's"
+        )
     if spec.kind in ("text", "choice", "switch"):
         if spec.kind == "choice" and value not in spec.choices:
             raise EntryValueError(f"{key} must be one of {', '.join(spec.choices)}, not {value!r}")
@@ -253,12 +330,17 @@ __all__ = [
     "EngineArgs",
     "EntryValueError",
     "Rule",
+    "add_arguments",
     "add_engine_arguments",
     "check_entry_value",
     "engine_fields",
     "from_namespace",
+    "namespace_values",
+    "non_blank",
     "non_negative_float",
     "non_negative_int",
+    "option",
+    "port_number",
     "positive_float",
     "positive_int",
 ]

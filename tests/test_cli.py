@@ -307,3 +307,23 @@ def test_serve_help_names_every_kind_of_model_and_the_registry_options(capsys):
     )
     for option in ("--revision SHA", "--cache-dir DIR", "--offline", "--accept-licence ID"):
         assert option in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["serve", "--help"]])
+def test_help_and_version_do_not_import_torch(argv):
+    # They took 2 to 8 s: the parser's imports pulled in torch and the plugins.
+    code = (
+        "import sys\n"
+        "from vllm_srun.cli import main\n"
+        "try:\n"
+        f"    main({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = ('torch', 'transformers', 'onnxruntime', 'fastapi', 'uvicorn',\n"
+        "         'vllm_srun.plugins')\n"
+        "print([name for name in heavy if name in sys.modules], file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stderr.strip() == "[]", done.stderr
+    assert done.stdout.strip()

@@ -1,4 +1,5 @@
-"""The request envelope: the body limit, ``Server-Timing`` and the error documents.
+"""The request envelope: the body limit, ``Server-Timing``, the error documents, and
+the requests in flight that a shutdown waits for.
 
 Every error leaves as ``{"error": {"code", "message"}}`` with the status of
 its code; 429 and 503 carry ``Retry-After``.
@@ -6,12 +7,15 @@ its code; 429 and 503 carry ``Retry-After``.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from prometheus_client import Gauge
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -20,7 +24,7 @@ from vllm_srun.plugins.requests import validation_problems
 
 from .requests import ApiError, Timing
 from .responses import Accounting, respond
-from .runtime import Runtime
+from .runtime import RECEIVED_BEFORE_SHUTDOWN, Runtime
 
 RETRY_AFTER = {429: {"retry-after": "1"}, 503: {"retry-after": "5"}}
 """429: the queue drains within a forward or two; 503: loading or draining takes longer."""
@@ -88,6 +92,127 @@ class Envelope:
             await send(message)
 
         await self.app(scope, limited_receive, timed_send)
+
+
+@dataclass(eq=False)
+class _Received:
+    """One HTTP request being answered: when it arrived (``time.perf_counter()``) and
+    whether its response has started."""
+
+    arrived: float = field(default_factory=time.perf_counter)
+    responding: bool = False
+
+
+class InFlight:
+    """ASGI middleware around the whole application: the HTTP requests being answered.
+
+    A shutdown (:mod:`.main`) takes :meth:`close`: the requests in flight when
+    its signal came, which the runtime goes on admitting (a request still being
+    read is marked :data:`~.runtime.RECEIVED_BEFORE_SHUTDOWN` from its start),
+    while any request received later is refused 503. It waits for them
+    (:meth:`wait`); when its grace period runs out, :meth:`expire` answers each
+    request still unanswered 503 ``not_ready`` with ``Retry-After``, whatever
+    stage it is in (being read, tokenised, queued or in a forward). Call every
+    method on the event loop.
+
+    Args:
+        app: the application (``build_app(runtime)``).
+        gauge: set to the number of requests in flight, when given: received,
+            and the last byte of the answer not yet handed to the server.
+    """
+
+    def __init__(self, app: ASGIApp, gauge: Gauge | None = None) -> None:
+        self.app = app
+        self.gauge = gauge
+        self.active: dict[asyncio.Task[object], _Received] = {}
+        self.closed = False
+        self.expired = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task = asyncio.current_task()
+        if scope["type"] != "http" or task is None:
+            await self.app(scope, receive, send)
+            return
+        request = _Received()
+        self.active[task] = request
+        RECEIVED_BEFORE_SHUTDOWN.set(not self.closed)  # this task's context only
+        if self.gauge is not None:
+            self.gauge.set(len(self.active))
+
+        async def tracked_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                request.responding = True
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                self._done(task)  # before the last byte leaves: a client never sees both
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked_send)
+        except asyncio.CancelledError:
+            if not self.expired or request.responding:
+                raise
+            task.uncancel()  # cancelled by expire(): answer instead of dying
+            await _shut_down(send, request.arrived)
+        finally:
+            self._done(task)
+
+    def _done(self, task: asyncio.Task[object]) -> None:
+        """The request is answered (or gone): no longer in flight."""
+        if self.active.pop(task, None) is not None and self.gauge is not None:
+            self.gauge.set(len(self.active))
+
+    def close(self) -> set[asyncio.Task[object]]:
+        """From now on, requests are received after the shutdown began; returns those
+        in flight now (their tasks), which were received before."""
+        self.closed = True
+        return set(self.active)
+
+    async def wait(self, requests: Collection[asyncio.Task[object]], timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until every one of ``requests`` is answered;
+        whether they all were."""
+        if not requests:
+            return True
+        _, pending = await asyncio.wait(requests, timeout=max(0.0, timeout))
+        return not pending
+
+    async def expire(self, timeout: float) -> int:
+        """Answer every request still unanswered 503 ``not_ready`` (its handler is
+        cancelled) and wait up to ``timeout`` seconds for those answers to leave.
+
+        Returns:
+            How many requests were cut short.
+        """
+        self.expired = True
+        unanswered = [task for task, request in self.active.items() if not request.responding]
+        for task in unanswered:
+            task.cancel()
+        await self.wait(unanswered, timeout)
+        return len(unanswered)
+
+
+SHUT_DOWN_MESSAGE = (
+    "the server shut down before this request was answered; retry on another replica"
+)
+"""The ``not_ready`` message of a request the shutdown's grace period did not cover."""
+
+
+async def _shut_down(send: Send, arrived: float) -> None:
+    """Answer 503 ``not_ready`` with ``Retry-After``: the grace period ran out."""
+    body = orjson.dumps({"error": {"code": "not_ready", "message": SHUT_DOWN_MESSAGE}})
+    total = (time.perf_counter() - arrived) * 1000
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 503,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"retry-after", RETRY_AFTER[503]["retry-after"].encode()),
+                (b"server-timing", f"total;dur={total:.3f}".encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 async def _too_large(send: Send, limit: int) -> None:

@@ -1,78 +1,405 @@
-"""``vllm-srun serve``: compose the plugins, load models in the background, serve HTTP.
+"""``vllm-srun serve``: bind, compose the plugins, load models in the background, serve HTTP.
+
+The listener is bound first, so a port in use or a bad ``--uds`` path ends
+the command at once with a message saying what to do (exit 1); ``serving ...
+on ...`` is logged only once the listener accepts. A Unix socket is created
+mode 0600 (only the server's user may connect) and removed at exit.
 
 HTTP answers from the first moment (``/health/live`` 200, ``/health`` 503 with
-per-model states) while models load. SIGTERM (or SIGINT) stops admission
-(``/health`` 503, new requests 503 ``not_ready``), lets queued work finish
-within ``--shutdown-grace-seconds`` and exits 0; a second signal exits at once.
+per-model states) while models load. SIGTERM (or SIGINT) starts the shutdown:
+
+1. admission stops: ``/health`` answers 503, a new request 503 ``not_ready``;
+2. every request received before the signal is answered as usual, within
+   ``--shutdown-grace-seconds``: its tokenising, queueing and forwards go on;
+3. when the grace period runs out, each request still unanswered gets 503
+   ``not_ready`` with ``Retry-After``;
+4. the listener closes, the schedulers and planning threads stop, and the
+   process exits 0 when every request was answered in time, else 1.
+
+A model still loading is abandoned. A thread still inside compiled code (a
+model load, a forward) would make the interpreter's teardown abort the process
+(``terminate called without an active exception``, SIGABRT), so the process
+then ends with ``os._exit`` once its logs are flushed. A second signal exits
+at once (1).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import errno
 import logging
+import os
+import signal
+import socket
+import stat
+import sys
 import threading
+import time
 from types import FrameType
+from typing import Any
 
 import uvicorn
 
 from .app import build_app
 from .config import ServeConfig
+from .envelope import SHUT_DOWN_MESSAGE, InFlight
 from .runtime import Runtime
 
 log = logging.getLogger("vllm_srun.serve")
 
+EXPIRE_SECONDS = 2.0
+"""After the grace period, how long the 503 answers of unanswered requests may take to leave."""
+
+ABANDON_SECONDS = 0.5
+"""After the grace period, how long queued requests get to leave through their own
+handlers (503, counted in the metrics) before the rest are cut short."""
+
+JOIN_SECONDS = 0.5
+"""At exit, how long threads that are ending anyway (idle workers told to stop) may take."""
+
+UDS_MODE = 0o600
+"""The Unix socket's mode: only the server's user may connect."""
+
+
+class BindError(Exception):
+    """The listener cannot be bound; the message names the address, why, and what to do."""
+
 
 def serve(config: ServeConfig) -> int:
-    """Run the server until it is told to stop; returns the exit status."""
-    import torch
+    """Run the server until it is told to stop.
 
+    Returns:
+        The exit status: 0 when every request received was answered (a
+        shutdown within its grace period), 1 when the listener could not be
+        bound, the grace period ran out, or a second signal cut the shutdown
+        short. When threads are still busy in compiled code at the end, the
+        process exits here (``os._exit``) with that status instead of returning.
+    """
     logging.basicConfig(
         level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    runtime = Runtime(config)
-    app = build_app(runtime)
-    uv_config = uvicorn.Config(
-        app,
-        host=config.host,
-        port=config.port,
-        uds=config.uds,
-        log_level=config.log_level,
-        access_log=False,
-        loop="auto",
-        http="auto",
-        lifespan="off",
-        timeout_graceful_shutdown=5,
-    )
-    server = DrainingServer(uv_config, runtime)
-    runtime.start_loading()
-    where = config.uds or f"http://{config.host}:{config.port}"
-    log.info("serving %d model(s) on %s", len(runtime.models), where)
-    server.run()
-    return 0 if server.drained else 1
+    try:
+        listener = Listener.bind(config)
+    except BindError as err:
+        sys.stderr.write(f"vllm-srun serve: {err}\n")
+        return 1
+    early = _EarlySignals()
+    try:
+        import torch
+
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        runtime = Runtime(config)
+        inflight = InFlight(build_app(runtime), runtime.metrics.requests_in_flight)
+        uv_config = uvicorn.Config(
+            inflight,
+            log_level=config.log_level,
+            access_log=False,
+            loop="auto",
+            http="auto",
+            lifespan="off",
+            timeout_graceful_shutdown=5,
+        )
+        server = DrainingServer(uv_config, runtime, inflight, listener.where, early.received)
+        server.run(sockets=[listener.socket])
+        finished = runtime.stop(server.remaining())
+        code = 0 if server.drained and finished else 1
+    finally:
+        listener.close()
+        early.restore()
+    _exit_if_busy(code)
+    return code
+
+
+class _EarlySignals:
+    """SIGTERM and SIGINT recorded while the process starts (plugins are discovered before
+    uvicorn takes the signals over): the server then stops as soon as it starts, exit 0,
+    instead of the process dying of the signal. Only the main thread can take signals
+    over; elsewhere this does nothing."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self.previous: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._record)
+
+    def _record(self, sig: int, frame: FrameType | None) -> None:
+        self.received.append(sig)
+
+    def restore(self) -> None:
+        """Give the signals back to the handlers they had before."""
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+class Listener:
+    """The bound listening socket of ``--host``/``--port`` or ``--uds``.
+
+    Attributes:
+        socket: the bound socket (uvicorn listens on it).
+        where: the address as logs show it (``http://127.0.0.1:8100`` or the path).
+        path: the Unix socket's path, or ``None`` for TCP.
+    """
+
+    def __init__(self, sock: socket.socket, where: str, path: str | None = None) -> None:
+        self.socket = sock
+        self.where = where
+        self.path = path
+        self._identity = _identity(path) if path is not None else None
+
+    @classmethod
+    def bind(cls, config: ServeConfig) -> Listener:
+        """Bind ``--uds`` when given, else ``--host`` and ``--port``.
+
+        Raises:
+            BindError: the address is in use, not this machine's, not allowed,
+                or (``--uds``) a path that is not a socket or cannot be created.
+        """
+        if config.uds is not None:
+            return cls(_bind_unix(config.uds), config.uds, config.uds)
+        sock = _bind_tcp(config.host, config.port)
+        host, port = sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        return cls(sock, f"http://{shown}:{port}")
+
+    def close(self) -> None:
+        """Close the socket and remove the Unix socket file, when it is still the one
+        this process created (a successor's socket is left alone)."""
+        self.socket.close()
+        if self.path is None or self._identity is None:
+            return
+        if _identity(self.path) == self._identity:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """The device and inode of ``path`` (not following a link), or ``None`` when absent."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def _bind_tcp(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` (as uvicorn binds one for its workers).
+
+    Raises:
+        BindError: the address is in use, not an address of this machine, or
+            not allowed (a port below 1024 without privileges).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        where = f"cannot listen on {host}:{port}"
+        if err.errno == errno.EADDRINUSE:
+            raise BindError(
+                f"{where}: the address is already in use (another process listens there; "
+                f"`ss -ltnp 'sport = :{port}'` names it); stop it or choose another --port"
+            ) from err
+        if err.errno == errno.EACCES:
+            raise BindError(
+                f"{where}: permission denied (ports below 1024 need privileges); "
+                "choose another --port"
+            ) from err
+        if err.errno == errno.EADDRNOTAVAIL or isinstance(err, socket.gaierror):
+            raise BindError(
+                f"{where}: {host} is not an address of this machine ({err.strerror or err}); "
+                "choose another --host"
+            ) from err
+        raise BindError(f"{where}: {err.strerror or err}") from err
+    return sock
+
+
+def _bind_unix(path: str) -> socket.socket:
+    """A Unix socket bound at ``path``, mode 0600. A stale socket file (no server
+    answers on it) is replaced; a live one is left alone.
+
+    Raises:
+        BindError: another server listens at ``path``; ``path`` exists and is not
+            a socket, or is a socket that cannot be tried or removed; or the
+            socket cannot be created there.
+    """
+    where = f"cannot listen on {path}"
+    if os.path.lexists(path):
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            raise BindError(
+                f"{where}: the path exists and is not a socket; remove it or choose "
+                "another --uds path"
+            )
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            stale = True  # left by a server that is gone
+        except OSError as err:
+            raise BindError(
+                f"{where}: a socket is there and cannot be tried ({err.strerror or err}); "
+                "remove it or choose another --uds path"
+            ) from err
+        else:
+            stale = False
+        finally:
+            probe.close()
+        if not stale:
+            raise BindError(
+                f"{where}: the address is already in use (another server listens on it); "
+                "stop it or choose another --uds path"
+            )
+        try:
+            os.unlink(path)
+        except OSError as err:
+            raise BindError(
+                f"{where}: a stale socket is there and cannot be removed "
+                f"({err.strerror or err}); remove it or choose another --uds path"
+            ) from err
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # No other thread runs yet, so the process-wide umask can be narrowed for the bind:
+    # the socket is never reachable by others, not even between bind and chmod.
+    previous = os.umask(0o177)
+    try:
+        sock.bind(path)
+    except OSError as err:
+        sock.close()
+        raise BindError(f"{where}: {err.strerror or err}; choose another --uds path") from err
+    finally:
+        os.umask(previous)
+    os.chmod(path, UDS_MODE)
+    return sock
 
 
 class DrainingServer(uvicorn.Server):
-    """uvicorn's server, whose exit signal first drains the queues while HTTP still answers."""
+    """uvicorn's server, whose exit signal first answers the requests received while
+    HTTP still answers (:mod:`.main` describes the steps).
 
-    def __init__(self, config: uvicorn.Config, runtime: Runtime) -> None:
+    Args:
+        config: uvicorn's configuration.
+        runtime: the models.
+        inflight: the application wrapped in :class:`~.envelope.InFlight`.
+        where: the bound address, for the log.
+        early_signals: signals received before the server took them over; any
+            makes it stop as soon as it has started.
+
+    Attributes:
+        drained: whether every request received before the signal was answered
+            in time (``True`` until a shutdown says otherwise).
+    """
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        runtime: Runtime,
+        inflight: InFlight,
+        where: str,
+        early_signals: list[int] | None = None,
+    ) -> None:
         super().__init__(config)
         self.runtime = runtime
+        self.inflight = inflight
+        self.where = where
+        self.early_signals = early_signals if early_signals is not None else []
         self.draining = False
         self.drained = True
+        self.deadline: float | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain_task: asyncio.Task[None] | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """Start serving on the bound listener, then log it and start loading the models."""
+        self._loop = asyncio.get_running_loop()
+        await super().startup(sockets=sockets)
+        if not self.started:
+            return
+        if self.early_signals:
+            log.info("signal %d while starting: exiting", self.early_signals[0])
+            self.handle_exit(self.early_signals[0], None)
+            return
+        log.info("serving %d model(s) on %s", len(self.runtime.models), self.where)
+        if not self.should_exit:
+            self.runtime.start_loading()
+
+    def remaining(self) -> float:
+        """Seconds left of the shutdown's grace period (the whole period before a signal)."""
+        if self.deadline is None:
+            return self.runtime.config.shutdown_grace_seconds
+        return max(0.0, self.deadline - time.monotonic())
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        """First signal: drain in the background; a second one exits at once."""
+        """First signal: stop admitting and answer what was received (in the background);
+        a second one exits at once."""
         if self.draining:
+            log.warning("signal %d again: exiting now", sig)
+            self.drained = False
             self.force_exit = True
             self.should_exit = True
             return
         self.draining = True
-        log.info("signal %d: no new work; finishing queued work, then exiting", sig)
-        threading.Thread(target=self._drain, name="drain", daemon=True).start()
+        self.deadline = time.monotonic() + self.runtime.config.shutdown_grace_seconds
+        if self._loop is None:  # not serving yet: nothing was received
+            self.runtime.stop_admitting()
+            self.should_exit = True
+            return
+        # A signal handler may interrupt the loop anywhere (even inside a lock the
+        # metrics hold): the shutdown starts from the loop's next callback instead.
+        self._loop.call_soon_threadsafe(self._start_drain, sig)
 
-    def _drain(self) -> None:
-        self.drained = self.runtime.stop()
-        if not self.drained:
-            log.warning("queued work did not finish within the grace period")
+    def _start_drain(self, sig: int) -> None:
+        """Stop admitting and take the requests received, in one loop callback: a request
+        is either among them or refused 503."""
+        log.info("signal %d: no new work; answering the requests received, then exiting", sig)
+        self.runtime.stop_admitting()
+        received = self.inflight.close()
+        self._drain_task = asyncio.get_running_loop().create_task(self._drain(received))
+
+    async def _drain(self, received: set[asyncio.Task[object]]) -> None:
+        if received:
+            log.info("answering %d request(s) in flight", len(received))
+        answered = await self.inflight.wait(received, self.remaining())
+        if not answered:
+            unanswered = sum(1 for task in received if not task.done())
+            log.warning(
+                "the grace period (%g s) ran out with %d request(s) unanswered: answering "
+                "them 503 not_ready",
+                self.runtime.config.shutdown_grace_seconds,
+                unanswered,
+            )
+            if self.runtime.abandon(SHUT_DOWN_MESSAGE):
+                await self.inflight.wait(received, ABANDON_SECONDS)
+            await self.inflight.expire(EXPIRE_SECONDS)
+            self.drained = False
         self.should_exit = True
+
+
+def _exit_if_busy(code: int) -> None:
+    """End the process now, with ``code``, when a thread other than this one still runs.
+
+    A daemon thread inside compiled code (a model still loading, a forward cut
+    short) that returns to Python while the interpreter tears down is stopped
+    by unwinding its C++ frames, which aborts the whole process (SIGABRT,
+    ``terminate called without an active exception``); a planning thread still
+    tokenising a request that was already answered would hold the exit up.
+    Threads that are about to end get :data:`JOIN_SECONDS`; if any is still
+    running then, ``os._exit`` skips the teardown, once the logs and the
+    standard streams are flushed.
+    """
+    others = [t for t in threading.enumerate() if t is not threading.current_thread()]
+    deadline = time.monotonic() + JOIN_SECONDS
+    for thread in others:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    busy = sorted(t.name for t in others if t.is_alive())
+    if not busy:
+        return
+    log.info("%s still running: exiting without waiting", ", ".join(busy))
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)

@@ -68,6 +68,11 @@ class Metrics:
         self.model_ready = Gauge(
             "vllm_srun_model_ready", "1 when the model answers, else 0.", ["model"], registry=r
         )
+        self.requests_in_flight = Gauge(
+            "vllm_srun_requests_in_flight",
+            "HTTP requests received and not yet answered (vllm-srun serve).",
+            registry=r,
+        )
 
     def for_model(self, model: str) -> ModelMetrics:
         """The scheduler-facing view of one model's metrics."""

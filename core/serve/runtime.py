@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import dataclasses
 import heapq
 import logging
@@ -32,6 +33,16 @@ from .metrics import Metrics
 from .requests import ApiError, ClientGone, Timing, clip
 
 log = logging.getLogger(__name__)
+
+RECEIVED_BEFORE_SHUTDOWN: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "received_before_shutdown", default=False
+)
+"""Whether the request being answered (in its own task) was received before the shutdown
+began: set by the HTTP layer (:class:`vllm_srun.serve.envelope.InFlight`). Such a
+request is still admitted while the process drains; any other gets 503."""
+
+IDLE_CHECK_SECONDS = 0.05
+"""How long :meth:`Runtime.stop` waits at least for an executor to show it is idle."""
 
 MAX_RETRY_SECONDS = 300.0
 """Longest wait between two loads of a model (the command reference: "then doubling,
@@ -118,6 +129,9 @@ class Runtime:
         self.accepting = True
         self.started = False
         self.stopping = threading.Event()
+        # The futures of submitted requests not yet answered (event-loop thread only):
+        # what abandon() answers 503 when the shutdown's grace period runs out.
+        self._waiting: set[asyncio.Future[dict[str, Any]]] = set()
         # Planning runs on one thread per model (ModelState.planner): tokenising
         # releases the GIL and takes well under a millisecond per text, and every
         # extra Python thread contends for the GIL with the forwards (measured: c32
@@ -259,20 +273,60 @@ class Runtime:
         )
         return None
 
-    def stop(self) -> bool:
-        """Stop admitting, finish queued work within the grace period; whether all finished."""
+    def stop_admitting(self) -> None:
+        """Refuse new requests from now on (503 ``not_ready``; ``/health`` says shutting
+        down) and tell the loader to give up: it loads no further model, and a model it
+        is loading now is not started. Requests already received keep being planned
+        and answered. Idempotent."""
         self.accepting = False
         self.stopping.set()  # a loader waiting to retry a model gives up at once
-        grace = self.config.shutdown_grace_seconds
-        finished = True
+        for state in self.models.values():
+            self.metrics.model_ready.labels(model=state.name).set(0)
+
+    def stop(self, grace_seconds: float | None = None) -> bool:
+        """Stop admitting, let the work already received finish, then stop the threads.
+
+        In order: :meth:`stop_admitting`; the planning threads finish what they
+        were given (a request being tokenised still reaches its scheduler: no
+        planning is cancelled while there is time); each scheduler drains its
+        queue; the planning executors shut down. Work still queued when the
+        grace period runs out is answered by the scheduler (``internal_error``
+        rows) and planning not yet started is cancelled.
+
+        Args:
+            grace_seconds: how long all of it may take, in seconds (default:
+                ``--shutdown-grace-seconds``).
+
+        Returns:
+            Whether everything finished within the grace period.
+        """
+        grace = self.config.shutdown_grace_seconds if grace_seconds is None else grace_seconds
+        deadline = time.monotonic() + grace
+        self.stop_admitting()
+        executors = [self.executor, *(state.planner for state in self.models.values())]
+        # A list, not a generator: every executor gets its chance, not only up to the first.
+        finished = all([_finish_pending(executor, deadline) for executor in executors])
         for state in self.models.values():
             if state.scheduler is not None:
-                finished = state.scheduler.stop(grace) and finished
-            self.metrics.model_ready.labels(model=state.name).set(0)
-        self.executor.shutdown(wait=False, cancel_futures=True)
-        for state in self.models.values():
-            state.planner.shutdown(wait=False, cancel_futures=True)
+                remaining = max(0.0, deadline - time.monotonic())
+                finished = state.scheduler.stop(remaining) and finished
+        for executor in executors:
+            executor.shutdown(wait=False, cancel_futures=not finished)
         return finished
+
+    def abandon(self, message: str) -> int:
+        """Answer every submitted request still waiting 503 ``not_ready`` with ``message``
+        (the shutdown's grace period ran out). Call on the event loop's thread.
+
+        Returns:
+            How many requests were answered so.
+        """
+        abandoned = 0
+        for future in list(self._waiting):
+            if not future.done():
+                future.set_exception(ApiError("not_ready", message))
+                abandoned += 1
+        return abandoned
 
     # -- health -----------------------------------------------------------------------------
     # -- answering --------------------------------------------------------------------------
@@ -281,9 +335,10 @@ class Runtime:
 
         Raises:
             ApiError: 404 ``model_not_found``; 503 ``not_ready`` while it loads,
-                after it failed, or while the process shuts down.
+                after it failed, or while the process shuts down (unless the
+                request was received before, :data:`RECEIVED_BEFORE_SHUTDOWN`).
         """
-        if not self.accepting:
+        if not self.accepting and not RECEIVED_BEFORE_SHUTDOWN.get():
             raise ApiError("not_ready", "the server is shutting down; retry on another replica")
         if name is None:
             if len(self.models) != 1:
@@ -344,6 +399,8 @@ class Runtime:
                 None if item.deadline_ms is None else timing.arrived + item.deadline_ms / 1000
             )
             item.future = loop.create_future()
+            self._waiting.add(item.future)
+            item.future.add_done_callback(self._waiting.discard)
             item.job = Job(
                 list(item.plan.items),
                 self._answerer(item, loop, timing),
@@ -398,6 +455,23 @@ class Runtime:
                 assert item.state.scheduler is not None
                 item.state.scheduler.cancel(item.job)
                 raise ClientGone()
+
+
+def _finish_pending(executor: concurrent.futures.ThreadPoolExecutor, deadline: float) -> bool:
+    """Wait until ``executor`` has run everything submitted to it so far, or ``deadline``
+    (``time.monotonic()``) passes; whether it did. The executors have one thread, so a
+    no-op submitted now runs only after everything before it."""
+    try:
+        marker = executor.submit(lambda: None)
+    except RuntimeError:  # already shut down: nothing more will run there
+        return True
+    try:
+        # At least IDLE_CHECK_SECONDS: an idle executor must not count as unfinished
+        # because the deadline had already passed when it was asked.
+        marker.result(timeout=max(IDLE_CHECK_SECONDS, deadline - time.monotonic()))
+    except concurrent.futures.TimeoutError:
+        return False
+    return True
 
 
 def _resolve(future: asyncio.Future[Any] | None, body: Any) -> None:

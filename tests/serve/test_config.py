@@ -8,7 +8,14 @@ import textwrap
 import pytest
 
 from vllm_srun.cli import build_parser, main, serve_config
-from vllm_srun.serve.config import ConfigError, ModelConfig, ServeConfig, read_models_file
+from vllm_srun.serve.config import (
+    ENTRY_KEYS,
+    ConfigError,
+    ModelConfig,
+    ServeConfig,
+    process_fields,
+    read_models_file,
+)
 
 DEFAULTS = ModelConfig(
     model="", device="cpu", engine="native", max_num_seqs=16, batch_window_ms=5.0, dtype="float32"
@@ -33,7 +40,6 @@ def test_entries_take_the_defaults_and_override_their_own_keys(tmp_path):
             max_num_seqs: 64
             batch_window_ms: 0
             memory_budget_gib: 4
-            options: {overflow: truncate}
             enable_shared_context: true
         """,
     )
@@ -48,7 +54,6 @@ def test_entries_take_the_defaults_and_override_their_own_keys(tmp_path):
         max_num_seqs=64,
         batch_window_ms=0,
         memory_budget_gib=4,
-        options={"overflow": "truncate"},
         enable_shared_context=True,
     )
     assert b.engine == "native" and b.dtype == "float32"  # from the defaults
@@ -89,7 +94,6 @@ def test_an_entry_without_model_is_an_error(tmp_path):
         ("max_num_seqs: 2.5", "max_num_seqs must be int"),
         ("batch_window_ms: fast", "batch_window_ms must be int or float"),
         ("enable_shared_context: 'yes'", "enable_shared_context must be bool"),
-        ("options: [truncate]", "options must be dict"),
         ("name: 7", "name must be str"),
         ("memory_budget_gib: false", "memory_budget_gib must be int or float"),
     ],
@@ -324,3 +328,196 @@ def test_models_file_values_out_of_range_are_refused_like_the_options(tmp_path, 
     path.write_text(f"models:\n  - model: /m/a\n    {line}\n")
     with pytest.raises(ConfigError, match=message):
         read_models_file(path, DEFAULTS)
+
+
+@pytest.fixture
+def never_serve(monkeypatch):
+    """``vllm-srun serve`` fails instead of serving: a mistake that should stop the start
+    fails its test rather than leave a server running."""
+    from vllm_srun.serve import main as serve_main
+
+    def refuse(config):
+        raise AssertionError(f"vllm-srun serve started with {config}")
+
+    monkeypatch.setattr(serve_main, "serve", refuse)
+
+
+# -- mistakes YAML would accept silently ---------------------------------------------------
+def test_a_key_given_twice_in_an_entry_names_the_entry_the_key_and_the_lines(tmp_path):
+    # YAML keeps the last: `model` twice used to serve /models/b without a word.
+    path = models_file(
+        tmp_path,
+        """
+        models:
+          - model: /models/a
+            name: a
+          - model: /models/b
+            device: cpu
+            model: /models/c
+        """,
+    )
+    with pytest.raises(ConfigError) as caught:
+        read_models_file(path, DEFAULTS)
+    assert str(caught.value) == (
+        f"models file {path}, entry 2 (/models/b): `model` is given twice (lines 5 and 7); "
+        "YAML would keep only the last: give each key once in an entry"
+    )
+
+
+def test_a_second_models_list_is_refused(tmp_path):
+    # YAML keeps the last: the first list's models used to be dropped.
+    path = models_file(
+        tmp_path,
+        """
+        models:
+          - model: /models/a
+        models:
+          - model: /models/b
+        """,
+    )
+    with pytest.raises(ConfigError) as caught:
+        read_models_file(path, DEFAULTS)
+    assert str(caught.value) == (
+        f"models file {path}: `models:` is given twice (lines 2 and 4); YAML would keep only "
+        "the last list: put every entry under one `models:`"
+    )
+
+
+def test_a_key_given_twice_deeper_is_refused_with_its_line(tmp_path):
+    path = models_file(tmp_path, "models:\n  - model: /models/a\nextra: {a: 1, a: 2}\n")
+    with pytest.raises(ConfigError, match=r"`a` is given twice in one mapping \(lines 3 and 3\)"):
+        read_models_file(path, DEFAULTS)
+
+
+def test_a_merge_key_may_still_be_overridden(tmp_path):
+    path = models_file(
+        tmp_path,
+        """
+        base: &base
+          device: cpu
+          max_num_seqs: 4
+        models:
+          - <<: *base
+            model: /models/a
+            max_num_seqs: 8
+        """,
+    )
+    [entry] = read_models_file(path, DEFAULTS)
+    assert (entry.device, entry.max_num_seqs) == ("cpu", 8)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('name: ""', "name is blank; give the model ID requests use, or leave name out"),
+        ('name: "   "', "name is blank; give the model ID requests use, or leave name out"),
+        ('revision: " "', "revision is blank; give the 40-hex commit, or leave revision out"),
+        ('device: ""', "device is blank; give a value, or leave device out"),
+        ("engine: '\t'", "engine is blank; give a value, or leave engine out"),
+        ('family: ""', "family is blank; give a value, or leave family out"),
+    ],
+)
+def test_a_blank_text_names_the_entry_the_key_and_the_fix(tmp_path, line, message):
+    path = models_file(tmp_path, f"models:\n  - model: /models/a\n    {line}\n")
+    with pytest.raises(ConfigError) as caught:
+        read_models_file(path, DEFAULTS)
+    assert str(caught.value).startswith(f"models file {path}, entry 1 (/models/a): {message}")
+
+
+def test_a_blank_model_is_refused(tmp_path):
+    path = models_file(tmp_path, 'models:\n  - model: "  "\n')
+    with pytest.raises(ConfigError, match="model is blank; give a built-in model name"):
+        read_models_file(path, DEFAULTS)
+
+
+def test_an_unknown_dtype_is_refused_with_the_choices(tmp_path):
+    path = models_file(tmp_path, "models:\n  - model: /models/a\n    dtype: float64\n")
+    with pytest.raises(ConfigError) as caught:
+        read_models_file(path, DEFAULTS)
+    assert str(caught.value) == (
+        f"models file {path}, entry 1 (/models/a): dtype must be one of auto, float32, "
+        "bfloat16, float16, not 'float64'"
+    )
+
+
+def test_options_is_refused_and_the_message_lists_the_keys(tmp_path):
+    # Accepted and never used before: a model's default request options did nothing.
+    path = models_file(
+        tmp_path, "models:\n  - model: /models/a\n    options: {overflow: truncate}\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        read_models_file(path, DEFAULTS)
+    assert str(caught.value) == (
+        f"models file {path}, entry 1 (/models/a): unknown key options; request options "
+        "(overflow, deadline_ms, ...) go in each request's `options`, not in the models file; "
+        f"an entry takes {', '.join(ENTRY_KEYS)}"
+    )
+    assert "options" not in ENTRY_KEYS
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("models:\n  - model: /m\n    model: /n\n", "`model` is given twice"),
+        ("models:\n  - model: /m\nmodels:\n  - model: /n\n", "`models:` is given twice"),
+        ("models:\n  - model: /m\n    name: ' '\n", "name is blank"),
+        ("models:\n  - model: /m\n    options: {}\n", "unknown key options"),
+    ],
+)
+def test_vllm_srun_serve_stops_on_a_silent_mistake(tmp_path, capsys, never_serve, text, message):
+    path = models_file(tmp_path, text)
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--models", str(path)])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+# -- the command line ------------------------------------------------------------------------
+@pytest.mark.parametrize("port", ["99999", "65536", "-1", "http"])
+def test_a_port_outside_0_to_65535_is_refused(capsys, never_serve, port):
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "/models/a", "--port", port])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --port: must be a port number" in err
+    if port != "http":
+        assert f"from 0 to 65535 (0: any free port), not {port}" in err
+
+
+@pytest.mark.parametrize("port", ["0", "1", "65535"])
+def test_ports_0_to_65535_are_accepted(port):
+    config = serve_config(build_parser().parse_args(["serve", "/models/a", "--port", port]))
+    assert config.port == int(port)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["/models/a", "--served-model-name", " "], "argument --served-model-name: must not be"),
+        (["/models/a", "--device", ""], "argument --device: must not be blank"),
+        (["/models/a", "--uds", " "], "argument --uds: must not be blank"),
+        (["/models/a", " "], "a MODEL argument is blank"),
+    ],
+)
+def test_a_blank_value_on_the_command_line_is_refused(capsys, never_serve, argv, message):
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", *argv])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_every_process_option_is_declared_once_on_serve_config(capsys):
+    # The defaults and help of the command line are ServeConfig's declarations.
+    config = serve_config(build_parser().parse_args(["serve", "/models/a"]))
+    declared = ServeConfig()
+    names = [f.name for f in process_fields()]
+    assert names == [f.name for f in dataclasses.fields(ServeConfig) if f.name != "models"]
+    for name in names:
+        assert getattr(config, name) == getattr(declared, name), name
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for spec in process_fields():
+        assert spec.metadata["rule"].help in text, spec.name
+    assert "listen port (default: 8100)" in text
+    assert "after SIGTERM, how long queued work may take to finish (default: 30.0)" in text
