@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_srun.batching import SchedulerLimits
 from vllm_srun.engine_args import EngineArgs, EntryValueError, check_entry_value, engine_fields
 from vllm_srun.errors import LoadError
 from vllm_srun.registry import check_revision as registry_check
@@ -54,18 +55,20 @@ class ModelConfig(EngineArgs):
 
 @dataclass
 class ServeConfig:
-    """Process-wide options of ``vllm-srun serve`` (defaults as the command reference gives)."""
+    """Process-wide options of ``vllm-srun serve`` (defaults as the command reference gives;
+    the queue bounds and the cache size are :class:`SchedulerLimits`' own, which the
+    runtime hands every model's scheduler)."""
 
     models: list[ModelConfig] = field(default_factory=list)
     host: str = "127.0.0.1"
     port: int = 8100
     uds: str | None = None
     threads: int | None = None
-    max_queue: int = 256
-    max_queued_tokens: int = 4_194_304
+    max_queue: int = SchedulerLimits.max_queue
+    max_queued_tokens: int = SchedulerLimits.max_queued_tokens
     max_request_bytes: int = 33_554_432
     max_bundle_tasks: int = 64
-    result_cache_entries: int = 16384
+    result_cache_entries: int = SchedulerLimits.result_cache_entries
     shutdown_grace_seconds: float = 30.0
     log_level: str = "info"
     cache_dir: str | None = None
