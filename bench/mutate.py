@@ -16,6 +16,9 @@ module name, so plugins load from the staged copy too. Tests that start a
 second Python process would load the unmutated editable install; they are
 left out of the selection (marker ``slow``).
 
+A module may span several files (``decisions`` is the package
+``plugins/decisions/``); mutmut mutates them all in one run.
+
 Surviving mutants that cannot change behaviour (equivalent mutants) are
 listed with the reason in ``bench/mutation-equivalents/MODULE.toml``; the report
 counts them apart. The score of a module is
@@ -30,11 +33,17 @@ Usage::
 
 Each module runs in its own stage ``build/mutate/MODULE`` (its log is
 ``mutmut.log`` there). The report goes to ``bench/results/mutation.md``.
+
+The report's state column compares a fingerprint of the source mutated with
+the repository's: a SHA-256 of each file's syntax tree with comments and
+docstrings left out (:func:`fingerprint`), so a reason or a note added to a
+docstring leaves a module ``current``, while any change to code marks it stale.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import os
@@ -51,7 +60,8 @@ REPO = Path(__file__).resolve().parents[1]
 STAGE = REPO / "build" / "mutate"
 REPORT = REPO / "bench" / "results" / "mutation.md"
 EQUIVALENTS = REPO / "bench" / "mutation-equivalents"
-# Exit codes of every module's last run, kept between runs of single modules.
+# Exit codes of every module's last run and the fingerprint of the source it mutated,
+# kept between runs of single modules.
 RESULTS = REPO / "build" / "mutation-results.json"
 
 # Top-level folder -> import package (pyproject's [tool.setuptools.package-dir]).
@@ -64,46 +74,51 @@ PACKAGE_DIRS = {
     "extensions": "vllm_srun/extensions",
 }
 
-# What each module computes or enforces, where it lives, and the tests mutmut
+# What each module computes or enforces, the files it lives in, and the tests mutmut
 # may choose from for it (it runs only those that cover the mutated function).
-MODULES: dict[str, tuple[str, str, list[str]]] = {
+MODULES: dict[str, tuple[tuple[str, ...], str, list[str]]] = {
     "spans": (
-        "plugins/spans.py",
-        "span decoding (BIO tags to code-point spans)",
+        ("plugins/words.py", "plugins/spans.py"),
+        "span decoding (words, BIO tags to code-point spans)",
         ["tests/plugins/test_spans.py", "tests/families"],
     ),
     "windows": (
-        "plugins/windows.py",
+        ("plugins/windows.py",),
         "sliding windows over long inputs",
         ["tests/plugins/test_windows.py", "tests/families"],
     ),
     "task_readouts": (
-        "families/task_heads/readouts.py",
+        ("families/task_heads/readouts.py",),
         "pooling and head readouts",
         ["tests/families", "tests/engines/test_native.py"],
     ),
     "task_model": (
-        "families/task_heads/model.py",
+        ("families/task_heads/model.py",),
         "task heads: planning each surface, padding rows, the card",
         ["tests/families", "tests/engines/test_native.py"],
     ),
     "task_answers": (
-        "families/task_heads/answers.py",
+        ("families/task_heads/answers.py",),
         "task heads: window merging, rerank, responses",
         ["tests/families", "tests/engines/test_native.py", "tests/serve/test_surfaces.py"],
     ),
     "overflow": (
-        "families/task_heads/inputs.py",
+        ("families/task_heads/inputs.py",),
         "inputs, limits and overflow policies",
         ["tests/families", "tests/serve"],
     ),
     "similarity_readout": (
-        "extensions/similarity_readout/readout.py",
+        ("extensions/similarity_readout/readout.py",),
         "zero-shot decisions from embeddings",
         ["tests/extensions", "tests/serve/test_decisions.py"],
     ),
     "decisions": (
-        "plugins/decisions.py",
+        (
+            "plugins/decisions/body.py",
+            "plugins/decisions/questions.py",
+            "plugins/decisions/schema.py",
+            "plugins/decisions/readout.py",
+        ),
         "System One schema and readout maths",
         [
             "tests/plugins/test_decisions.py",
@@ -113,22 +128,22 @@ MODULES: dict[str, tuple[str, str, list[str]]] = {
         ],
     ),
     "causal_readout": (
-        "families/causal_readout/model.py",
+        ("families/causal_readout/model.py",),
         "decoder decisions: rows, shared prefix, label logits",
         ["tests/families/test_causal_readout.py", "tests/engines/test_native_decoder.py"],
     ),
     "scheduler": (
-        "core/scheduler.py",
+        ("core/batching.py", "core/scheduler.py"),
         "admission, batching, deadlines, result cache",
         ["tests/test_scheduler.py", "tests/serve/test_scheduling.py"],
     ),
     "registry_verify": (
-        "core/registry/verify.py",
+        ("core/registry/verify.py",),
         "registry verification (digests, links)",
         ["tests/registry"],
     ),
     "golden": (
-        "core/golden.py",
+        ("core/golden.py",),
         "golden self-checks and tolerances",
         [
             "tests/test_golden.py",
@@ -138,7 +153,7 @@ MODULES: dict[str, tuple[str, str, list[str]]] = {
         ],
     ),
     "plugin_conflicts": (
-        "plugins/manager.py",
+        ("plugins/manager.py",),
         "plugin registration and name clashes",
         ["tests/plugins"],
     ),
@@ -194,6 +209,33 @@ STATUS = {
 DETECTED = {"killed", "timeout", "segfault"}
 
 
+def fingerprint(files: dict[str, bytes]) -> str:
+    """SHA-256 of the code of ``files`` (source path -> bytes), blind to comments and
+    docstrings: each file's syntax tree, every bare string statement removed (module,
+    class and function docstrings, and the attribute docstrings under constants),
+    dumped without line numbers, keyed by its path so moving code to another file
+    (which renames its mutants) changes it. Prefixed ``ast:`` to tell it from the
+    older byte digests."""
+    digest = hashlib.sha256()
+    for source, text in sorted(files.items()):
+        tree = ast.parse(text)
+        for node in ast.walk(tree):
+            for name in ("body", "orelse", "finalbody"):
+                block = getattr(node, name, None)
+                if isinstance(block, list):
+                    block[:] = [
+                        s
+                        for s in block
+                        if not (
+                            isinstance(s, ast.Expr)
+                            and isinstance(s.value, ast.Constant)
+                            and isinstance(s.value.value, str)
+                        )
+                    ]
+        digest.update(f"{source}\0{ast.dump(tree)}\0".encode())
+    return "ast:" + digest.hexdigest()
+
+
 def staged_path(source: str) -> Path:
     """``plugins/spans.py`` -> ``src/vllm_srun/plugins/spans.py`` (relative to the stage)."""
     top, _, rest = source.partition("/")
@@ -211,7 +253,7 @@ def stage_of(name: str) -> Path:
 def stage(name: str) -> Path:
     """Copy the package in its import layout, the tests and mutmut's settings into
     this module's own stage (so runs of different modules never share files)."""
-    source, _, tests = MODULES[name]
+    sources, _, tests = MODULES[name]
     root = stage_of(name)
     shutil.rmtree(root, ignore_errors=True)
     (root / "src").mkdir(parents=True)
@@ -226,7 +268,7 @@ def stage(name: str) -> Path:
     pytest_ini = project["tool"]["pytest"]["ini_options"]
     settings = {
         "source_paths": ["src"],
-        "only_mutate": [str(staged_path(source))],
+        "only_mutate": [str(staged_path(source)) for source in sources],
         "pytest_add_cli_args": PYTEST_ARGS + [f"--ignore={p}" for p in SUBPROCESS_TESTS],
         "pytest_add_cli_args_test_selection": tests,
         # Our tests load small models: a mutant that loops is stopped at
@@ -252,32 +294,62 @@ def run_mutmut(root: Path, max_children: int) -> int:
         return subprocess.call(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
-def source_digest(source: str) -> str:
-    """SHA-256 of a module's source as it is in the repository now."""
-    return hashlib.sha256((REPO / source).read_bytes()).hexdigest()
+def source_fingerprint(name: str) -> str:
+    """:func:`fingerprint` of a module's files as they are in the repository now."""
+    return fingerprint({source: (REPO / source).read_bytes() for source in MODULES[name][0]})
+
+
+def staged_fingerprint(name: str) -> str | None:
+    """:func:`fingerprint` of a module's files as its stage kept them (the source
+    mutmut mutated), or ``None`` when the stage lacks one of them."""
+    staged = {source: stage_of(name) / staged_path(source) for source in MODULES[name][0]}
+    if not all(path.is_file() for path in staged.values()):
+        return None
+    return fingerprint({source: path.read_bytes() for source, path in staged.items()})
+
+
+def upgraded(name: str, result: dict[str, Any]) -> dict[str, Any]:
+    """A kept result in the current format: ``codes`` and ``fingerprint``.
+
+    Older results kept the codes alone, or a ``source_sha256`` of one file's bytes.
+    Their fingerprint is recomputed from the module's stage when it is there; else,
+    when the kept digest is that of the file in the repository now, the source is
+    unchanged and its fingerprint is the current one; else it is unknown (stale).
+    """
+    if "codes" not in result:
+        result = {"codes": result}
+    if "fingerprint" in result:
+        return result
+    found = staged_fingerprint(name) if name in MODULES else None
+    if found is None and name in MODULES and result.get("source_sha256"):
+        files = MODULES[name][0]
+        if len(files) == 1 and (REPO / files[0]).is_file():
+            now = hashlib.sha256((REPO / files[0]).read_bytes()).hexdigest()
+            if now == result["source_sha256"]:
+                found = source_fingerprint(name)
+    return {"codes": result["codes"], "fingerprint": found}
 
 
 def load_results() -> dict[str, dict[str, Any]]:
-    """Per module: ``codes`` (exit code per mutant name) and ``source_sha256`` (the module
-    as it was mutated), the kept results updated by the modules of the last run
-    (mutmut's ``.meta`` files)."""
+    """Per module: ``codes`` (exit code per mutant name) and ``fingerprint`` (of the
+    source as it was mutated), the kept results updated by the modules of the last run
+    (mutmut's ``.meta`` files, one per mutated file)."""
     results: dict[str, dict[str, Any]] = {}
     if RESULTS.exists():
         kept = json.loads(RESULTS.read_text())
-        # An older format kept the codes alone.
-        results = {
-            n: r if "codes" in r else {"codes": r, "source_sha256": None} for n, r in kept.items()
-        }
-    for name, (source, _, _) in MODULES.items():
-        meta = stage_of(name) / "mutants" / (str(staged_path(source)) + ".meta")
-        if meta.exists():
+        results = {n: upgraded(n, r) for n, r in kept.items()}
+    for name, (sources, _, _) in MODULES.items():
+        metas = [
+            stage_of(name) / "mutants" / (str(staged_path(source)) + ".meta") for source in sources
+        ]
+        if any(meta.exists() for meta in metas):
+            codes: dict[str, Any] = {}
+            for meta in metas:
+                if meta.exists():
+                    codes.update(json.loads(meta.read_text())["exit_code_by_key"])
             # The stage keeps the module as it was mutated (mutmut writes its
             # mutants beside it, under mutants/).
-            original = stage_of(name) / staged_path(source)
-            results[name] = {
-                "codes": json.loads(meta.read_text())["exit_code_by_key"],
-                "source_sha256": hashlib.sha256(original.read_bytes()).hexdigest(),
-            }
+            results[name] = {"codes": codes, "fingerprint": staged_fingerprint(name)}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=1))
     return results
@@ -309,15 +381,16 @@ def write_report() -> list[str]:
     results = load_results()
     equivalents = load_equivalents()
     rows, unexplained, listed = [], [], []
-    for name, (source, what, _) in MODULES.items():
+    for name, (sources, what, _) in MODULES.items():
+        files = ", ".join(f"`{source}`" for source in sources)
         if name not in results:
             if name in TARGET:
-                rows.append(f"| `{name}` | `{source}` | {what} | not run | | | | | |")
+                rows.append(f"| `{name}` | {files} | {what} | not run | | | | | |")
             continue
         codes = results[name]["codes"]
         if any(code is None for code in codes.values()):
             state = "incomplete"
-        elif results[name]["source_sha256"] != source_digest(source):
+        elif results[name]["fingerprint"] != source_fingerprint(name):
             state = "stale (changed since)"
         else:
             state = "current"
@@ -331,7 +404,7 @@ def write_report() -> list[str]:
         scored = total - len(equivalent)
         score = killed / scored if scored else 1.0
         rows.append(
-            f"| `{name}` | `{source}` | {what} | {total} | {killed} | "
+            f"| `{name}` | {files} | {what} | {total} | {killed} | "
             f"{len(equivalent)} | {len(survivors) - len(equivalent)} | **{score:.0%}** | {state} |"
         )
     header = textwrap.dedent(
@@ -347,9 +420,10 @@ def write_report() -> list[str]:
         (it cannot change any observable behaviour; the reason is given) or
         counted against the score.
 
-        The last column says whether the module's source is still the one
-        mutated (``current``), has changed since (``stale``: its mutant names
-        and equivalents need a new run) or whether the run did not finish.
+        The last column says whether the module's code is still the one
+        mutated (``current``; comments and docstrings do not count), has
+        changed since (``stale``: its mutant names and equivalents need a new
+        run) or whether the run did not finish.
 
         | module | file | what it does | mutants | killed | equivalent | survived | score | state |
         | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |
@@ -389,7 +463,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in selected:
             load_results()  # keep what the last run measured before the stage is replaced
             root = stage(name)
-            print(f"mutating {name} ({MODULES[name][0]}); log: {root / 'mutmut.log'}", flush=True)
+            files = ", ".join(MODULES[name][0])
+            print(f"mutating {name} ({files}); log: {root / 'mutmut.log'}", flush=True)
             status = run_mutmut(root, args.max_children)
             if status not in (0, 1):
                 print(f"mutmut exited with {status}: see {root / 'mutmut.log'}", file=sys.stderr)

@@ -12,6 +12,13 @@ For each model the families say which one recognises the package (exactly one;
 engines which one can run it there (``engine="auto"``: the first, by
 ascending ``auto_priority``, whose ``supports`` accepts it); the engine
 chooses its kernels from the registry (bit-exact ones under ``exact``).
+
+Why this module is over 400 lines: it is one pipeline, :func:`load_model`,
+whose every step turns its failure into the operator phrase a
+:class:`~vllm_srun.errors.LoadError` carries; :func:`choose_family` and
+:func:`choose_engine` are two of those steps, and :class:`ServedModel` is what
+the pipeline returns. The parts it calls (placement, the registry, the probes,
+the extensions, the batch planning) already live in modules of their own.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from typing import Any
 
 import torch
 
+from vllm_srun.batching import SchedulerLimits, plan_forwards
 from vllm_srun.engine_args import EngineArgs
 from vllm_srun.errors import LoadError, is_retryable
 from vllm_srun.extended import attach_extensions
@@ -47,7 +55,6 @@ from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.spec import ModelSpec, RequestError, RowOutput, WorkItem
 from vllm_srun.probes import measure_batch_invariance, measure_forward_cost
 from vllm_srun.registry import prepare
-from vllm_srun.scheduler import SchedulerLimits, plan_forwards
 
 
 @dataclass(kw_only=True)

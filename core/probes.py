@@ -4,7 +4,7 @@ Both run the family's ``probe_items`` (rows of several lengths) through its
 ``run``. :func:`measure_batch_invariance` decides whether rows of different
 requests may share a forward (DESIGN §6); :func:`measure_forward_cost` gives
 the scheduler's length split its exchange rate between one more forward and
-padded tokens (:func:`vllm_srun.scheduler.split_by_length`).
+padded tokens (:func:`vllm_srun.batching.split_by_length`).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def measure_forward_cost(loaded: LoadedModel[Any]) -> dict[str, Any]:
     :data:`FORWARD_COST_TOKENS` padded tokens; the two shapes are timed in
     turn, :data:`FORWARD_COST_REPEATS` times each, and the fastest of each
     counts. The scheduler splits a batch by length when padding would cost
-    more than ``a / b`` padded tokens (:func:`vllm_srun.scheduler.split_by_length`).
+    more than ``a / b`` padded tokens (:func:`vllm_srun.batching.split_by_length`).
 
     Returns:
         ``{"fixed_ms", "per_padded_token_ms", "overhead_tokens"}``; every

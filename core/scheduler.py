@@ -26,6 +26,16 @@ request, so the event loop never runs a forward:
   computed once and mapped back to every position.
 - **failures**: a forward that raises fails only the rows of that forward
   (``internal_error``); the model keeps serving.
+
+The bounds and the planning of forwards (:class:`SchedulerLimits`,
+:func:`plan_forwards`, :func:`split_by_length`) are pure functions in
+:mod:`vllm_srun.batching`, re-exported here; this module is the running part:
+the queue, the worker thread and the cache.
+
+Why this module is about 400 lines: :class:`ModelScheduler` is one piece of
+state under one lock (the queue, the unanswered counts, the jobs being settled,
+the cache), and admission, the worker, cancellation and shutdown each keep its
+invariants; apart, each would have to know the others' bookkeeping.
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_srun.batching import SchedulerLimits, plan_forwards, split_by_length
 from vllm_srun.plugins.spec import RowError, RowOutput, WorkItem
 
 log = logging.getLogger(__name__)
@@ -88,127 +99,6 @@ class Job:
     def tokens(self) -> int:
         """Tokens the job holds in the queue."""
         return sum(item.tokens for item in self.items)
-
-
-@dataclass
-class SchedulerLimits:
-    """The engine arguments that shape a model's queue and forwards."""
-
-    max_queue: int = 256
-    max_queued_tokens: int = 4_194_304
-    max_num_seqs: int = 8192
-    max_num_batched_tokens: int = 65536
-    batch_window_ms: float = 2.0
-    result_cache_entries: int = 16384
-    cross_request_batching: bool = True
-    forward_overhead_tokens: float | None = None
-    """The fixed cost of one forward in padded tokens (``None``: never split a batch)."""
-
-    def fits(self, rows: int, longest: int, row: WorkItem) -> bool:
-        """Whether a forward holding ``rows`` rows padded to ``longest`` tokens can take
-        ``row`` within ``max_num_seqs`` rows and ``max_num_batched_tokens`` padded tokens
-        (rows times the longest row, ``row`` counted). An empty forward takes any row:
-        a row above the token bound runs alone."""
-        width = max(longest, row.tokens)
-        return rows == 0 or (
-            rows + 1 <= self.max_num_seqs and width * (rows + 1) <= self.max_num_batched_tokens
-        )
-
-
-def plan_forwards(rows: list[WorkItem], limits: SchedulerLimits) -> list[list[WorkItem]]:
-    """The forwards a model's worker runs for ``rows`` of one request with nothing else
-    queued: taken in order within the batch bounds (:meth:`SchedulerLimits.fits`), each
-    split by length (:func:`split_by_length`). The synchronous Python API
-    (:meth:`vllm_srun.loader.ServedModel.answer`) runs its rows this way.
-
-    Returns:
-        The forwards in the order they run; together they hold every row once.
-    """
-    taken: list[list[WorkItem]] = []
-    current: list[WorkItem] = []
-    longest = 0
-    for row in rows:
-        if not limits.fits(len(current), longest, row):
-            taken.append(current)
-            current, longest = [], 0
-        current.append(row)
-        longest = max(longest, row.tokens)
-    if current:
-        taken.append(current)
-    return [
-        group
-        for forward in taken
-        for group in split_by_length(forward, limits.forward_overhead_tokens)
-    ]
-
-
-def split_by_length(rows: list[WorkItem], overhead_tokens: float | None) -> list[list[WorkItem]]:
-    """Group rows into forwards that waste the least on padding.
-
-    A forward of ``n`` rows padded to its longest row ``L`` costs ``n * L``
-    padded tokens plus ``overhead_tokens`` (the fixed cost of a forward,
-    measured at load by :func:`vllm_srun.probes.measure_forward_cost`). The
-    rows are sorted by length and cut into the consecutive groups of least
-    total cost (dynamic programming over the distinct lengths; an optimal
-    grouping of sorted lengths is always consecutive). Row outputs do not
-    depend on the grouping beyond the batch-invariance tolerance.
-
-    Rows that share a computed-once prefix (:attr:`WorkItem.prefix`, a
-    decision state's prompt head) are never split apart: each such set is one
-    group, so the prefix still runs once.
-
-    Args:
-        rows: the rows of one forward, any order.
-        overhead_tokens: fixed cost per forward in padded tokens; ``None``
-            keeps the rows in one forward.
-
-    Returns:
-        The groups (shared-prefix sets, then the other rows shortest first);
-        together they hold every row once.
-    """
-    if overhead_tokens is None or len(rows) < 2:
-        return [rows] if rows else []
-    shared: dict[tuple[int, ...], list[WorkItem]] = {}
-    plain: list[WorkItem] = []
-    for row in rows:
-        if row.prefix:
-            shared.setdefault(tuple(row.input_ids[: row.prefix]), []).append(row)
-        else:
-            plain.append(row)
-    return [*shared.values(), *_cheapest_groups(plain, overhead_tokens)]
-
-
-def _cheapest_groups(rows: list[WorkItem], overhead_tokens: float) -> list[list[WorkItem]]:
-    """Rows cut into the consecutive length-sorted groups of least padded tokens plus overhead."""
-    if not rows:
-        return []
-    ordered = sorted(rows, key=lambda r: r.tokens)
-    lengths = sorted({r.tokens for r in ordered})
-    counts = collections.Counter(r.tokens for r in ordered)
-    # rows_upto[k]: rows whose length is at most lengths[k - 1].
-    rows_upto = [0]
-    for length in lengths:
-        rows_upto.append(rows_upto[-1] + counts[length])
-    # best[j]: least cost of the rows of the first j distinct lengths; cut[j]: its last group start.
-    best = [0.0] + [float("inf")] * len(lengths)
-    cut = [0] * (len(lengths) + 1)
-    for j in range(1, len(lengths) + 1):
-        width = lengths[j - 1]
-        for i in range(j - 1, -1, -1):
-            padded = (rows_upto[j] - rows_upto[i]) * width
-            if padded >= best[j]:
-                break  # longer groups ending here only cost more padding
-            cost = best[i] + padded + overhead_tokens
-            if cost <= best[j]:  # on a tie, the larger group: fewer forwards
-                best[j], cut[j] = cost, i
-    groups: list[list[WorkItem]] = []
-    j = len(lengths)
-    while j > 0:
-        i = cut[j]
-        groups.append(ordered[rows_upto[i] : rows_upto[j]])
-        j = i
-    groups.reverse()
-    return groups
 
 
 class SchedulerMetrics:
@@ -527,3 +417,16 @@ class ModelScheduler:
         self._cache.move_to_end(key)
         while len(self._cache) > self.limits.result_cache_entries:
             self._cache.popitem(last=False)
+
+
+__all__ = [
+    "Job",
+    "ModelScheduler",
+    "Overloaded",
+    "RunRows",
+    "SchedulerLimits",
+    "SchedulerMetrics",
+    "Stopped",
+    "plan_forwards",
+    "split_by_length",
+]

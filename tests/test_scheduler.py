@@ -971,3 +971,16 @@ def test_plan_forwards_splits_each_forward_by_length_at_the_forward_cost():
     split = SchedulerLimits(forward_overhead_tokens=10.0)
     assert keys_of(plan_forwards(rows, split)) == [["s1", "s2"], ["long"]]
     assert keys_of(plan_forwards(rows, SchedulerLimits())) == [["long", "s1", "s2"]]
+
+
+def test_the_limits_defaults_have_one_source():
+    """The batch bounds default to the engine arguments' defaults, and the serve command's
+    queue bounds and cache size to the scheduler's: each default is written once."""
+    from vllm_srun.engine_args import EngineArgs
+    from vllm_srun.serve.config import ServeConfig
+
+    limits, engine, serve = SchedulerLimits(), EngineArgs(), ServeConfig()
+    for name in ("max_num_seqs", "max_num_batched_tokens", "batch_window_ms"):
+        assert getattr(limits, name) == getattr(engine, name), name
+    for name in ("max_queue", "max_queued_tokens", "result_cache_entries"):
+        assert getattr(limits, name) == getattr(serve, name), name

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vllm_srun.batching import SchedulerLimits
 from vllm_srun.engine_args import (
     EngineArgs,
     EntryValueError,
@@ -110,19 +111,19 @@ class ServeConfig:
         None, kind="count", help="CPU threads of the process (default: all cores)"
     )
     max_queue: int = option(
-        256,
+        SchedulerLimits.max_queue,
         kind="count",
         help="requests queued per model before 429 (a decisions `states` entry counts as one)",
     )
     max_queued_tokens: int = option(
-        4_194_304, kind="count", help="tokens queued per model before 429"
+        SchedulerLimits.max_queued_tokens, kind="count", help="tokens queued per model before 429"
     )
     max_request_bytes: int = option(
         33_554_432, kind="count", help="request body limit (413 above it)"
     )
     max_bundle_tasks: int = option(64, kind="count", help="most tasks in one /v1/bundle request")
     result_cache_entries: int = option(
-        16384,
+        SchedulerLimits.result_cache_entries,
         kind="count0",
         help="recent row results kept per model, by content (0 disables the cache)",
     )

@@ -21,6 +21,7 @@ from vllm_srun.engines.onnxruntime import (
     select_providers,
     weights_digest,
 )
+from vllm_srun.engines.onnxruntime import export as ort_export
 from vllm_srun.plugins import DeviceInfo, discover
 from vllm_srun.plugins.manager import build_catalog
 from vllm_srun.plugins.spec import EncoderBatch, ModelSpec
@@ -158,9 +159,9 @@ def test_the_second_load_reuses_the_export(tmp_path, cache, monkeypatch):
     package = write_encoder(tmp_path, "bert", "encoder")
     spec = spec_for(package, "encoder")
     calls = []
-    real_export = ort_engine.export_onnx
+    real_export = ort_export.export_onnx
     monkeypatch.setattr(
-        ort_engine, "export_onnx", lambda s, out: calls.append(out) or real_export(s, out)
+        ort_export, "export_onnx", lambda s, out: calls.append(out) or real_export(s, out)
     )
     first = OnnxRuntimeEngine().load(spec, CPU, {})
     stamp = first.graph.stat().st_mtime_ns
@@ -181,7 +182,7 @@ def test_a_crash_mid_export_leaves_no_half_graph(tmp_path, cache, monkeypatch):
         (output / "model.onnx").write_bytes(b"half a graph")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ort_engine, "export_onnx", crash)
+    monkeypatch.setattr(ort_export, "export_onnx", crash)
     with pytest.raises(KeyboardInterrupt):
         ensure_export(spec)
     target = export_dir(spec)

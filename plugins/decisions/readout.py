@@ -1,0 +1,190 @@
+"""The readout maths: one logit per option to the answer shapes of the surface.
+
+``p = softmax(logits / T)`` in float64 over a question's options (in
+:attr:`~.questions.Question.options` order), then:
+
+- Choice ``{"type": "choice", "choice", "probabilities", "confidence"}``: the
+  most probable key (the first on a tie), ``probabilities`` by key;
+- Noul ``{"type": "noul", "noul"}``, ``noul`` = P(true);
+- Score ``{"type": "score", "score", "probabilities", "confidence", "legend"}``:
+  ``score`` the expected level ``sum_k k * p_k``, levels keyed ``"1"``..``"N"``;
+- a logit that is not finite answers ``invalid_model_output``
+  (:func:`~.questions.failed_answer`).
+
+``confidence`` is one minus the normalised entropy. :func:`response_body`
+assembles the answers of every state entry and the ``usage`` object.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .questions import DecisionsRequest, Question, failed_answer
+
+
+def softmax(logits: torch.Tensor | Sequence[float], temperature: float = 1.0) -> torch.Tensor:
+    """Probabilities over options from one logit per option.
+
+    ``p_i = exp((z_i - max z) / T) / sum_j exp((z_j - max z) / T)``, computed in
+    float64 (so the probabilities sum to 1 within 1e-12, well inside the
+    surface's 1e-6).
+
+    Args:
+        logits: ``[options]`` logits, any float dtype.
+        temperature: ``T > 0``; above 1 flattens, below 1 sharpens.
+
+    Returns:
+        float64 ``[options]`` probabilities.
+
+    Raises:
+        ValueError: a non-positive or non-finite temperature, or fewer than one logit.
+    """
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a finite number above 0, not {temperature!r}")
+    values = torch.as_tensor(logits, dtype=torch.float64, device="cpu").reshape(-1)
+    if values.numel() < 1:
+        raise ValueError("softmax needs at least one logit")
+    scaled = (values - values.max()) / temperature
+    weights = torch.exp(scaled)
+    return weights / weights.sum()
+
+
+def confidence(probabilities: torch.Tensor | Sequence[float]) -> float:
+    """One minus the normalised entropy: ``1 - H(p) / ln N``, ``H(p) = -sum p_i ln p_i``.
+
+    1 for a one-hot distribution, 0 for the uniform one (Shannon entropy
+    divided by its maximum ``ln N``; ``0 ln 0 = 0``). Clamped to ``[0, 1]``.
+
+    Raises:
+        ValueError: fewer than two probabilities.
+    """
+    p = torch.as_tensor(probabilities, dtype=torch.float64, device="cpu").reshape(-1)
+    if p.numel() < 2:
+        raise ValueError("confidence needs at least two probabilities")
+    terms = torch.where(p > 0, p * torch.log(p.clamp_min(1e-300)), torch.zeros_like(p))
+    entropy = float(-terms.sum())
+    return min(1.0, max(0.0, 1.0 - entropy / math.log(p.numel())))
+
+
+def _checked(logits: torch.Tensor | Sequence[float], count: int) -> torch.Tensor | None:
+    values = torch.as_tensor(logits, dtype=torch.float64, device="cpu").reshape(-1)
+    if values.numel() != count or not bool(torch.isfinite(values).all()):
+        return None
+    return values
+
+
+def _invalid_output(kind: str) -> dict[str, Any]:
+    return failed_answer(kind, "invalid_model_output", "the model's logits are not finite")
+
+
+def choice_answer(
+    keys: Sequence[str], logits: torch.Tensor | Sequence[float], temperature: float = 1.0
+) -> dict[str, Any]:
+    """A Choice answer: the most probable key (the first on a tie), probabilities by key.
+
+    Args:
+        keys: the option keys, in the order of ``logits``.
+        logits: one logit per option.
+        temperature: the softmax temperature (see :func:`softmax`).
+
+    Returns:
+        ``{"type": "choice", "choice", "probabilities": {key: p}, "confidence"}``,
+        or an ``invalid_model_output`` failure when a logit is not finite.
+    """
+    values = _checked(logits, len(keys))
+    if values is None:
+        return _invalid_output("choice")
+    p = softmax(values, temperature)
+    best = int(torch.argmax(p))
+    return {
+        "type": "choice",
+        "choice": keys[best],
+        "probabilities": {key: float(v) for key, v in zip(keys, p.tolist(), strict=True)},
+        "confidence": confidence(p),
+    }
+
+
+def noul_answer(logits: torch.Tensor | Sequence[float], temperature: float = 1.0) -> dict[str, Any]:
+    """A Noul answer: ``{"type": "noul", "noul": P(true)}``.
+
+    Args:
+        logits: ``[false, true]`` logits (the order of :data:`NOUL_KEYS`).
+        temperature: the softmax temperature.
+    """
+    values = _checked(logits, 2)
+    if values is None:
+        return _invalid_output("noul")
+    return {"type": "noul", "noul": float(softmax(values, temperature)[1])}
+
+
+def score_answer(
+    descriptions: Sequence[str | None],
+    logits: torch.Tensor | Sequence[float],
+    temperature: float = 1.0,
+) -> dict[str, Any]:
+    """A Score answer over levels ``1..N``.
+
+    ``score = sum_k k * p_k`` (the expected level); ``probabilities`` and
+    ``legend`` are keyed ``"1"``..``"N"``.
+
+    Args:
+        descriptions: level descriptions, level 1 first.
+        logits: one logit per level, level 1 first.
+        temperature: the softmax temperature.
+    """
+    values = _checked(logits, len(descriptions))
+    if values is None:
+        return _invalid_output("score")
+    p = softmax(values, temperature)
+    levels = torch.arange(1, len(descriptions) + 1, dtype=torch.float64)
+    keys = [str(k) for k in range(1, len(descriptions) + 1)]
+    return {
+        "type": "score",
+        "score": float((p * levels).sum()),
+        "probabilities": {k: float(v) for k, v in zip(keys, p.tolist(), strict=True)},
+        "confidence": confidence(p),
+        "legend": dict(zip(keys, descriptions, strict=True)),
+    }
+
+
+def answer(
+    question: Question, logits: torch.Tensor | Sequence[float], temperature: float = 1.0
+) -> dict[str, Any]:
+    """The answer to ``question`` from one logit per option (in ``question.options`` order)."""
+    if question.type == "choice":
+        return choice_answer(question.keys, logits, temperature)
+    if question.type == "noul":
+        return noul_answer(logits, temperature)
+    return score_answer([o.description for o in question.options], logits, temperature)
+
+
+def usage(input_tokens: int, output_tokens: int = 0) -> dict[str, int]:
+    """The response's ``usage`` object ``{"input_tokens", "output_tokens"}``."""
+    return {"input_tokens": input_tokens, "output_tokens": output_tokens}
+
+
+def response_body(
+    request: DecisionsRequest, answered: Sequence[dict[str, Any]], input_tokens: int
+) -> dict[str, Any]:
+    """The response body (without ``model`` and ``meta``) from each entry's answers.
+
+    Args:
+        request: the validated request.
+        answered: one ``{question name: answer}`` per entry, the top-level state first.
+        input_tokens: the prompt tokens the answers read.
+
+    Returns:
+        ``{"answers", "usage"}``, plus ``"states": [{"index", "answers"}]``
+        (``index`` counting the ``states`` entries from 0) when the request had
+        ``states``.
+    """
+    body: dict[str, Any] = {"answers": answered[0], "usage": usage(input_tokens, 0)}
+    if request.has_states:
+        body["states"] = [
+            {"index": i, "answers": answers} for i, answers in enumerate(answered[1:])
+        ]
+    return body

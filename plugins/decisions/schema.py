@@ -1,0 +1,437 @@
+"""The decisions request schema: every rule a body must follow, and the parsers.
+
+:func:`parse_request` validates a parsed body into a
+:class:`~.questions.DecisionsRequest`; :func:`parse_body` reads raw bytes with
+:func:`~.body.loads_checked` first. Two kinds of failure, kept apart:
+
+- a question that breaks the schema (unknown field, wrong ``type``, blank
+  instructions, too few or too many options, a duplicated key inside it, ...)
+  becomes an :class:`~.questions.InvalidQuestion` in its place, whose message
+  names the field (``questions.q1.criteria has 1 option; a question takes 2 to
+  255``); its siblings are still answered;
+- a malformed request (not an object, an unknown top-level field, a missing or
+  blank ``state``, no ``questions``, bad ``states`` or ``options``, a
+  duplicated key outside a question), or one with no valid question at all,
+  raises :class:`~vllm_srun.plugins.spec.RequestError` ``invalid_request``.
+
+Text fields must show something (:func:`is_blank`) and be real Unicode
+(:func:`is_encodable`: a JSON ``\\ud800`` escape is a lone surrogate).
+
+Why this module is over 400 lines: it is one schema, every rule next to the
+message that names the field it checks; the parsed objects (:mod:`.questions`)
+and the JSON reader (:mod:`.body`) already live apart, and cutting the rules
+further would part the question rules from the request rules that call them.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from vllm_srun.plugins.spec import RequestError
+
+from .body import Path, describe_path, loads_checked
+from .questions import (
+    NOUL_KEYS,
+    QUESTION_TYPES,
+    DecisionsRequest,
+    InvalidQuestion,
+    Option,
+    Question,
+    StateEntry,
+)
+
+PROFILES = ("exact",)
+"""Values ``options.profile`` accepts."""
+
+REQUEST_FIELDS = ("model", "state", "questions", "states", "options")
+ENTRY_FIELDS = ("state", "questions")
+OPTION_FIELDS = ("deadline_ms", "profile", "return_meta")
+QUESTION_FIELDS = ("type", "instructions", "criteria", "choices", "levels")
+CHOICE_FIELDS = ("key", "description")
+
+MIN_CHOICES, MAX_CHOICES = 2, 255
+"""A Choice question has 2..255 options."""
+
+MIN_LEVELS, MAX_LEVELS = 2, 10
+"""A Score question has 2..10 levels."""
+
+INVISIBLE_CHARS = frozenset("\u200b\u200c\u200d\u2060\ufeff\u00ad\u034f\u115f\u1160\u3164")
+"""Characters that render empty whatever their category: zero-width ones, the soft
+hyphen, the combining grapheme joiner and the Hangul fillers."""
+
+
+def _finite(number: float) -> bool:
+    """Whether ``number`` is a finite float (an integer too large for a float is not)."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
+
+
+BLANK_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+"""Unicode categories that show nothing: controls, format characters (zero-width
+joiners, invisible operators, the Mongolian vowel separator) and spaces."""
+
+
+def is_blank(text: str) -> bool:
+    """Whether ``text`` shows nothing: every character is whitespace, a control or
+    format character (Unicode categories :data:`BLANK_CATEGORIES`) or one of
+    :data:`INVISIBLE_CHARS`."""
+    return all(
+        ch.isspace() or ch in INVISIBLE_CHARS or unicodedata.category(ch) in BLANK_CATEGORIES
+        for ch in text
+    )
+
+
+def is_encodable(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (a JSON ``\\ud800`` escape is a lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _unencodable(value: Any) -> bool:
+    if isinstance(value, str):
+        return not is_encodable(value)
+    if isinstance(value, dict):
+        return any(_unencodable(k) or _unencodable(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_unencodable(v) for v in value)
+    return False
+
+
+class _Invalid(Exception):
+    """One question breaks the schema (internal: becomes :class:`InvalidQuestion`)."""
+
+
+def _text(value: Any, where: str, *, nullable: bool = False) -> str | None:
+    if value is None and nullable:
+        return None
+    if not isinstance(value, str):
+        kind = "a string or null" if nullable else "a string"
+        raise _Invalid(f"{where} must be {kind}, not {_kind(value)}")
+    if is_blank(value):
+        hint = " (use null for no description)" if nullable else ""
+        raise _Invalid(f"{where} is blank{hint}")
+    if not is_encodable(value):
+        raise _Invalid(f"{where} holds a lone surrogate (not Unicode text)")
+    return value
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "an array",
+        dict: "an object",
+    }.get(type(value), type(value).__name__)
+
+
+def _choices_list(value: Any, where: str) -> list[Option]:
+    if not isinstance(value, list):
+        raise _Invalid(f"{where} must be an array of {{key, description}}, not {_kind(value)}")
+    options: list[Option] = []
+    for index, item in enumerate(value):
+        at = f"{where}[{index}]"
+        if not isinstance(item, dict):
+            raise _Invalid(f"{at} must be an object {{key, description}}, not {_kind(item)}")
+        unknown = [k for k in item if k not in CHOICE_FIELDS]
+        if unknown:
+            raise _Invalid(f"{at}.{unknown[0]} is not a field of a choice (key, description)")
+        if "key" not in item:
+            raise _Invalid(f"{at}.key is missing")
+        key = _text(item["key"], f"{at}.key")
+        assert key is not None
+        if any(o.key == key for o in options):
+            raise _Invalid(f"{where} has the key {key!r} twice")
+        options.append(
+            Option(key, _text(item.get("description"), f"{at}.description", nullable=True))
+        )
+    return options
+
+
+def _criteria_object(value: Any, where: str) -> list[Option]:
+    if not isinstance(value, dict):
+        raise _Invalid(
+            f"{where} must be an object of option keys to descriptions, not {_kind(value)}"
+        )
+    options = []
+    for key, description in value.items():
+        if is_blank(key) or not is_encodable(key):
+            raise _Invalid(f"{where} has a blank or malformed option key {key!r}")
+        options.append(Option(key, _text(description, f"{where}.{key}", nullable=True)))
+    return options
+
+
+def _count(options: Sequence[Any], where: str, low: int, high: int, noun: str) -> None:
+    if not low <= len(options) <= high:
+        shown = noun if len(options) != 1 else noun.removesuffix("s")
+        raise _Invalid(f"{where} has {len(options)} {shown}; a question takes {low} to {high}")
+
+
+def _question(name: str, raw: Any, where: str, duplicates: Sequence[Path]) -> Question:
+    if not isinstance(raw, dict):
+        raise _Invalid(f"{where} must be an object, not {_kind(raw)}")
+    if duplicates:
+        path = describe_path(duplicates[0][:-1]) or where
+        raise _Invalid(f"{path} has the key {duplicates[0][-1]!r} more than once")
+    unknown = [k for k in raw if k not in QUESTION_FIELDS]
+    if unknown:
+        raise _Invalid(
+            f"{where}.{unknown[0]} is not a field of a question ({', '.join(QUESTION_FIELDS)})"
+        )
+    kind = raw.get("type")
+    if kind not in QUESTION_TYPES:
+        shown = "missing" if "type" not in raw else f"{kind!r}"
+        raise _Invalid(f"{where}.type must be one of {', '.join(QUESTION_TYPES)}, not {shown}")
+    if "instructions" not in raw:
+        raise _Invalid(f"{where}.instructions is missing")
+    instructions = _text(raw["instructions"], f"{where}.instructions")
+    assert instructions is not None
+    alternative = {"choice": "choices", "noul": "choices", "score": "levels"}[kind]
+    wrong = next(
+        (f for f in ("choices", "levels") if f in raw and f != alternative),
+        None,
+    )
+    if wrong is not None:
+        raise _Invalid(f"{where}.{wrong} does not apply to a {kind} question; use {alternative}")
+    if "criteria" in raw and alternative in raw:
+        raise _Invalid(f"{where} takes criteria or {alternative}, not both")
+    form = "criteria" if "criteria" in raw else alternative
+    at = f"{where}.{form}"
+    if kind == "choice":
+        if form not in raw:
+            raise _Invalid(f"{where} needs criteria (an object of options) or choices")
+        options = (
+            _criteria_object(raw[form], at) if form == "criteria" else _choices_list(raw[form], at)
+        )
+        _count(options, at, MIN_CHOICES, MAX_CHOICES, "options")
+        return Question(name, kind, instructions, tuple(options))
+    if kind == "noul":
+        described: dict[str, str | None] = {"false": None, "true": None}
+        if form in raw:
+            given = (
+                _criteria_object(raw[form], at)
+                if form == "criteria"
+                else _choices_list(raw[form], at)
+            )
+            keys = sorted(o.key for o in given)
+            if keys != sorted(NOUL_KEYS):
+                raise _Invalid(
+                    f"{at} must have exactly the keys false and true, "
+                    f"not {', '.join(keys) or 'none'}"
+                )
+            described = {o.key: o.description for o in given}
+        return Question(name, kind, instructions, tuple(Option(k, described[k]) for k in NOUL_KEYS))
+    if form not in raw:
+        raise _Invalid(f"{where} needs criteria or levels (a list of level descriptions)")
+    levels = raw[form]
+    if not isinstance(levels, list):
+        raise _Invalid(f"{at} must be an array of level descriptions, not {_kind(levels)}")
+    _count(levels, at, MIN_LEVELS, MAX_LEVELS, "levels")
+    options = []
+    for index, description in enumerate(levels):
+        text = _text(description, f"{at}[{index}]")
+        options.append(Option(str(index + 1), text))
+    return Question(name, kind, instructions, tuple(options))
+
+
+def _under(duplicates: Iterable[Path], prefix: Path) -> list[Path]:
+    return [d for d in duplicates if d[: len(prefix)] == prefix and len(d) > len(prefix)]
+
+
+def _entry(raw: Mapping[str, Any], where: Path, duplicates: Sequence[Path]) -> StateEntry:
+    label = describe_path(where)
+    prefix = f"{label}." if label else ""
+    state = raw.get("state")
+    if "state" not in raw:
+        hint = (
+            "; give `state` and `questions`, and `states` for further {state, questions} entries"
+            if not where and "states" in raw
+            else ""
+        )
+        raise RequestError("invalid_request", f"{prefix}state is missing{hint}")
+    if isinstance(state, str):
+        if is_blank(state):
+            raise RequestError("invalid_request", f"{prefix}state is blank")
+    elif isinstance(state, dict | list) and not state:
+        raise RequestError(
+            "invalid_request",
+            f"{prefix}state is an empty {'object' if isinstance(state, dict) else 'array'}: "
+            "there is nothing to judge",
+        )
+    elif not isinstance(state, dict | list):
+        raise RequestError(
+            "invalid_request",
+            f"{prefix}state must be text, an object or an array, not {_kind(state)}",
+        )
+    if _unencodable(state):
+        raise RequestError("invalid_request", f"{prefix}state holds a lone surrogate")
+    questions = raw.get("questions")
+    if not isinstance(questions, dict) or not questions:
+        shown = "missing" if "questions" not in raw else _kind(questions)
+        if isinstance(questions, dict):
+            shown = "empty"
+        raise RequestError(
+            "invalid_request",
+            f"{prefix}questions must be an object of named questions, not {shown}",
+        )
+    parsed: list[Question | InvalidQuestion] = []
+    for name, body in questions.items():
+        where_q = (*where, "questions", name)
+        label_q = describe_path(where_q)
+        kind = body.get("type") if isinstance(body, dict) else None
+        kind = kind if kind in QUESTION_TYPES else None
+        try:
+            if (*where, "questions", name) in duplicates:
+                raise _Invalid(f"{prefix}questions has the question {name!r} more than once")
+            if is_blank(name) or not is_encodable(name):
+                raise _Invalid(f"{prefix}questions has a blank or malformed question name")
+            parsed.append(_question(name, body, label_q, _under(duplicates, where_q)))
+        except _Invalid as err:
+            parsed.append(InvalidQuestion(name, kind, str(err)))
+    return StateEntry(state, tuple(parsed), where)
+
+
+def _options(raw: Any) -> tuple[float | None, str, bool]:
+    if raw is None:
+        return None, "exact", False
+    if not isinstance(raw, dict):
+        raise RequestError("invalid_request", f"options must be an object, not {_kind(raw)}")
+    unknown = [k for k in raw if k not in OPTION_FIELDS]
+    if unknown:
+        raise RequestError(
+            "invalid_request",
+            f"options.{unknown[0]} is not an option of decisions ({', '.join(OPTION_FIELDS)})",
+        )
+    deadline = raw.get("deadline_ms")
+    if deadline is not None and (
+        type(deadline) not in (int, float) or not _finite(deadline) or deadline <= 0
+    ):
+        raise RequestError(
+            "invalid_request", f"options.deadline_ms must be a number above 0, not {deadline!r}"
+        )
+    profile = raw.get("profile", "exact")
+    if profile is None:
+        profile = "exact"
+    if profile not in PROFILES:
+        raise RequestError(
+            "invalid_request",
+            f"options.profile must be one of {', '.join(PROFILES)}, not {profile!r}",
+        )
+    meta = raw.get("return_meta", False)
+    if meta is None:
+        meta = False
+    if not isinstance(meta, bool):
+        raise RequestError("invalid_request", "options.return_meta must be true or false")
+    return deadline, profile, meta
+
+
+def parse_request(
+    body: Mapping[str, Any], duplicates: Iterable[Path] = (), *, extra_fields: Iterable[str] = ()
+) -> DecisionsRequest:
+    """Validate a decisions request body.
+
+    Args:
+        body: the parsed JSON object.
+        duplicates: paths of duplicated keys from :func:`loads_checked`,
+            relative to ``body`` (a serve layer that parsed a bundle strips the
+            task's own prefix first).
+        extra_fields: further top-level fields the caller handles itself
+            (for example a bundle task's ``surface``); they are ignored here.
+
+    Returns:
+        The request; each question is a :class:`Question` or, when it breaks
+        the schema, an :class:`InvalidQuestion` whose message names the field.
+
+    Raises:
+        RequestError: ``invalid_request`` when the request itself is malformed
+            (not an object, an unknown field, a missing or blank ``state``, no
+            ``questions``, a bad ``states`` entry or ``options``, a duplicated
+            key outside a question) or when no question in it is valid; the
+            message then lists every question's reason.
+    """
+    if not isinstance(body, Mapping):
+        raise RequestError("invalid_request", "the request must be a JSON object")
+    duplicates = list(duplicates)
+    allowed = (*REQUEST_FIELDS, *extra_fields)
+    unknown = [k for k in body if k not in allowed]
+    if unknown:
+        raise RequestError(
+            "invalid_request",
+            f"{unknown[0]} is not a field of a decisions request ({', '.join(REQUEST_FIELDS)})",
+        )
+    outside = [
+        d
+        for d in duplicates
+        if not (
+            (len(d) >= 2 and d[0] == "questions")
+            or (len(d) >= 4 and d[0] == "states" and isinstance(d[1], int) and d[2] == "questions")
+        )
+    ]
+    if outside:
+        where = describe_path(outside[0][:-1]) or "the request"
+        raise RequestError(
+            "invalid_request", f"{where} has the key {outside[0][-1]!r} more than once"
+        )
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise RequestError("invalid_request", f"model must be a string, not {_kind(model)}")
+    deadline, profile, meta = _options(body.get("options"))
+    entries = [_entry(body, (), duplicates)]
+    states = body.get("states")
+    if states is not None:
+        if not isinstance(states, list):
+            raise RequestError(
+                "invalid_request",
+                f"states must be an array of {{state, questions}}, not {_kind(states)}",
+            )
+        for index, raw in enumerate(states):
+            if not isinstance(raw, dict):
+                raise RequestError(
+                    "invalid_request",
+                    f"states[{index}] must be an object {{state, questions}}, not {_kind(raw)}",
+                )
+            unknown = [k for k in raw if k not in ENTRY_FIELDS]
+            if unknown:
+                raise RequestError(
+                    "invalid_request",
+                    f"states[{index}].{unknown[0]} is not a field of a state entry "
+                    "(state, questions)",
+                )
+            entries.append(_entry(raw, ("states", index), duplicates))
+    problems = tuple(
+        q.message for entry in entries for q in entry.questions if isinstance(q, InvalidQuestion)
+    )
+    if not any(entry.valid for entry in entries):
+        raise RequestError("invalid_request", "no question is valid: " + "; ".join(problems))
+    return DecisionsRequest(
+        model=model,
+        entries=tuple(entries),
+        deadline_ms=deadline,
+        profile=profile,
+        return_meta=meta,
+        has_states=states is not None,
+        problems=problems,
+    )
+
+
+def parse_body(raw: bytes | bytearray | str) -> DecisionsRequest:
+    """:func:`loads_checked` then :func:`parse_request`: raw body bytes to a validated request.
+
+    Raises:
+        RequestError: ``invalid_request`` (see both functions).
+    """
+    value, duplicates = loads_checked(raw)
+    if not isinstance(value, dict):
+        raise RequestError("invalid_request", "the request must be a JSON object")
+    return parse_request(value, duplicates)
