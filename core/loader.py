@@ -70,6 +70,8 @@ class LoadOptions(EngineArgs):
         cache_dir: the Hugging Face cache (``None``: ``HF_HUB_CACHE``).
         offline: use only installed mirrors and the cache; never download.
         accept_licences: restricted licences the operator accepted.
+        family_options: the models-file entry's ``options``, for the family
+            (:meth:`vllm_srun.plugins.Family.check_options`).
     """
 
     name: str | None = None
@@ -78,6 +80,7 @@ class LoadOptions(EngineArgs):
     cache_dir: str | os.PathLike[str] | None = None
     offline: bool = False
     accept_licences: tuple[str, ...] = ()
+    family_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -308,6 +311,10 @@ def load_model(
     if family is None and prepared.entry is not None:
         family = prepared.entry.family
     chosen_family = choose_family(catalog, package, family)
+    try:
+        chosen_family.check_options(options.family_options)
+    except ValueError as err:
+        raise LoadError(f"{err}; fix `options` in the models file") from err
     if max_model_len is not None and "decisions" not in chosen_family.surfaces:
         raise LoadError(
             "max_model_len applies to Decision models only: the "
@@ -373,7 +380,10 @@ def load_model(
     }
     try:
         engine_model = chosen_engine.load(spec, placement.device, engine_options)
-        loaded = attach_extensions(catalog, chosen_family.load(package, spec, engine_model))
+        extra = {"options": options.family_options} if options.family_options else {}
+        loaded = attach_extensions(
+            catalog, chosen_family.load(package, spec, engine_model, **extra)
+        )
         invariance = measure_batch_invariance(loaded)
         forward_cost = measure_forward_cost(loaded)
     except torch.OutOfMemoryError as err:

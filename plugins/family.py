@@ -26,10 +26,31 @@ class Family(abc.ABC):
         name: the family's name, as ``--family NAME`` forces it.
         surfaces: the HTTP surfaces its models can serve (``embeddings``,
             ``classify``, ``rerank``, ``decisions``).
+        options: the family options a models-file entry's ``options`` may set,
+            each key with what it does (shown in errors and docs). A family
+            that declares any receives them as ``load(..., options=...)``
+            after :meth:`check_options`; one that declares none never does.
     """
 
     name: ClassVar[str]
     surfaces: ClassVar[tuple[str, ...]] = ()
+    options: ClassVar[Mapping[str, str]] = {}
+
+    def check_options(self, options: Mapping[str, Any]) -> None:
+        """Refuse family options this family cannot honour (before anything loads).
+
+        The default refuses keys :attr:`options` does not declare; override to
+        check the values too (call this first).
+
+        Raises:
+            ValueError: what is wrong and what the family takes.
+        """
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            takes = ", ".join(self.options) if self.options else "no options"
+            raise ValueError(
+                f"family {self.name} has no option {', '.join(unknown)}; it takes {takes}"
+            )
 
     @abc.abstractmethod
     def detect(self, package: Path) -> bool:

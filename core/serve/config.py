@@ -28,10 +28,10 @@ from vllm_srun.engine_args import (
 if TYPE_CHECKING:
     import yaml
 
-ENTRY_KEYS = ("model", "revision", "name", *(f.name for f in engine_fields()))
+ENTRY_KEYS = ("model", "revision", "name", "options", *(f.name for f in engine_fields()))
 """Keys a models-file entry may have: the model, and every engine argument."""
 
-ENTRY_TYPES: dict[str, type] = {"model": str, "revision": str, "name": str}
+ENTRY_TYPES: dict[str, type] = {"model": str, "revision": str, "name": str, "options": dict}
 """The types of the entry keys that are not engine arguments."""
 
 BLANK_FIXES = {
@@ -56,11 +56,13 @@ class ModelConfig(EngineArgs):
         model: a built-in model name, ``owner/name@COMMIT`` or a package directory.
         name: the model ID requests use (default: ``model`` as given).
         revision: the 40-hex commit of a Hub repository.
+        options: family options (the family that loads the model checks them).
     """
 
     model: str
     name: str | None = None
     revision: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def served_name(self) -> str:
@@ -207,7 +209,8 @@ def read_models_file(path: str | os.PathLike[str], defaults: ModelConfig) -> lis
         ConfigError: unreadable YAML; a key given twice in one mapping (a
             second ``models:`` list included: YAML would keep only the last);
             no ``models`` list; an entry without ``model``; an unknown key
-            (``options`` included); a wrong type; a blank text; a value out of
+            (``options`` belongs to the family, checked when it loads); a wrong
+            type; a blank text; a value out of
             range. The message names the entry (its number and ``model``), the
             key and what to do.
     """
@@ -229,14 +232,8 @@ def read_models_file(path: str | os.PathLike[str], defaults: ModelConfig) -> lis
             where += f" ({entry['model']})"
         unknown = sorted(set(entry) - set(ENTRY_KEYS), key=str)
         if unknown:
-            hint = (
-                "request options (overflow, deadline_ms, ...) go in each request's "
-                "`options`, not in the models file; "
-                if "options" in unknown
-                else ""
-            )
             raise ConfigError(
-                f"{where}: unknown key {', '.join(map(str, unknown))}; {hint}"
+                f"{where}: unknown key {', '.join(map(str, unknown))}; "
                 f"an entry takes {', '.join(ENTRY_KEYS)}"
             )
         if "model" not in entry:

@@ -208,6 +208,7 @@ class Runtime:
                     cache_dir=self.config.cache_dir,
                     offline=self.config.offline,
                     accept_licences=self.config.accept_licences,
+                    family_options=dict(cfg.options),
                 ),
                 catalog=self.catalog,
             )

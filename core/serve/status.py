@@ -77,6 +77,7 @@ def model_card(state: ModelState) -> dict[str, Any]:
         "golden": state.golden.card(),
         "extensions": [],
         "engine_args": state.config.card(),
+        "options": dict(state.config.options),
     }
     details = state.served.card() if state.served is not None else state.details
     if details is not None:

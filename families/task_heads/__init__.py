@@ -8,12 +8,14 @@ per label, ``token`` spans, ``pooled`` embeddings and ``relevance``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from vllm_srun.plugins import Family, hookimpl
 from vllm_srun.plugins.hookspecs import RegisterFamily
 from vllm_srun.plugins.package import PackageError
+from vllm_srun.plugins.requests import AGGREGATIONS
 from vllm_srun.plugins.spec import ModelSpec
 
 from . import package as packages
@@ -31,6 +33,30 @@ class TaskHeadsFamily(Family):
 
     name = "task_heads"
     surfaces = ("classify", "embeddings", "rerank")
+    options: ClassVar[Mapping[str, str]] = {
+        "threshold": "the default options.threshold of classify requests (0 to 1): the "
+        "lowest probability a token span or a selected label keeps",
+        "aggregation": "the default options.aggregation of token heads (max, first, average, none)",
+    }
+
+    def check_options(self, options: Mapping[str, Any]) -> None:
+        """Known keys only; ``threshold`` a number from 0 to 1, ``aggregation`` one of
+        :data:`~vllm_srun.plugins.requests.AGGREGATIONS`.
+
+        Raises:
+            ValueError: naming the option and what it takes.
+        """
+        super().check_options(options)
+        threshold = options.get("threshold")
+        if threshold is not None and (
+            type(threshold) not in (int, float) or not 0 <= threshold <= 1
+        ):
+            raise ValueError(f"option threshold must be a number from 0 to 1, not {threshold!r}")
+        aggregation = options.get("aggregation")
+        if aggregation is not None and aggregation not in AGGREGATIONS:
+            raise ValueError(
+                f"option aggregation must be one of {', '.join(AGGREGATIONS)}, not {aggregation!r}"
+            )
 
     def detect(self, package: Path) -> bool:
         """An encoder ``config.json`` (BERT, RoBERTa, XLM-R, DistilBERT, ModernBERT, ...)."""
@@ -65,10 +91,18 @@ class TaskHeadsFamily(Family):
         """A tiny BERT token classifier written under ``root``, and a classify request."""
         return write_fixture(root), "classify", dict(FIXTURE_REQUEST)
 
-    def load(self, package: Path, spec: Any, engine_model: Any) -> TaskModel:
-        """Wrap the engine's model with the package's tokenizer and heads."""
+    def load(
+        self,
+        package: Path,
+        spec: Any,
+        engine_model: Any,
+        options: Mapping[str, Any] | None = None,
+    ) -> TaskModel:
+        """Wrap the engine's model with the package's tokenizer and heads; ``options``
+        (checked by :meth:`check_options`) set the classify defaults."""
         description = packages.describe(package)
-        return TaskModel(description, TextEncoder(package, description.max_tokens), engine_model)
+        encoder = TextEncoder(package, description.max_tokens)
+        return TaskModel(description, encoder, engine_model, defaults=dict(options or {}))
 
 
 @hookimpl

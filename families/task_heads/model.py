@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -45,11 +46,18 @@ class TaskModel(LoadedModel[TaskPlan]):
         description: what the package is (heads, pooling, limit).
         encoder: the tokenizer under the model's limit.
         engine_model: the engine's model; ``encode`` returns float32 CPU tensors.
+        defaults: family options from the models file: ``threshold`` and
+            ``aggregation`` used where a classify request leaves them out.
     """
 
     def __init__(
-        self, description: Description, encoder: TextEncoder, engine_model: EncoderModel
+        self,
+        description: Description,
+        encoder: TextEncoder,
+        engine_model: EncoderModel,
+        defaults: Mapping[str, Any] | None = None,
     ) -> None:
+        self.defaults = dict(defaults or {})
         self.description = description
         self.encoder = encoder
         self.engine_model = engine_model
@@ -199,7 +207,12 @@ class TaskModel(LoadedModel[TaskPlan]):
             head,
             self._encode(texts, [p.text_pair for p in pairs], InputPolicy.from_options(options)),
             texts,
-            options={"threshold": options.threshold, "aggregation": options.aggregation or "max"},
+            options={
+                "threshold": self.defaults.get("threshold")
+                if options.threshold is None
+                else options.threshold,
+                "aggregation": options.aggregation or self.defaults.get("aggregation", "max"),
+            },
         )
 
     def _plan_rerank(self, request: RerankRequest) -> TaskPlan:

@@ -480,3 +480,40 @@ def test_a_model_that_needs_lapack_fails_with_the_operator_phrase(packages, cata
         load_model(packages[("bert", "sequence")], LoadOptions(engine="native"), catalog=catalog)
     assert str(raised.value).startswith("built without LAPACK: the model needs LAPACK on cpu")
     assert raised.value.retryable is False
+
+
+def test_family_options_set_the_classify_defaults_and_bad_ones_fail_the_load(
+    packages, catalog, models
+):
+    package = packages[("bert", "token")]
+    plain = models[("bert", "token")].loaded
+    strict = load_model(
+        package,
+        LoadOptions(family_options={"threshold": 0.99, "aggregation": "first"}),
+        catalog=catalog,
+    ).loaded
+    request = read_request("classify", {"input": "dana from paris"})
+    assert plain.plan("classify", request).options == {"threshold": None, "aggregation": "max"}
+    assert strict.plan("classify", request).options == {"threshold": 0.99, "aggregation": "first"}
+    asked = read_request("classify", {"input": "x", "options": {"threshold": 0.1}})
+    assert strict.plan("classify", asked).options["threshold"] == 0.1  # the request wins
+    for options, message in (
+        (
+            {"overflow": "truncate"},
+            "family task_heads has no option overflow; it takes "
+            "threshold, aggregation; fix `options` in the models file",
+        ),
+        (
+            {"threshold": 2},
+            "option threshold must be a number from 0 to 1, not 2; fix "
+            "`options` in the models file",
+        ),
+        (
+            {"aggregation": "mean"},
+            "option aggregation must be one of max, first, average, "
+            "none, not 'mean'; fix `options` in the models file",
+        ),
+    ):
+        with pytest.raises(LoadError) as raised:
+            load_model(package, LoadOptions(family_options=options), catalog=catalog)
+        assert str(raised.value) == message

@@ -9,7 +9,6 @@ import pytest
 
 from vllm_srun.cli import build_parser, main, serve_config
 from vllm_srun.serve.config import (
-    ENTRY_KEYS,
     ConfigError,
     ModelConfig,
     ServeConfig,
@@ -440,19 +439,13 @@ def test_an_unknown_dtype_is_refused_with_the_choices(tmp_path):
     )
 
 
-def test_options_is_refused_and_the_message_lists_the_keys(tmp_path):
-    # Accepted and never used before: a model's default request options did nothing.
-    path = models_file(
-        tmp_path, "models:\n  - model: /models/a\n    options: {overflow: truncate}\n"
-    )
-    with pytest.raises(ConfigError) as caught:
-        read_models_file(path, DEFAULTS)
-    assert str(caught.value) == (
-        f"models file {path}, entry 1 (/models/a): unknown key options; request options "
-        "(overflow, deadline_ms, ...) go in each request's `options`, not in the models file; "
-        f"an entry takes {', '.join(ENTRY_KEYS)}"
-    )
-    assert "options" not in ENTRY_KEYS
+def test_options_are_the_family_s_and_must_be_a_mapping(tmp_path):
+    path = models_file(tmp_path, "models:\n  - model: /models/a\n    options: {threshold: 0.8}\n")
+    [config] = read_models_file(path, DEFAULTS)
+    assert config.options == {"threshold": 0.8}
+    bad = models_file(tmp_path, "models:\n  - model: /models/a\n    options: [truncate]\n")
+    with pytest.raises(ConfigError, match=r"entry 1 \(/models/a\): options must be dict"):
+        read_models_file(bad, DEFAULTS)
 
 
 @pytest.mark.parametrize(
@@ -461,7 +454,6 @@ def test_options_is_refused_and_the_message_lists_the_keys(tmp_path):
         ("models:\n  - model: /m\n    model: /n\n", "`model` is given twice"),
         ("models:\n  - model: /m\nmodels:\n  - model: /n\n", "`models:` is given twice"),
         ("models:\n  - model: /m\n    name: ' '\n", "name is blank"),
-        ("models:\n  - model: /m\n    options: {}\n", "unknown key options"),
     ],
 )
 def test_vllm_srun_serve_stops_on_a_silent_mistake(tmp_path, capsys, never_serve, text, message):
