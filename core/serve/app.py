@@ -140,6 +140,9 @@ def build_app(runtime: Runtime) -> FastAPI:
         except ClientGone:
             status = CLIENT_CLOSED
             return Response(status_code=CLIENT_CLOSED)  # nobody reads it; nothing to log
+        except asyncio.CancelledError:
+            status = 503  # cut off at the end of the shutdown grace: answered 503 not_ready
+            raise
         except Exception:
             status = 500
             raise
