@@ -140,6 +140,13 @@ class ServeConfig:
         choices=("debug", "info", "warning", "error"),
         help="log verbosity (request text is never logged)",
     )
+    log_format: str = option(
+        "text",
+        kind="choice",
+        choices=("text", "json"),
+        help="log lines as text, or as one JSON object each (time, level, logger, message "
+        "and the access line's fields)",
+    )
     load_attempts: int = option(
         5,
         kind="count",

@@ -8,6 +8,7 @@ its code; 429 and 503 carry ``Retry-After``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -42,12 +43,50 @@ class BodyTooLarge(StarletteHTTPException):
         super().__init__(status_code=413)
 
 
+access_log = logging.getLogger("vllm_srun.access")
+"""One line per HTTP request: method, path, status, duration and client address,
+never the request's text."""
+
+
+QUIET_PATHS = frozenset({"/health", "/health/live", "/metrics"})
+"""Paths whose successful answers are logged at debug (health probes, metric scrapes)."""
+
+
+def log_access(scope: Scope, status: int, started: float) -> None:
+    """The access line of one answered request (``POST /v1/embeddings 200 12.3ms 10.0.0.7``)."""
+    client = scope.get("client")
+    address = client[0] if client else (scope.get("server") or ("unix",))[0]
+    milliseconds = (time.perf_counter() - started) * 1000
+    path = scope.get("path", "-")
+    # probes and scrapes arrive every few seconds: at debug, so they never bury the requests
+    quiet = path in QUIET_PATHS and (status < 500 or status == 503)  # 503: still loading
+    level = logging.DEBUG if quiet else logging.INFO
+    access_log.log(
+        level,
+        "%s %s %d %.1fms %s",
+        scope.get("method", "-"),
+        scope.get("path", "-"),
+        status,
+        milliseconds,
+        address,
+        extra={
+            "method": scope.get("method"),
+            "path": scope.get("path"),
+            "status": status,
+            "duration_ms": round(milliseconds, 3),
+            "client": address,
+        },
+    )
+
+
 class Envelope:
-    """ASGI middleware: the body limit before anything is buffered, and ``Server-Timing``.
+    """ASGI middleware: the body limit before anything is buffered, ``Server-Timing``
+    and the access log.
 
     A ``Content-Length`` over the limit is answered 413 without reading the
     body; a chunked body is cut off as soon as it passes the limit. Every
-    response without its own ``Server-Timing`` gets ``total``.
+    response without its own ``Server-Timing`` gets ``total``; every request,
+    refused ones included, gets one access line (:func:`log_access`).
     """
 
     def __init__(
@@ -70,6 +109,7 @@ class Envelope:
                 await _too_large(send, self.limit)
                 if self.refused is not None:
                     self.refused(scope.get("path", ""), 413, time.perf_counter() - started)
+                log_access(scope, 413, started)
                 return
         received = 0
 
@@ -84,6 +124,7 @@ class Envelope:
 
         async def timed_send(message: Message) -> None:
             if message["type"] == "http.response.start":
+                log_access(scope, int(message["status"]), started)
                 headers = list(message.get("headers", ()))
                 if not any(k == b"server-timing" for k, _ in headers):
                     total = (time.perf_counter() - started) * 1000

@@ -62,6 +62,42 @@ UDS_MODE = 0o600
 """The Unix socket's mode: only the server's user may connect."""
 
 
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+"""The text log line: time, level, logger, message."""
+
+
+def configure_logging(level: str, log_format: str) -> None:
+    """One handler on the root logger for every line (ours, uvicorn's, the access log).
+
+    Args:
+        level: ``debug``, ``info``, ``warning`` or ``error``.
+        log_format: ``text`` (:data:`TEXT_FORMAT`) or ``json``: one object per line
+            (python-json-logger), with ``time``, ``level``, ``logger``, ``message``
+            and any fields the line carries (the access line's ``method``,
+            ``path``, ``status``, ``duration_ms``, ``client``).
+    """
+    handler = logging.StreamHandler()
+    if log_format == "json":
+        from pythonjsonlogger.json import JsonFormatter
+
+        handler.setFormatter(
+            JsonFormatter(
+                "%(asctime)s %(levelname)s %(name)s %(message)s",
+                rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+            )
+        )
+    else:
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logging.getLogger(name).handlers.clear()
+        logging.getLogger(name).propagate = True
+
+
 class BindError(Exception):
     """The listener cannot be bound; the message names the address, why, and what to do."""
 
@@ -76,9 +112,7 @@ def serve(config: ServeConfig) -> int:
         short. When threads are still busy in compiled code at the end, the
         process exits here (``os._exit``) with that status instead of returning.
     """
-    logging.basicConfig(
-        level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(config.log_level, config.log_format)
     try:
         listener = Listener.bind(config)
     except BindError as err:
@@ -95,7 +129,8 @@ def serve(config: ServeConfig) -> int:
         uv_config = uvicorn.Config(
             inflight,
             log_level=config.log_level,
-            access_log=False,
+            access_log=False,  # the envelope writes the access line (never request text)
+            log_config=None,  # uvicorn logs through the root handler: one format
             loop="auto",
             http="auto",
             lifespan="off",

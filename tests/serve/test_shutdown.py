@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import json
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -418,3 +420,40 @@ def test_a_port_in_use_exits_1_saying_so_and_never_claims_to_serve(served, packa
     assert f"cannot listen on 127.0.0.1:{port}: the address is already in use" in output
     assert "choose another --port" in output
     assert "serving" not in output
+
+
+# -- logs: one format, an access line per request ----------------------------------------------
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_every_request_gets_one_access_line_in_the_one_log_format(served, packages, log_format):
+    server = served(
+        {"emb": (packages["pooled"], "")},
+        args=("--log-format", log_format, "--max-request-bytes", "2048"),
+    )
+    server.wait_ready()
+    secret = "the secret text of a request"
+    assert server.client.post("/v1/embeddings", json={"input": secret}).status_code == 200
+    too_large = server.client.post(
+        "/v1/embeddings",
+        content=b'{"input": "' + b"a" * 4096 + b'"}',
+        headers={"content-type": "application/json"},
+    )
+    assert too_large.status_code == 413
+    server.process.send_signal(signal.SIGTERM)
+    assert exits(server, 60) == 0
+    log = server.log.read_text(errors="replace")
+    lines = [line for line in log.splitlines() if line.strip()]
+    assert secret not in log  # request text is never logged
+    if log_format == "json":
+        records = [json.loads(line) for line in lines]  # every line is one JSON object
+        access = [r for r in records if r["logger"] == "vllm_srun.access"]
+        assert {(r["method"], r["path"], r["status"]) for r in access} >= {
+            ("POST", "/v1/embeddings", 200),
+            ("POST", "/v1/embeddings", 413),
+        }
+        assert all({"time", "level", "message"} <= set(r) for r in records)
+    else:
+        pattern = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ [\w.]+: ")
+        assert all(pattern.match(line) for line in lines), lines  # uvicorn's lines too
+        access = [line for line in lines if " vllm_srun.access: " in line]
+        assert any(" POST /v1/embeddings 413 " in line for line in access), access
+        assert any(" POST /v1/embeddings 200 " in line for line in access), access
