@@ -156,6 +156,13 @@ def add_serve_parser(commands: Any) -> None:
         help="the System One schema of /v1/systemone and /v1/systemone/batch; vllm-sr/4.0 "
         "also accepts the older request forms",
     )
+    serve.add_argument(
+        "--autotune-cache",
+        metavar="DIR",
+        default=ServeConfig.autotune_cache,
+        help="keep compiled GPU kernels and kernel tuning across runs in DIR "
+        "(default: $VLLM_SRUN_AUTOTUNE_CACHE)",
+    )
 
 
 def serve_config(args: argparse.Namespace) -> Any:
@@ -211,4 +218,5 @@ def serve_config(args: argparse.Namespace) -> Any:
         load_attempts=args.load_attempts,
         load_retry_seconds=args.load_retry_seconds,
         systemone_schema=args.systemone_schema,
+        autotune_cache=args.autotune_cache,
     )

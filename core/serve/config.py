@@ -74,6 +74,7 @@ class ServeConfig:
     load_attempts: int = 5
     load_retry_seconds: float = 5.0
     systemone_schema: str = "vllm-sr/5.0"
+    autotune_cache: str | None = None
 
 
 def _checked(entry: dict[str, Any], key: str, where: str) -> Any:

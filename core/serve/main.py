@@ -14,6 +14,7 @@ from types import FrameType
 
 import uvicorn
 
+from . import autotune
 from .app import build_app
 from .config import ServeConfig
 from .runtime import Runtime
@@ -30,6 +31,12 @@ def serve(config: ServeConfig) -> int:
     )
     if config.threads:
         torch.set_num_threads(config.threads)
+    try:  # before any model loads, so before any kernel compiles
+        cache = autotune.apply(config.autotune_cache)
+    except OSError as err:
+        raise SystemExit(f"vllm-srun serve: --autotune-cache cannot be created: {err}") from err
+    if cache is not None:
+        log.info("autotune cache: %s", cache)
     runtime = Runtime(config)
     app = build_app(runtime)
     uv_config = uvicorn.Config(

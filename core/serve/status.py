@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import autotune
 from .runtime import ModelState, Runtime
 from .schemas import API_VERSION
 
@@ -77,6 +78,8 @@ def model_card(state: ModelState) -> dict[str, Any]:
         "golden": state.golden.card(),
         "extensions": [],
         "engine_args": state.config.card(),
+        "adapter": None,
+        "autotune_cache": autotune.applied(),
     }
     details = state.served.card() if state.served is not None else state.details
     if details is not None:
