@@ -122,6 +122,14 @@ class EngineArgs:
         help="decision models: compute a multi-question request's shared state once "
         "(default: by model family)",
     )
+    base_path: str | None = option(
+        None,
+        kind="text",
+        metavar="DIR",
+        on_card=True,
+        help="adapter packages: a local copy of the pinned base model, instead of downloading "
+        "it; its files are checked against the hashes the package records",
+    )
 
     def card(self) -> dict[str, Any]:
         """The values in effect of the arguments the card shows (``engine_args``)."""

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from vllm_srun.adapters import AdapterModel, prepare_adapter
 from vllm_srun.batching import SchedulerLimits, plan_forwards
 from vllm_srun.engine_args import EngineArgs
 from vllm_srun.errors import LoadError, is_retryable
@@ -117,6 +118,7 @@ class ServedModel:
     forward_cost: dict[str, Any] = field(default_factory=dict)
     prepared: Any = None
     options: LoadOptions = field(default_factory=lambda: LoadOptions())
+    adapter: AdapterModel | None = None
 
     def card(self) -> dict[str, Any]:
         """The model's ``/v1/models`` card: composition, identity (repo, revision,
@@ -136,6 +138,7 @@ class ServedModel:
             "batch_invariance": dict(self.batch_invariance),
             "forward_cost": dict(self.forward_cost),
             **family_card,
+            **({"adapter": self.adapter.card()} if self.adapter is not None else {}),
         }
 
     def limits(self) -> SchedulerLimits:
@@ -271,7 +274,9 @@ def load_model(
     model's installed mirror first, then the Hugging Face cache in
     ``cache_dir``, then a download unless ``offline``) and verifies its files
     before any weight loads; a built-in model is loaded by the family its
-    table entry names unless ``family`` forces another.
+    table entry names unless ``family`` forces another. A local adapter package
+    (:mod:`vllm_srun.adapters`) is first merged into its recorded base
+    (``base_path``, else the registry) and the merged package loads instead.
 
     Placement weighs the model at the dtype it will run at (:func:`model_bytes`)
     against ``memory_budget_gib`` (``--memory-budget``) and against the
@@ -299,6 +304,17 @@ def load_model(
     name, device, engine, family = options.name, options.device, options.engine, options.family
     dtype, threads, revision = options.dtype, options.threads, options.revision
     max_model_len, memory_budget_gib = options.max_model_len, options.memory_budget_gib
+    adapter = prepare_adapter(  # an adapter package: its merged package loads below
+        model,
+        base_path=options.base_path,
+        revision=revision,
+        builtins=catalog.layer("models"),
+        cache_dir=options.cache_dir,
+        offline=options.offline,
+        accept_licences=options.accept_licences,
+    )
+    if adapter is not None:
+        model, name = adapter.package, name or adapter.name
     prepared = prepare(
         model,
         builtins=catalog.layer("models"),
@@ -420,6 +436,7 @@ def load_model(
         identity=prepared.entry.name if prepared.entry is not None else None,
         prepared=prepared,
         options=options,
+        adapter=adapter,
     )
     served.batch_invariance = invariance
     served.forward_cost = forward_cost

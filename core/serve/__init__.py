@@ -11,5 +11,6 @@
 - :mod:`.bundle`: ``/v1/bundle``;
 - :mod:`.responses`: JSON responses and per-request accounting in the metrics;
 - :mod:`.metrics`: Prometheus metrics;
+- :mod:`.autotune`: ``--autotune-cache``, set up before any model loads;
 - :mod:`.main`: ``vllm-srun serve``: uvicorn over TCP or a Unix socket, signals.
 """

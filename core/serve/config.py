@@ -164,6 +164,13 @@ class ServeConfig:
         help="the System One schema of /v1/systemone and /v1/systemone/batch; vllm-sr/4.0 "
         "also accepts the older request forms",
     )
+    autotune_cache: str | None = option(
+        None,
+        kind="text",
+        metavar="DIR",
+        help="keep compiled GPU kernels and kernel tuning across runs in DIR "
+        "(default: $VLLM_SRUN_AUTOTUNE_CACHE)",
+    )
 
 
 def process_fields() -> tuple[dataclasses.Field[Any], ...]:

@@ -41,6 +41,7 @@ from typing import Any
 
 import uvicorn
 
+from . import autotune
 from .app import build_app
 from .config import ServeConfig
 from .envelope import SHUT_DOWN_MESSAGE, InFlight
@@ -124,6 +125,13 @@ def serve(config: ServeConfig) -> int:
 
         if config.threads:
             torch.set_num_threads(config.threads)
+        try:  # before any model loads, so before any kernel compiles
+            cache = autotune.apply(config.autotune_cache)
+        except OSError as err:
+            sys.stderr.write(f"vllm-srun serve: --autotune-cache cannot be created: {err}\n")
+            return 1
+        if cache is not None:
+            log.info("autotune cache: %s", cache)
         runtime = Runtime(config)
         inflight = InFlight(build_app(runtime), runtime.metrics.requests_in_flight)
         uv_config = uvicorn.Config(

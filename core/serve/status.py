@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import autotune
 from .runtime import ModelState, Runtime
 from .schemas import API_VERSION
 
@@ -78,6 +79,8 @@ def model_card(state: ModelState) -> dict[str, Any]:
         "extensions": [],
         "engine_args": state.config.card(),
         "options": dict(state.config.options),
+        "adapter": None,
+        "autotune_cache": autotune.applied(),
     }
     details = state.served.card() if state.served is not None else state.details
     if details is not None:

@@ -481,6 +481,7 @@ def test_models_lists_limits_plugins_and_a_card_per_model(make_runtime):
         "batch_window_ms": 2.0,
         "max_model_len": None,
         "enable_shared_context": None,
+        "base_path": None,
     }
     for card in cards.values():
         assert set(card) >= CARD_FIELDS
