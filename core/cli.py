@@ -121,13 +121,15 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "serve":
-        from vllm_srun.serve.main import serve
+        from vllm_srun.serve.main import exit_if_busy, serve
 
         try:
             config = serve_config(args)
         except ConfigError as err:
             parser.error(str(err))
-        return serve(config)
+        code = serve(config)
+        exit_if_busy(code)  # threads still in compiled code: end without the teardown
+        return code
     if args.command == "golden" and args.golden_command is None:
         parser.parse_args(["golden", "--help"])
     if args.command not in ("plugins", "devices", "models", "golden"):

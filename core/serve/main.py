@@ -110,8 +110,8 @@ def serve(config: ServeConfig) -> int:
         The exit status: 0 when every request received was answered (a
         shutdown within its grace period), 1 when the listener could not be
         bound, the grace period ran out, or a second signal cut the shutdown
-        short. When threads are still busy in compiled code at the end, the
-        process exits here (``os._exit``) with that status instead of returning.
+        short. The command line then ends the process with
+        :func:`exit_if_busy` (an in-process caller, a test, keeps its process).
     """
     configure_logging(config.log_level, config.log_format)
     try:
@@ -151,7 +151,6 @@ def serve(config: ServeConfig) -> int:
     finally:
         listener.close()
         early.restore()
-    _exit_if_busy(code)
     return code
 
 
@@ -421,7 +420,7 @@ class DrainingServer(uvicorn.Server):
         self.should_exit = True
 
 
-def _exit_if_busy(code: int) -> None:
+def exit_if_busy(code: int) -> None:
     """End the process now, with ``code``, when a thread other than this one still runs.
 
     A daemon thread inside compiled code (a model still loading, a forward cut
