@@ -22,6 +22,10 @@ the merged model as a normal package into the cache
 (``$VLLM_SRUN_CACHE_DIR/adapters/<key>``, the key a digest of the adapter's
 and the base's files), so a second start reuses it. The loader then loads that
 package through the families like any other.
+
+Why this module is over 400 lines: it is one pipeline (read the record, find
+and check the base, merge, write the cache entry, reuse it) whose steps are
+short, private to it and each other's only callers.
 """
 
 from __future__ import annotations

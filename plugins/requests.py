@@ -14,6 +14,11 @@ only itself): their typed request is
 
 Callers without HTTP (the conformance kit, calibration, tests) build the same
 objects from a parsed JSON body with :func:`read_request`.
+
+Why this module is over 400 lines: it is the request half of the contract,
+one pydantic class per JSON shape with the rules and the wording of their
+errors beside them, read top to bottom against the OpenAPI document; split,
+one request's rules would sit in several files.
 """
 
 from __future__ import annotations

@@ -21,6 +21,11 @@ model load, a forward) would make the interpreter's teardown abort the process
 (``terminate called without an active exception``, SIGABRT), so the process
 then ends with ``os._exit`` once its logs are flushed. A second signal exits
 at once (1).
+
+Why this module is over 400 lines: binding, the signal handling and the
+drain are one sequence around uvicorn's server; each step hands the next
+what it found (the socket, the signal's arrival, the requests in flight),
+and read apart the order they must happen in would be lost.
 """
 
 from __future__ import annotations

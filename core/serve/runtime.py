@@ -4,6 +4,12 @@ Data flows one way: the route parses and validates, :meth:`Runtime.plan`
 tokenises off the event loop, the model's scheduler admits and batches,
 its worker thread runs the forward and the family's ``finish``, and the
 answer comes back to the event loop through a future.
+
+Why this module is over 400 lines: the model states it holds are read and
+changed by three things that must agree under one lock discipline (loading
+with retries, answering, and the shutdown that drains both); spread over
+modules, each would reach into the others' state. The parts that need no
+state (scheduling, loading one model, the cards) live elsewhere.
 """
 
 from __future__ import annotations
