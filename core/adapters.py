@@ -46,6 +46,7 @@ from vllm_srun.plugins import ModelEntry
 from vllm_srun.registry import prepare
 from vllm_srun.registry.resolve import looks_local
 from vllm_srun.registry.verify import (
+    WEIGHT_AND_CODE_SUFFIXES,
     identity,
     is_loadable,
     link_root,
@@ -70,35 +71,7 @@ MERGED_RECORD = "merged.json"
 MERGE_FORMAT = "1"
 """The version of the merged layout; part of the cache key, so a new layout merges again."""
 
-WEIGHT_SUFFIXES = (
-    ".safetensors",
-    ".bin",
-    ".pt",
-    ".pth",
-    ".ckpt",
-    ".onnx",
-    ".onnx_data",
-    ".onnx.data",
-    ".gguf",
-    ".ggml",
-    ".h5",
-    ".hdf5",
-    ".keras",
-    ".msgpack",
-    ".ot",
-    ".tflite",
-    ".pb",
-    ".npy",
-    ".npz",
-    ".pkl",
-    ".pickle",
-    ".joblib",
-    ".py",
-    ".pyc",
-    ".so",
-    ".dylib",
-    ".dll",
-)
+WEIGHT_SUFFIXES = tuple(sorted(WEIGHT_AND_CODE_SUFFIXES))
 """Base files the merged package never takes over: weights and graphs (the merged weights
 replace them; an ONNX graph of the base would answer without the adapter) and code."""
 

@@ -25,7 +25,7 @@ from vllm_srun.plugins import ModelEntry
 HASH_CHUNK_BYTES = 1 << 20
 """Bytes read per step while hashing (1 MiB)."""
 
-LOADABLE_SUFFIXES = frozenset(
+WEIGHT_AND_CODE_SUFFIXES = frozenset(
     {
         # weights and graphs
         ".safetensors",
@@ -55,11 +55,11 @@ LOADABLE_SUFFIXES = frozenset(
         ".so",
         ".dylib",
         ".dll",
-        # tokenizer models (sentencepiece, tiktoken)
-        ".model",
-        ".tiktoken",
     }
 )
+"""Suffixes of weights, graphs, pickles and code."""
+
+LOADABLE_SUFFIXES = WEIGHT_AND_CODE_SUFFIXES | {".model", ".tiktoken"}  # + tokenizer models
 """Suffixes of files a family, an engine or a library may load as weights or run as code."""
 
 LOADABLE_NAMES = frozenset(
