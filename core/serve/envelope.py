@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from vllm_srun.plugins.requests import validation_problems
 
-from .requests import ApiError, Timing
+from .requests import ApiError, Timing, clip
 from .responses import Accounting, respond
 from .runtime import RECEIVED_BEFORE_SHUTDOWN, Runtime
 
@@ -48,6 +48,13 @@ access_log = logging.getLogger("vllm_srun.access")
 never the request's text."""
 
 
+def printable(value: str, limit: int = 200) -> str:
+    """``value`` safe to put in one log line or one error message: control characters
+    escaped (a ``%0a`` in a path cannot start a forged line), cut at ``limit``."""
+    escaped = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in value)
+    return clip(escaped, limit)
+
+
 QUIET_PATHS = frozenset({"/health", "/health/live", "/metrics"})
 """Paths whose successful answers are logged at debug (health probes, metric scrapes)."""
 
@@ -57,7 +64,7 @@ def log_access(scope: Scope, status: int, started: float) -> None:
     client = scope.get("client")
     address = client[0] if client else (scope.get("server") or ("unix",))[0]
     milliseconds = (time.perf_counter() - started) * 1000
-    path = scope.get("path", "-")
+    path = printable(str(scope.get("path", "-")))
     # probes and scrapes arrive every few seconds: at debug, so they never bury the requests
     quiet = path in QUIET_PATHS and (status < 500 or status == 503)  # 503: still loading
     level = logging.DEBUG if quiet else logging.INFO
@@ -65,13 +72,13 @@ def log_access(scope: Scope, status: int, started: float) -> None:
         level,
         "%s %s %d %.1fms %s",
         scope.get("method", "-"),
-        scope.get("path", "-"),
+        path,
         status,
         milliseconds,
         address,
         extra={
             "method": scope.get("method"),
-            "path": scope.get("path"),
+            "path": path,
             "status": status,
             "duration_ms": round(milliseconds, 3),
             "client": address,
@@ -302,7 +309,7 @@ def install_error_handlers(app: FastAPI, runtime: Runtime, accounting: Accountin
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, err: StarletteHTTPException) -> Response:
-        message = f"{request.method} {request.url.path}: {err.detail}"
+        message = f"{request.method} {printable(request.url.path)}: {err.detail}"
         return respond(err.status_code, {"error": {"code": "invalid_request", "message": message}})
 
     @app.exception_handler(Exception)

@@ -72,6 +72,13 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 """The text log line: time, level, logger, message."""
 
 
+def _plain(record: logging.LogRecord) -> bool:
+    """Drop uvicorn's ``color_message`` (its message with terminal colour codes): a
+    JSON line would carry it as a field."""
+    record.__dict__.pop("color_message", None)
+    return True
+
+
 def configure_logging(level: str, log_format: str) -> None:
     """One handler on the root logger for every line (ours, uvicorn's, the access log).
 
@@ -94,6 +101,7 @@ def configure_logging(level: str, log_format: str) -> None:
         )
     else:
         handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    handler.addFilter(_plain)
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

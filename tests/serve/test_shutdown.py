@@ -438,11 +438,14 @@ def test_every_request_gets_one_access_line_in_the_one_log_format(served, packag
         headers={"content-type": "application/json"},
     )
     assert too_large.status_code == 413
+    forged = server.client.get("/v1/models/x%0a2026-11-30 12:00:00,000 ERROR forged: line")
+    assert forged.status_code == 404
     server.process.send_signal(signal.SIGTERM)
     assert exits(server, 60) == 0
     log = server.log.read_text(errors="replace")
     lines = [line for line in log.splitlines() if line.strip()]
     assert secret not in log  # request text is never logged
+    assert not any("forged" in line and "/v1/models/x" not in line for line in lines)
     if log_format == "json":
         records = [json.loads(line) for line in lines]  # every line is one JSON object
         access = [r for r in records if r["logger"] == "vllm_srun.access"]
@@ -451,6 +454,7 @@ def test_every_request_gets_one_access_line_in_the_one_log_format(served, packag
             ("POST", "/v1/embeddings", 413),
         }
         assert all({"time", "level", "message"} <= set(r) for r in records)
+        assert not any("color_message" in r for r in records)  # no terminal colour codes
     else:
         pattern = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ [\w.]+: ")
         assert all(pattern.match(line) for line in lines), lines  # uvicorn's lines too
