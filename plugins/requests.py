@@ -105,7 +105,7 @@ class InputOptions(Strict):
 class ClassifyOptions(InputOptions):
     """``/v1/classify`` options: input options plus the heads' readout settings."""
 
-    threshold: StrictFloat | None = Field(default=None, ge=0, le=1)
+    threshold: StrictFloat | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
     aggregation: Aggregation | None = None
 
 
@@ -385,6 +385,14 @@ def validation_problems(errors: list[Any]) -> str:
             continue
         if error.get("type") == "extra_forbidden":
             problems.append(f"{location}: not a field of this request (check the spelling)")
+            continue
+        if location == "" and error.get("type") in ("model_attributes_type", "dict_type"):
+            problems.append(
+                "the body must be a JSON object; send it with content-type: application/json"
+            )
+            continue
+        if location == "" and error.get("type") == "missing":
+            problems.append("the body is empty; send a JSON object")
             continue
         if error.get("type") == "json_invalid":
             context = error.get("ctx", {}).get("error", "")

@@ -291,7 +291,7 @@ class BundleTask(Strict):
 
 
 class BundleRequest(Strict):
-    tasks: list[BundleTask]
+    tasks: list[BundleTask] = Field(min_length=1)
     options: BundleOptions | None = None
 
 

@@ -18,6 +18,7 @@ back. Nothing here reads a model.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,7 +113,7 @@ def batch_body(body: dict[str, Any], duplicates: list[Path]) -> tuple[dict[str, 
         )
     states = body.get("states")
     if not isinstance(states, list) or not 1 <= len(states) <= MAX_BATCH_STATES:
-        count = f"{len(states)} states" if isinstance(states, list) else "no array"
+        count = f"{len(states)} states" if isinstance(states, list) else "something else"
         raise RequestError(
             "invalid_request",
             f"states must be an array of 1 to {MAX_BATCH_STATES} states, not {count}; split "
@@ -175,9 +176,20 @@ def systemone_request(
         _upgrade_questions(value.get("questions"))
         if not batch:
             duplicates, shape = upgrade_v4(value, duplicates)
-    if batch:
-        value, duplicates = batch_body(value, duplicates)
-    return parse_request(value, duplicates), shape
+    if not batch:
+        return parse_request(value, duplicates), shape
+    value, duplicates = batch_body(value, duplicates)
+    try:
+        return parse_request(value, duplicates), shape
+    except RequestError as err:
+        raise RequestError(err.code, batch_paths(err.message)) from err
+
+
+def batch_paths(message: str) -> str:
+    """A message about the rewritten body, in the batch's own paths: ``state`` is
+    ``states[0]`` and ``states[i].state`` is ``states[i + 1]``."""
+    message = re.sub(r"\bstates\[(\d+)\]\.state\b", lambda m: f"states[{int(m[1]) + 1}]", message)
+    return re.sub(r"(^|: |; )state\b", r"\1states[0]", message)
 
 
 def reshape(body: dict[str, Any], shape: Shape) -> dict[str, Any]:

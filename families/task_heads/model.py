@@ -191,7 +191,8 @@ class TaskModel(LoadedModel[TaskPlan]):
             head = self.heads[name]
         else:
             names = ", ".join(h.name for h in classify)
-            raise RequestError("invalid_request", f"unknown head {name!r}; this model has {names}")
+            shown = name if len(name) <= 200 else name[:200] + "..."  # never echo a huge value
+            raise RequestError("invalid_request", f"unknown head {shown!r}; this model has {names}")
         pairs = request.pairs
         if head.kind == "token":
             index = next((i for i, p in enumerate(pairs) if p.text_pair is not None), None)

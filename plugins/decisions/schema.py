@@ -63,6 +63,10 @@ INVISIBLE_CHARS = frozenset("\u200b\u200c\u200d\u2060\ufeff\u00ad\u034f\u115f\u1
 hyphen, the combining grapheme joiner and the Hangul fillers."""
 
 
+PROBLEMS_SHOWN = 5
+"""Invalid questions a refusal lists before it counts the rest (the message stays short)."""
+
+
 def _finite(number: float) -> bool:
     """Whether ``number`` is a finite float (an integer too large for a float is not)."""
     try:
@@ -413,7 +417,11 @@ def parse_request(
         q.message for entry in entries for q in entry.questions if isinstance(q, InvalidQuestion)
     )
     if not any(entry.valid for entry in entries):
-        raise RequestError("invalid_request", "no question is valid: " + "; ".join(problems))
+        shown = "; ".join(problems[:PROBLEMS_SHOWN])
+        more = (
+            f"; and {len(problems) - PROBLEMS_SHOWN} more" if len(problems) > PROBLEMS_SHOWN else ""
+        )
+        raise RequestError("invalid_request", f"no question is valid: {shown}{more}")
     return DecisionsRequest(
         model=model,
         entries=tuple(entries),

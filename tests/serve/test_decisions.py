@@ -441,7 +441,7 @@ def test_a_batch_answers_the_same_questions_about_each_state_in_order(client, ma
         ),
         (
             {"states": "s", "questions": {"q": QUESTION}},
-            "states must be an array of 1 to 64 states, not no array",
+            "states must be an array of 1 to 64 states, not something else",
         ),
         ({"states": ["s"], "question": {"q": QUESTION}}, "question: not a field of this request"),
     ],
@@ -498,3 +498,28 @@ def test_a_bundle_carries_a_systemone_batch_task(client):
     good, bad = response.json()["results"]
     assert good["status"] == 200 and good["systemone_batch"] == alone
     assert bad["status"] == 400 and bad["error"]["message"].startswith("states must be an array")
+
+
+@pytest.mark.parametrize(
+    ("states", "where"),
+    [
+        (["ok", "fine", "\ud800"], "states[2] holds a lone surrogate"),
+        (["ok", None], "states[1] must be"),
+        (["\ud800", "ok"], "states[0] holds a lone surrogate"),
+    ],
+)
+def test_a_bad_batch_state_is_named_by_its_own_index(client, states, where):
+    body = {"model": "pooled", "states": states, "questions": {"q": QUESTION}}
+    response = post_raw(client, "/v1/systemone/batch", json.dumps(body))  # \ud800 escaped
+    assert response.status_code == 400, response.text
+    assert where in response.json()["error"]["message"]
+
+
+def test_a_refusal_lists_five_invalid_questions_and_counts_the_rest(client):
+    questions = {f"q{i}": {"type": f"bogus{i}", "instructions": "x"} for i in range(20)}
+    response = client.post(
+        "/v1/decisions", json={"model": "pooled", "state": "s", "questions": questions}
+    )
+    message = response.json()["error"]["message"]
+    assert response.status_code == 400 and message.endswith("; and 15 more")
+    assert message.count("bogus") == 5

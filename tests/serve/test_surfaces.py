@@ -773,3 +773,28 @@ def test_a_lone_surrogate_fails_what_it_belongs_to(make_runtime):
     )
     failed = [r for r in response.json()["results"] if "error" in r]
     assert [(r["index"], r["error"]) for r in failed] == [(0, "invalid_input")]  # one document
+
+
+def test_odd_bodies_get_messages_that_say_what_to_send(client):
+    form = client.post(
+        "/v1/embeddings",
+        content=b"input=good",
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    )
+    assert error_of(form, 400, "invalid_request") == (
+        "the body must be a JSON object; send it with content-type: application/json"
+    )
+    empty = client.post("/v1/embeddings", content=b"", headers={"content-type": "application/json"})
+    assert error_of(empty, 400, "invalid_request") == "the body is empty; send a JSON object"
+    nan = client.post(
+        "/v1/classify",
+        content=b'{"model": "sequence", "input": "x", "options": {"threshold": NaN}}',
+        headers={"content-type": "application/json"},
+    )
+    assert (
+        error_of(nan, 400, "invalid_request")
+        == "options.threshold: Input should be a finite number"
+    )
+    assert error_of(client.post("/v1/bundle", json={"tasks": []}), 400, "invalid_request") == (
+        "tasks: List should have at least 1 item after validation, not 0"
+    )
