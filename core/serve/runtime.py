@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import dataclasses
 import heapq
@@ -332,6 +333,9 @@ class Runtime:
         for future in list(self._waiting):
             if not future.done():
                 future.set_exception(ApiError("not_ready", message))
+                # its waiter may already be cancelled (answered 503 by the envelope):
+                # mark the exception seen, so asyncio does not log it as lost
+                future.add_done_callback(lambda done: done.exception())
                 abandoned += 1
         return abandoned
 
@@ -445,7 +449,8 @@ class Runtime:
                     "internal_error", f"finishing the response failed: {type(err).__name__}"
                 )
             timing.add("post", time.perf_counter() - started)
-            loop.call_soon_threadsafe(_resolve, item.future, body)
+            with contextlib.suppress(RuntimeError):  # the loop closed: the shutdown answered it
+                loop.call_soon_threadsafe(_resolve, item.future, body)
 
         return on_done
 

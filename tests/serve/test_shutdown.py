@@ -374,6 +374,8 @@ def test_when_the_grace_period_runs_out_the_rest_get_503_and_the_exit_is_1(serve
             took = time.monotonic() - signalled
         assert code == 1, f"exit {code}:\n{server.output()}"
         assert "terminate called" not in server.output()
+        log = server.log.read_text(errors="replace")
+        assert "Traceback" not in log and "never retrieved" not in log, log[-3000:]
         assert took < 15, f"the process took {took:.1f} s to exit after a 1 s grace period"
         assert answers[0].status_code == 503, answers[0].text  # the 6,000 texts need more
         for response in answers:
