@@ -16,6 +16,7 @@ import shutil
 import pytest
 import torch
 
+from vllm_srun.families.task_heads.inputs import row_key
 from vllm_srun.families.task_heads.readouts import (
     finish_embedding,
     label_scores,
@@ -1549,6 +1550,8 @@ def test_token_ids_run_as_the_row_they_are_under_each_overflow(models, tokenizer
     assert (fits.tokens, fits.processed_tokens, fits.truncated) == (limit, limit, False)
     assert fits.error is None
     assert fits.windows == [(0, limit)] and fits.row_content == [list(range(limit))]
+    assert fits.content_tokens == limit
+    assert fits.rows[0].key == row_key(ids[:limit], None)  # rows are deduplicated by key
     [rejected] = plan({"input": ids})
     assert rejected.rows == [] and rejected.error == (
         "max_length_exceeded",
@@ -1558,6 +1561,7 @@ def test_token_ids_run_as_the_row_they_are_under_each_overflow(models, tokenizer
     [cut] = plan({"input": ids, "options": {"overflow": "truncate"}})
     assert [list(r.input_ids) for r in cut.rows] == [ids[:limit]]
     assert (cut.tokens, cut.processed_tokens, cut.truncated) == (72, limit, True)
+    assert cut.content_tokens == 72
     [lowered] = plan({"input": ids, "options": {"overflow": "truncate", "max_tokens": 10}})
     assert [list(r.input_ids) for r in lowered.rows] == [ids[:10]]
     [limited] = plan({"input": ids[:11], "options": {"max_tokens": 10}})
