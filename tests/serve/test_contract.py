@@ -380,7 +380,7 @@ def test_every_response_matches_the_snapshot_over_tcp_and_a_unix_socket(served, 
                 # sent without a JSON content type, the body is not read as an object
                 malformed = check(c, client, "POST", path, content=b'{"input": ')
                 assert error_of(malformed, 400, "invalid_request") == (
-                    "body: Input should be a valid dictionary or object to extract fields from"
+                    "the body must be a JSON object; send it with content-type: application/json"
                 )
                 huge = check(c, client, "POST", path, content=b"[" + b" " * 20000 + b"]")
                 message = error_of(huge, 413, "request_too_large")

@@ -101,5 +101,7 @@ def test_generated_requests_never_answer_5xx_and_match_their_schema(
 
     check()
     assert statuses, "no request was generated"
-    if mode is GenerationMode.POSITIVE and method == "POST":
+    # a bundle's tasks each need exactly one surface, which its schema cannot say:
+    # generated bundles are refused whole, rightly
+    if mode is GenerationMode.POSITIVE and method == "POST" and path != "/v1/bundle":
         assert 200 in statuses, f"no generated request was answered: {sorted(set(statuses))}"

@@ -61,7 +61,7 @@ def test_the_model_may_be_left_out_only_while_one_is_served(make_runtime, packag
     [
         ("/v1/embeddings", b'{"input": "good", ', "malformed JSON: Expecting property name"),
         ("/v1/classify", b"not json", "malformed JSON: Expecting value"),
-        ("/v1/rerank", b"", "body: Field required"),
+        ("/v1/rerank", b"", "the body is empty; send a JSON object"),
     ],
 )
 def test_malformed_json_is_400_with_what_is_wrong(client, path, content, message):
