@@ -345,6 +345,23 @@ def test_a_request_counts_its_weight_against_the_queue_bound():
     assert sched.unanswered == 0
 
 
+def test_a_request_weighing_more_than_the_queue_bound_is_refused_even_alone():
+    forward = FakeForward()
+    forward.gate.set()
+    sched = scheduler(forward, max_queue=4)
+    with pytest.raises(Overloaded) as refused:
+        sched.submit([job(row("five"), weight=5)[0]])
+    assert str(refused.value) == (
+        "the request counts as 5 requests (one per state) against --max-queue 4 of model m; "
+        "split it into smaller requests, or raise --max-queue"
+    )
+    assert sched.unanswered == 0
+    four, answer = job(row("four"), weight=4)
+    sched.submit([four])  # exactly the bound, alone: admitted
+    answer.wait()
+    assert sched.unanswered == 0
+
+
 def test_an_answered_request_frees_its_tokens():
     forward = FakeForward()
     sched = scheduler(forward, max_queued_tokens=10)

@@ -1194,3 +1194,14 @@ def test_usage_and_response_bodies():
     }
     empty_states = parse_request({**request(q=NOUL), "states": []})
     assert response_body(empty_states, [{"q": 1}], 1)["states"] == []
+
+
+@pytest.mark.parametrize(("count", "tail"), [(5, "questions.q4.type"), (6, "; and 1 more")])
+def test_a_refusal_lists_five_invalid_questions_then_counts(count, tail):
+    bad = {f"q{i}": {"type": "rank", "instructions": "i"} for i in range(count)}
+    with pytest.raises(RequestError) as err:
+        parse_request(request(**bad))
+    message = err.value.message
+    assert message.count("questions.q") == 5
+    assert tail in message.rsplit("; ", 1)[-1] or message.endswith(tail)
+    assert ("more" in message) == (count > 5)
