@@ -745,6 +745,14 @@ def test_another_surface_is_unsupported_by_the_readout():
         readout_over(VectorHost({})).plan("embeddings", read_request("embeddings", {"input": "x"}))
     assert err.value.code == "unsupported_surface"
     assert err.value.message == "similarity_readout answers decisions, not embeddings"
+    decisions = read_request("decisions", {"state": "s", "questions": {"q": PICK}})
+    for surface, request in (
+        ("classify", decisions),
+        ("decisions", read_request("embeddings", {"input": "x"})),
+    ):  # either one wrong is enough
+        with pytest.raises(RequestError) as err:
+            readout_over(VectorHost({})).plan(surface, request)
+        assert err.value.code == "unsupported_surface"
 
 
 @pytest.mark.parametrize(
