@@ -434,6 +434,10 @@ def test_another_surface_is_unsupported(unshared):
         unshared["gpt2"].loaded.plan("classify", read_request("classify", {"input": "x"}))
     assert err.value.code == "unsupported_surface"
     assert err.value.message == "this model serves decisions, not classify"
+    decisions = read_request("decisions", {"state": STATE, "questions": {"q": NOUL}})
+    with pytest.raises(RequestError) as err:  # the right request on the wrong surface
+        unshared["gpt2"].loaded.plan("classify", decisions)
+    assert err.value.code == "unsupported_surface"
 
 
 def test_states_entries_answer_under_the_same_names(unshared):
