@@ -117,19 +117,10 @@ def _plugin_output_to_stderr() -> Iterator[TextIO]:
         yield out
 
 
-OMP_WAIT_POLICY = "PASSIVE"
-"""OpenMP's wait policy for ``serve`` unless the environment sets one. Measured on a
-2-core machine with other work running: 1,000 MiniLM inputs at ``--max-num-seqs 8``
-took 19-22 s with OpenMP's default (spinning) and 8 s with ``PASSIVE``."""
-
-
 def _dispatch(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "serve":
-        # Before torch loads OpenMP: its threads sleep between forwards instead of
-        # spinning, so they never starve the tokeniser and the scheduler of the cores.
-        os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
         from vllm_srun.serve.main import exit_if_busy, serve
 
         try:

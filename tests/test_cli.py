@@ -1,5 +1,4 @@
 import json
-import os
 import subprocess
 import sys
 
@@ -328,20 +327,3 @@ def test_help_and_version_do_not_import_torch(argv):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stderr.strip() == "[]", done.stderr
     assert done.stdout.strip()
-
-
-@pytest.mark.parametrize(("given", "seen"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
-def test_serve_makes_openmp_threads_sleep_unless_told_otherwise(monkeypatch, given, seen):
-    from vllm_srun.serve import main as serve_main
-
-    if given is None:
-        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    else:
-        monkeypatch.setenv("OMP_WAIT_POLICY", given)
-    observed = []
-    monkeypatch.setattr(
-        serve_main, "serve", lambda config: observed.append(os.environ.get("OMP_WAIT_POLICY")) or 0
-    )
-    monkeypatch.setattr(serve_main, "exit_if_busy", lambda code: None)
-    assert main(["serve", "./somewhere"]) == 0
-    assert observed == [seen]
