@@ -40,7 +40,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from vllm_srun.plugins.decisions import DecisionsRequest, parse_request
-from vllm_srun.plugins.spec import RequestError
+from vllm_srun.plugins.spec import RequestError, clip, listed
 
 Overflow = Literal["reject", "truncate", "window"]
 """What happens to an input longer than the model's limit: ``reject`` (an item
@@ -365,15 +365,11 @@ TEXT_REQUESTS: dict[str, type[TextRequest]] = {
 """The request class of each pydantic-validated surface."""
 
 
-PROBLEMS_SHOWN = 5
-"""Problems a validation message lists before it counts the rest."""
-
-
 def validation_problems(errors: list[Any]) -> str:
     """pydantic's errors as one line: ``location: what is wrong`` per problem, ``; ``-joined.
 
     ``errors`` is ``ValidationError.errors()`` (or FastAPI's, whose locations
-    start with ``body``, left out here). The first :data:`PROBLEMS_SHOWN`
+    start with ``body``, left out here). The first :data:`~vllm_srun.plugins.spec.PROBLEMS_SHOWN`
     distinct problems are listed, then ``and N more``: the message never grows
     with the request (2,048 bad token ids are 5 lines and a count).
     """
@@ -399,10 +395,7 @@ def validation_problems(errors: list[Any]) -> str:
             problems.append(f"malformed JSON: {context}".rstrip(": "))
             continue
         problems.append(f"{location or 'body'}: {error.get('msg', 'invalid')}")
-    distinct = [p if len(p) <= 300 else p[:300] + "..." for p in dict.fromkeys(problems)]
-    shown = "; ".join(distinct[:PROBLEMS_SHOWN]) or "invalid request"
-    hidden = len(distinct) - PROBLEMS_SHOWN
-    return f"{shown}; and {hidden} more" if hidden > 0 else shown
+    return listed([clip(p, 300) for p in dict.fromkeys(problems)]) or "invalid request"
 
 
 def read_request(surface: str, body: Mapping[str, Any] | SurfaceRequest) -> SurfaceRequest:

@@ -9,6 +9,7 @@ next-token logits at each row's last position.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, get_args
@@ -202,6 +203,27 @@ raises the rest (``model_not_found`` 404, ``request_too_large`` 413,
 
 REQUEST_ERRORS: tuple[RequestErrorCode, ...] = get_args(RequestErrorCode)
 """Every :data:`RequestErrorCode`, in the order the contract lists them."""
+
+
+ECHO_LIMIT = 200
+"""Characters of a client's value an error message echoes at most."""
+
+PROBLEMS_SHOWN = 5
+"""Problems an error message lists before it counts the rest."""
+
+
+def clip(value: str, limit: int = ECHO_LIMIT) -> str:
+    """``value`` cut to ``limit`` characters, saying how many were left out: an error
+    message never grows with what the client sent."""
+    if len(value) <= limit:
+        return value
+    return f"{value[:limit]}... ({len(value) - limit} more characters)"
+
+
+def listed(problems: Sequence[str], shown: int = PROBLEMS_SHOWN) -> str:
+    """The first ``shown`` problems joined with ``; ``, then ``; and N more``."""
+    head = "; ".join(problems[:shown])
+    return f"{head}; and {len(problems) - shown} more" if len(problems) > shown else head
 
 
 class RequestError(Exception):

@@ -32,7 +32,7 @@ from vllm_srun.plugins.spec import RequestError
 from . import schemas
 from .bundle import answer_bundle
 from .envelope import Envelope, install_error_handlers
-from .requests import ApiError, ClientGone, Timing, clip
+from .requests import ApiError, ClientGone, Timing
 from .responses import CLIENT_CLOSED, Accounting, plain_embeddings_refusal, respond
 from .runtime import Runtime
 from .status import cards, health_document, model_card
@@ -266,14 +266,7 @@ def build_app(runtime: Runtime) -> FastAPI:
     )
     async def model(model_id: str) -> Response:
         """One model's card (OpenAI's retrieve-model call)."""
-        state = runtime.models.get(model_id)
-        if state is None:
-            served = ", ".join(runtime.models) or "none"
-            raise ApiError(
-                "model_not_found",
-                f"model {clip(model_id)!r} is not served here (served: {served})",
-            )
-        return respond(200, model_card(state))
+        return respond(200, model_card(runtime.served_state(model_id)))
 
     @app.get(
         "/health",

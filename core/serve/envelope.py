@@ -22,8 +22,9 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from vllm_srun.plugins.requests import validation_problems
+from vllm_srun.plugins.spec import clip
 
-from .requests import ApiError, Timing, clip
+from .requests import ApiError, Timing
 from .responses import Accounting, respond
 from .runtime import RECEIVED_BEFORE_SHUTDOWN, Runtime
 
@@ -244,41 +245,30 @@ SHUT_DOWN_MESSAGE = (
 """The ``not_ready`` message of a request the shutdown's grace period did not cover."""
 
 
+async def _send_error(
+    send: Send, status: int, code: str, message: str, headers: list[tuple[bytes, bytes]]
+) -> None:
+    """An error document sent straight through ASGI (before or after the application)."""
+    body = orjson.dumps({"error": {"code": code, "message": message}})
+    start = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": start + headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 async def _shut_down(send: Send, arrived: float) -> None:
     """Answer 503 ``not_ready`` with ``Retry-After``: the grace period ran out."""
-    body = orjson.dumps({"error": {"code": "not_ready", "message": SHUT_DOWN_MESSAGE}})
     total = (time.perf_counter() - arrived) * 1000
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 503,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"retry-after", RETRY_AFTER[503]["retry-after"].encode()),
-                (b"server-timing", f"total;dur={total:.3f}".encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    headers = [
+        (b"retry-after", RETRY_AFTER[503]["retry-after"].encode()),
+        (b"server-timing", f"total;dur={total:.3f}".encode()),
+    ]
+    await _send_error(send, 503, "not_ready", SHUT_DOWN_MESSAGE, headers)
 
 
 async def _too_large(send: Send, limit: int) -> None:
-    body = orjson.dumps(
-        {"error": {"code": "request_too_large", "message": f"the body is over {limit} bytes"}}
-    )
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"server-timing", b"total;dur=0.000"),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    message = f"the body is over {limit} bytes"
+    headers = [(b"server-timing", b"total;dur=0.000")]
+    await _send_error(send, 413, "request_too_large", message, headers)
 
 
 def validation_message(err: RequestValidationError) -> str:

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_srun.plugins.spec import RequestErrorCode
+from vllm_srun.plugins.spec import RequestErrorCode, clip
 
 STATUS_OF_CODE: dict[RequestErrorCode, int] = {
     "invalid_request": 400,
@@ -68,19 +68,8 @@ class Timing:
         return ", ".join(parts)
 
 
-CLIP = 200
-"""Characters of a client's value an error message echoes at most."""
-
 MESSAGE_LIMIT = 2000
 """Characters of an error message at most (problems past it are counted, not listed)."""
-
-
-def clip(value: str, limit: int = CLIP) -> str:
-    """``value`` cut to ``limit`` characters, saying how many were left out: an error
-    message never grows with what the client sent."""
-    if len(value) <= limit:
-        return value
-    return f"{value[:limit]}... ({len(value) - limit} more characters)"
 
 
 def requested_model(body: Any) -> str | None:

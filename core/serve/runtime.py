@@ -32,12 +32,12 @@ from vllm_srun.golden import check as check_golden
 from vllm_srun.loader import LoadError, LoadOptions, ServedModel, is_retryable, load_model
 from vllm_srun.plugins import Catalog, load_catalog
 from vllm_srun.plugins.requests import SurfaceBody, SurfaceRequest
-from vllm_srun.plugins.spec import RequestError, RowOutput
+from vllm_srun.plugins.spec import RequestError, RowOutput, clip
 from vllm_srun.scheduler import Job, ModelScheduler, Overloaded, Stopped
 
 from .config import ModelConfig, ServeConfig
 from .metrics import Metrics
-from .requests import ApiError, ClientGone, Timing, clip
+from .requests import ApiError, ClientGone, Timing
 
 log = logging.getLogger(__name__)
 
@@ -341,6 +341,20 @@ class Runtime:
 
     # -- health -----------------------------------------------------------------------------
     # -- answering --------------------------------------------------------------------------
+    def served_state(self, name: str) -> ModelState:
+        """The state of the model served as ``name``, whatever its status.
+
+        Raises:
+            ApiError: 404 ``model_not_found`` naming the served models.
+        """
+        state = self.models.get(name)
+        if state is None:
+            served = ", ".join(self.models) or "none"
+            raise ApiError(
+                "model_not_found", f"model {clip(name)!r} is not served here (served: {served})"
+            )
+        return state
+
     def resolve(self, name: str | None) -> ModelState:
         """The model a request names (optional while one model is served).
 
@@ -356,13 +370,8 @@ class Runtime:
                 names = ", ".join(self.models)
                 raise ApiError("invalid_request", f"name the model: one of {names}")
             state = next(iter(self.models.values()))
-        elif name in self.models:
-            state = self.models[name]
         else:
-            served = ", ".join(self.models) or "none"
-            raise ApiError(
-                "model_not_found", f"model {clip(name)!r} is not served here (served: {served})"
-            )
+            state = self.served_state(name)
         if state.status != "ready" or state.scheduler is None:
             why = f": {state.reason}" if state.reason else ""
             if state.status == "failed":  # the form the frontend and the router print

@@ -22,6 +22,7 @@ from vllm_srun.plugins.spec import (
     RequestError,
     RowOutput,
     WorkItem,
+    clip,
 )
 from vllm_srun.plugins.windows import DEFAULT_OVERLAP
 
@@ -191,8 +192,9 @@ class TaskModel(LoadedModel[TaskPlan]):
             head = self.heads[name]
         else:
             names = ", ".join(h.name for h in classify)
-            shown = name if len(name) <= 200 else name[:200] + "..."  # never echo a huge value
-            raise RequestError("invalid_request", f"unknown head {shown!r}; this model has {names}")
+            raise RequestError(
+                "invalid_request", f"unknown head {clip(name)!r}; this model has {names}"
+            )
         pairs = request.pairs
         if head.kind == "token":
             index = next((i for i, p in enumerate(pairs) if p.text_pair is not None), None)

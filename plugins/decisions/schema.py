@@ -30,7 +30,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from vllm_srun.plugins.spec import RequestError
+from vllm_srun.plugins.spec import RequestError, listed
 
 from .body import Path, describe_path, loads_checked
 from .questions import (
@@ -61,10 +61,6 @@ MIN_LEVELS, MAX_LEVELS = 2, 10
 INVISIBLE_CHARS = frozenset("\u200b\u200c\u200d\u2060\ufeff\u00ad\u034f\u115f\u1160\u3164")
 """Characters that render empty whatever their category: zero-width ones, the soft
 hyphen, the combining grapheme joiner and the Hangul fillers."""
-
-
-PROBLEMS_SHOWN = 5
-"""Invalid questions a refusal lists before it counts the rest (the message stays short)."""
 
 
 def _finite(number: float) -> bool:
@@ -417,11 +413,7 @@ def parse_request(
         q.message for entry in entries for q in entry.questions if isinstance(q, InvalidQuestion)
     )
     if not any(entry.valid for entry in entries):
-        shown = "; ".join(problems[:PROBLEMS_SHOWN])
-        more = (
-            f"; and {len(problems) - PROBLEMS_SHOWN} more" if len(problems) > PROBLEMS_SHOWN else ""
-        )
-        raise RequestError("invalid_request", f"no question is valid: {shown}{more}")
+        raise RequestError("invalid_request", f"no question is valid: {listed(problems)}")
     return DecisionsRequest(
         model=model,
         entries=tuple(entries),
