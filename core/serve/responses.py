@@ -23,6 +23,7 @@ SURFACE_OF_PATH = {
     "/v1/rerank": "rerank",
     "/v1/decisions": "decisions",
     "/v1/systemone": "decisions",
+    "/v1/systemone/batch": "decisions",
     "/v1/bundle": "bundle",
 }
 """The ``surface`` label of requests refused before their route ran (400, 413)."""

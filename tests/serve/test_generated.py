@@ -27,6 +27,7 @@ MODEL_OF_PATH = {
     "/v1/rerank": ("relevance", "pooled"),
     "/v1/decisions": ("pooled",),
     "/v1/systemone": ("pooled",),
+    "/v1/systemone/batch": ("pooled",),
 }
 """Models a generated request is pointed at: a served one that takes the surface (a
 random ``model`` would only ever reach the 404)."""

@@ -123,3 +123,14 @@ def test_the_413_comes_before_the_body_is_sent(limited, live_server):
     assert body == {
         "error": {"code": "request_too_large", "message": f"the body is over {LIMIT} bytes"}
     }
+
+
+@pytest.mark.parametrize("path", ["/v1/decisions", "/v1/systemone", "/v1/systemone/batch"])
+def test_a_refused_decisions_body_is_counted_under_decisions(limited, path):
+    client = make_client(limited)
+    response = client.post(path, content=big_body(), headers={"content-type": "application/json"})
+    assert_too_large(response)
+    metrics = client.get("/metrics").text
+    assert 'vllm_srun_requests_total{model="pooled",status="413",surface="decisions"} 1.0' in (
+        metrics
+    )
