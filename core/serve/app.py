@@ -17,17 +17,12 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import PlainTextResponse, Response
 
 from vllm_srun import __version__
-from vllm_srun.plugins.decisions import (
-    DecisionsRequest,
-    parse_body,
-)
 from vllm_srun.plugins.requests import (
     ClassifyRequest,
     EmbeddingsRequest,
     RerankRequest,
     SurfaceRequest,
 )
-from vllm_srun.plugins.spec import RequestError
 
 from . import schemas
 from .bundle import answer_bundle
@@ -36,24 +31,11 @@ from .requests import ApiError, ClientGone, Timing
 from .responses import CLIENT_CLOSED, Accounting, plain_embeddings_refusal, respond
 from .runtime import Runtime
 from .status import cards, health_document, model_card
-from .systemone import Shape, read_systemone, reshape
+from .systemone import SCHEMAS, Shape, read_systemone, reshape
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": schemas.ErrorResponse} for status in (400, 404, 413, 422, 429, 500, 503)
 }
-
-
-def parse_decisions(raw: bytes) -> DecisionsRequest:
-    """A ``/v1/decisions`` body validated from its raw bytes (duplicate keys included).
-
-    Raises:
-        ApiError: 400 ``invalid_request``: not JSON, not an object, malformed,
-            or no valid question (the message lists each reason).
-    """
-    try:
-        return parse_body(raw)
-    except RequestError as err:
-        raise ApiError(err.code, err.message) from err
 
 
 def _openapi_with_decisions(app: FastAPI) -> Any:
@@ -176,9 +158,9 @@ def build_app(runtime: Runtime) -> FastAPI:
         """Documents by descending relevance to a query."""
         return await answer("rerank", request, body)
 
-    async def decide(request: Request, schema: str | None = None, batch: bool = False) -> Response:
-        """Read a decisions body from its raw bytes (as ``/v1/decisions`` reads it, or
-        through a System One ``schema``) and answer it."""
+    async def decide(request: Request, schema: str = SCHEMAS[0], batch: bool = False) -> Response:
+        """Read a decisions body from its raw bytes in a System One ``schema``
+        (``/v1/decisions`` always in the current one) and answer it."""
         timing = Timing()
         request.state.timing = timing
         try:
@@ -187,13 +169,9 @@ def build_app(runtime: Runtime) -> FastAPI:
             count(model_label({}), "decisions", CLIENT_CLOSED, time.perf_counter() - timing.started)
             return Response(status_code=CLIENT_CLOSED)
         loop = asyncio.get_running_loop()
-        shape = None
+        read = functools.partial(read_systemone, raw, schema, batch=batch)
         try:
-            if schema is None:
-                parsed = await loop.run_in_executor(runtime.executor, parse_decisions, raw)
-            else:
-                read = functools.partial(read_systemone, raw, schema, batch=batch)
-                parsed, shape = await loop.run_in_executor(runtime.executor, read)
+            parsed, shape = await loop.run_in_executor(runtime.executor, read)
         except ApiError as err:
             count(model_label({}), "decisions", err.status, time.perf_counter() - timing.started)
             raise
