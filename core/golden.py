@@ -39,15 +39,21 @@ from vllm_srun.plugins.spec import RequestError
 _KEY_CLASS = re.compile(r"[:@]")
 
 
+GOLDEN_STATUSES = ("pending", "matched", "unverified", "failed")
+"""The card's ``golden.status`` values: ``pending`` until the self-check ran (the model
+is loading), then ``matched``, ``unverified`` or ``failed``."""
+
+
 @dataclass(frozen=True)
 class GoldenResult:
     """The outcome of a golden self-check.
 
     Attributes:
-        status: ``matched``, ``unverified`` or ``failed``.
-        checked: whether golden requests ran.
-        matched: ``True`` when a recorded reference matched, ``False`` when
-            it did not, ``None`` when nothing recorded was compared.
+        status: one of :data:`GOLDEN_STATUSES`.
+        checked: how many golden cases (requests) the check ran; 0 before it ran
+            or for a model without golden requests.
+        matched: how many of them answered as a recorded reference says (0 when
+            nothing recorded was compared: ``unverified``).
         reference: the reference key compared (``cpu:x86_64:avx512:bf16_native``);
             ``""`` when no reference is recorded for this device or the model is
             not built in; ``None`` before the check ran.
@@ -55,13 +61,14 @@ class GoldenResult:
     """
 
     status: str
-    checked: bool
-    matched: bool | None
+    checked: int
+    matched: int
     reference: str | None
     reason: str | None = None
 
     def card(self) -> dict[str, Any]:
-        """The ``golden`` object of a ``/v1/models`` card."""
+        """The ``golden`` object of a ``/v1/models`` card (wire contract 2.3
+        ``GoldenStatus``: ``status``, ``checked`` and ``matched`` counts, ``reference``)."""
         return {
             "status": self.status,
             "checked": self.checked,
@@ -70,7 +77,7 @@ class GoldenResult:
         }
 
 
-PENDING = GoldenResult("unverified", checked=False, matched=None, reference=None)
+PENDING = GoldenResult("pending", checked=0, matched=0, reference=None)
 """The card's golden object before the self-check ran."""
 
 
@@ -279,13 +286,14 @@ def check(served: ServedModel, catalog: Catalog) -> GoldenResult:
     reference = reference_for(catalog, getattr(served, "identity", None))
     keys = reference_keys(served)
     key = select_key(reference, keys)
+    requests: Sequence[Any] = ()
     try:
         requests = golden_requests(served, reference)
         if key is None or reference is None:
             if not requests:
-                return GoldenResult("unverified", checked=False, matched=None, reference="")
+                return GoldenResult("unverified", checked=0, matched=0, reference="")
             _well_formed_and_deterministic(served, requests)
-            return GoldenResult("unverified", checked=True, matched=None, reference="")
+            return GoldenResult("unverified", checked=len(requests), matched=0, reference="")
         recorded = reference.answers[key]
         klass = device_class(key)
         tolerance = tolerance_for(reference, klass, served.placement.accelerator)
@@ -297,22 +305,27 @@ def check(served: ServedModel, catalog: Catalog) -> GoldenResult:
             else f"golden self-check raised {type(err).__name__}: {err}"
         )
         return GoldenResult(
-            "failed", checked=True, matched=False, reference=key or "", reason=reason
+            "failed", checked=len(requests), matched=0, reference=key or "", reason=reason
         )
-    for index, (answer, expected) in enumerate(zip(answers, recorded, strict=True)):
-        found = malformation(answer) or difference(answer, expected, float(tolerance))
-        if found:
-            return GoldenResult(
-                "failed",
-                checked=True,
-                matched=False,
-                reference=key,
-                reason=(
-                    f"golden self-check failed against {key}: {_describe(index, requests[index])} "
-                    f"differs at {found} (tolerance {tolerance:g} for {klass})"
-                ),
-            )
-    return GoldenResult("matched", checked=True, matched=True, reference=key)
+    differing = [
+        (index, found)
+        for index, (answer, expected) in enumerate(zip(answers, recorded, strict=True))
+        if (found := malformation(answer) or difference(answer, expected, float(tolerance)))
+    ]
+    matched = len(answers) - len(differing)
+    if differing:
+        index, found = differing[0]
+        return GoldenResult(
+            "failed",
+            checked=len(answers),
+            matched=matched,
+            reference=key,
+            reason=(
+                f"golden self-check failed against {key}: {_describe(index, requests[index])} "
+                f"differs at {found} (tolerance {tolerance:g} for {klass})"
+            ),
+        )
+    return GoldenResult("matched", checked=len(answers), matched=matched, reference=key)
 
 
 def record(
@@ -360,6 +373,7 @@ def record(
 
 
 __all__ = [
+    "GOLDEN_STATUSES",
     "PENDING",
     "GoldenError",
     "GoldenResult",

@@ -47,7 +47,16 @@ from vllm_srun.plugins.hookspecs import (
 )
 from vllm_srun.plugins.kernel import Kernel, select_kernel
 from vllm_srun.plugins.layers import LAYERS, Layer
-from vllm_srun.plugins.loaded import EmbeddingCard, HeadCard, LoadedModel, ModelCard, Plan
+from vllm_srun.plugins.loaded import (
+    EmbeddingCard,
+    ExitCard,
+    HeadCard,
+    LoadedModel,
+    ModelCard,
+    Plan,
+    RerankCard,
+    WindowCard,
+)
 from vllm_srun.plugins.manager import (
     Catalog,
     Clash,
@@ -110,6 +119,7 @@ __all__ = [
     "Engine",
     "EngineModel",
     "ExecutionProvider",
+    "ExitCard",
     "Family",
     "GoldenReference",
     "HeadCard",
@@ -136,6 +146,7 @@ __all__ = [
     "RegisterSurfaceExtension",
     "RequestError",
     "RequestErrorCode",
+    "RerankCard",
     "RerankRequest",
     "RowError",
     "RowOutput",
@@ -143,6 +154,7 @@ __all__ = [
     "SurfaceModel",
     "SurfaceRequest",
     "TextPair",
+    "WindowCard",
     "WorkItem",
     "build_catalog",
     "decoder_positions",

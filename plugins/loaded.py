@@ -14,7 +14,7 @@ and whatever the family needs to finish it.
 from __future__ import annotations
 
 import abc
-from typing import Any, Generic, TypedDict, TypeVar
+from typing import Any, Generic, NotRequired, TypedDict, TypeVar
 
 import torch
 
@@ -41,43 +41,108 @@ class Plan:
         return 1
 
 
+class WindowCard(TypedDict):
+    """How a head reads an input longer than the model's limit under ``overflow:
+    window``: windows of ``tokens`` tokens (special tokens included), neighbours
+    sharing ``overlap`` content tokens."""
+
+    tokens: int
+    overlap: int
+
+
 class HeadCard(TypedDict, total=False):
-    """One output head on the card: ``name``, ``kind`` (``sequence``, ``scores``,
-    ``token``, ``relevance``, ``pooled``), ``labels``, the accepted ``inputs``
-    (``text``, ``text_pair``), ``overflow`` policies, the ``window`` it reads
-    long inputs in (``tokens``, ``overlap``) and how windows are merged
-    (``reduction``)."""
+    """One output head on the card (wire contract 2.3 ``HeadCard``, plus extensions).
+
+    Keys:
+        name: the head's name (``classify`` requests select it with ``head``).
+        kind: ``sequence``, ``scores``, ``token`` (the contract's kinds), or
+            ``relevance`` and ``pooled`` (this runtime's own).
+        labels: label names, in output order.
+        inputs: what one input may carry: ``text``, ``pair`` (a ``text_pair``).
+        default_threshold: the threshold applied when a request sends none (0..1),
+            else ``None``.
+        thresholds: the packaged per-label operating point, in ``labels`` order,
+            else ``None``.
+        operating_point_sha256: the SHA-256 of the file ``thresholds`` come from.
+        overflow: the head's default overflow policy (``reject``, ``truncate`` or
+            ``window``), what a request that sends none gets.
+        overflow_policies: every policy a request may choose (an extension).
+        window: the windows ``overflow: window`` reads (:class:`WindowCard`), or ``None``.
+        reduction: how windows merge back, in the contract's words: ``max`` (per
+            label, over windows) or ``span_union``; ``None`` when the head merges
+            otherwise (then ``window_reduction`` says how).
+        window_reduction: how windows merge back, in this runtime's words (an extension).
+    """
 
     name: str
     kind: str
     labels: list[str]
     inputs: list[str]
-    overflow: list[str]
-    window: dict[str, int]
-    reduction: str
+    default_threshold: float | None
+    thresholds: list[float] | None
+    operating_point_sha256: str | None
+    overflow: str
+    overflow_policies: list[str]
+    window: WindowCard | None
+    reduction: str | None
+    window_reduction: str
 
 
 class EmbeddingCard(TypedDict):
-    """A pooled head's vectors: ``dimensions`` (floats per vector), ``normalized``
-    (unit L2 norm), ``pooling`` (``mean``, ``cls``, ``max``, ...), ``max_tokens``."""
+    """A pooled head's vectors (wire contract 2.3 ``EmbeddingCard``, plus ``max_tokens``).
 
-    dimensions: int
+    Keys:
+        dimensions: the vector sizes the model declares: its full size, then any
+            Matryoshka sizes its package declares (integers).
+        layers: the layers its vectors can be read at (at least the last layer,
+            numbered from 1).
+        modalities: what it embeds (``text``).
+        normalized: whether vectors have unit L2 norm.
+        pooling: ``mean``, ``cls``, ``max``, ``lasttoken``, ...
+        input_types: the ``input_type`` values it tells apart (``query``,
+            ``document``); empty for a model that is not instructed.
+        max_tokens: its input limit in tokens (an extension).
+    """
+
+    dimensions: list[int]
+    layers: list[int]
+    modalities: list[str]
     normalized: bool
     pooling: str
-    max_tokens: int
+    input_types: list[str]
+    max_tokens: NotRequired[int]
+
+
+class ExitCard(TypedDict):
+    """One representation a request may read: the hidden states after ``layer``,
+    ``dimension`` floats wide."""
+
+    layer: int
+    dimension: int
+
+
+class RerankCard(TypedDict):
+    """The representations rerank may read (``exits``) and the one it reads when a
+    request names none (``default``)."""
+
+    exits: list[ExitCard]
+    default: ExitCard
 
 
 class ModelCard(TypedDict, total=False):
     """The family's part of a ``/v1/models`` card (the runtime adds identity,
-    engine, device, probes and status).
+    engine, device, probes, status and plugins).
 
     Keys:
         surfaces: the surfaces the model serves.
         question_types: ``choice``, ``noul``, ``score`` for a model answering decisions.
+        modalities: what a decisions state may hold (``text``).
         heads: its output heads (:class:`HeadCard`).
         embedding: its pooled vectors (:class:`EmbeddingCard`), or ``None``.
-        limits: token limits (``max_tokens``; decision models also
-            ``max_model_len`` and ``model_max_tokens``), ``None`` where unset.
+        rerank: what rerank reads (:class:`RerankCard`), for a model serving rerank.
+        limits: integer limits: ``max_input_tokens`` (its input limit, special
+            tokens included), and for decision models ``max_model_len`` and
+            ``model_max_tokens``; ``None`` where unset.
         decisions: how a decision model reads its answers (method, numerics,
             template, temperatures, ...).
         extensions: the surface extensions attached to the model, each with
@@ -86,8 +151,10 @@ class ModelCard(TypedDict, total=False):
 
     surfaces: list[str]
     question_types: list[str]
+    modalities: list[str]
     heads: list[HeadCard]
     embedding: EmbeddingCard | None
+    rerank: RerankCard | None
     limits: dict[str, int | None]
     decisions: dict[str, Any]
     extensions: list[dict[str, Any]]
@@ -157,4 +224,14 @@ class LoadedModel(abc.ABC, Generic[PlanT]):
         return []
 
 
-__all__ = ["EmbeddingCard", "HeadCard", "LoadedModel", "ModelCard", "Plan", "PlanT"]
+__all__ = [
+    "EmbeddingCard",
+    "ExitCard",
+    "HeadCard",
+    "LoadedModel",
+    "ModelCard",
+    "Plan",
+    "PlanT",
+    "RerankCard",
+    "WindowCard",
+]

@@ -12,6 +12,7 @@ import functools
 import time
 from typing import Any
 
+import yaml
 from fastapi import FastAPI, Request
 from starlette.requests import ClientDisconnect
 from starlette.responses import PlainTextResponse, Response
@@ -39,13 +40,15 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 def _openapi_with_decisions(app: FastAPI) -> Any:
-    """``app.openapi`` that also documents the raw-body ``/v1/decisions`` request."""
+    """``app.openapi`` that also documents the raw-body ``/v1/decisions`` request, and
+    names the runtime's own version beside the contract's (``info.x-runtime-version``)."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
             return app.openapi_schema
         document = build()
+        document["info"]["x-runtime-version"] = __version__
         components = document.setdefault("components", {}).setdefault("schemas", {})
         for model in (schemas.DecisionsRequest, schemas.SystemOneBatchRequest):
             extra = model.model_json_schema(ref_template="#/components/schemas/{model}")
@@ -81,8 +84,11 @@ def build_app(runtime: Runtime) -> FastAPI:
     """The FastAPI application serving ``runtime``'s models."""
     app = FastAPI(
         title="vllm-srun",
-        version=__version__,
-        description="Model runtime for semantic routers: encoder task models behind one contract.",
+        version=schemas.API_VERSION,  # the wire contract; the runtime's own is x-runtime-version
+        description=(
+            "Model runtime for semantic routers: encoder task models behind one contract "
+            f"(wire contract {schemas.API_VERSION}, served by vllm-srun {__version__})."
+        ),
     )
 
     accounting = Accounting(runtime)
@@ -216,7 +222,7 @@ def build_app(runtime: Runtime) -> FastAPI:
         """Several surface requests in one call; results in task order, each with its status."""
         return await answer_bundle(runtime, accounting, request, body)
 
-    @app.get("/v1/models", response_model=None, responses={200: {"model": schemas.ModelsResponse}})
+    @app.get("/v1/models", response_model=None, responses={200: {"model": schemas.ModelList}})
     async def models() -> Response:
         """Every model's card, the process limits and the active plugins."""
         plugins = [
@@ -244,22 +250,28 @@ def build_app(runtime: Runtime) -> FastAPI:
     )
     async def model(model_id: str) -> Response:
         """One model's card (OpenAI's retrieve-model call)."""
-        return respond(200, model_card(runtime.served_state(model_id)))
+        return respond(200, model_card(runtime.served_state(model_id), runtime.catalog))
 
     @app.get(
         "/health",
         response_model=None,
-        responses={200: {"model": schemas.HealthResponse}, 503: {"model": schemas.HealthResponse}},
+        responses={200: {"model": schemas.Health}, 503: {"model": schemas.Health}},
     )
     async def health() -> Response:
         """200 only when every model is ready; 503 with per-model states otherwise."""
         code, body = health_document(runtime)
         return respond(code, body)
 
-    @app.get("/health/live", response_model=None, responses={200: {"model": schemas.LiveResponse}})
+    @app.get("/health/live", response_model=None, responses={200: {"model": schemas.Liveness}})
     async def live() -> Response:
         """200 while the process serves HTTP."""
         return respond(200, {"status": "alive", "api_version": schemas.API_VERSION})
+
+    @app.get("/openapi.yaml", include_in_schema=False)
+    async def openapi_yaml() -> Response:
+        """The OpenAPI document of ``/openapi.json``, as YAML (keys in the same order)."""
+        text = yaml.safe_dump(app.openapi(), sort_keys=False, allow_unicode=True)
+        return Response(text, media_type="application/yaml")
 
     @app.get("/metrics", response_model=None, response_class=PlainTextResponse)
     async def prometheus() -> Response:

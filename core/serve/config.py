@@ -28,17 +28,39 @@ from vllm_srun.engine_args import (
 if TYPE_CHECKING:
     import yaml
 
-ENTRY_KEYS = ("model", "revision", "name", "options", *(f.name for f in engine_fields()))
+ENTRY_KEYS = (
+    "model",
+    "revision",
+    "name",
+    "options",
+    "profile",
+    *(f.name for f in engine_fields()),
+)
 """Keys a models-file entry may have: the model, and every engine argument."""
 
-ENTRY_TYPES: dict[str, type] = {"model": str, "revision": str, "name": str, "options": dict}
+ENTRY_TYPES: dict[str, type] = {
+    "model": str,
+    "revision": str,
+    "name": str,
+    "options": dict,
+    "profile": str,
+}
 """The types of the entry keys that are not engine arguments."""
+
+PROFILES = {
+    "exact": "Bit-exact reference numerics: every kernel is the reference implementation or "
+    "one proven equal to it, so answers match the golden references within the "
+    "accelerator's tolerance.",
+}
+"""The numeric profiles this version serves, each with its description (the card's
+``profiles``). A models-file entry's ``profile`` must name one."""
 
 BLANK_FIXES = {
     "model": "give a built-in model name, owner/name@COMMIT or a package directory",
     "name": "give the model ID requests use, or leave name out to serve the model "
     "under its `model`",
     "revision": "give the 40-hex commit, or leave revision out",
+    "profile": "give exact, or leave profile out",
 }
 """What to do about a blank value of an entry key that is not an engine argument."""
 
@@ -57,12 +79,15 @@ class ModelConfig(EngineArgs):
         name: the model ID requests use (default: ``model`` as given).
         revision: the 40-hex commit of a Hub repository.
         options: family options (the family that loads the model checks them).
+        profile: the numeric profile it is served under (one of :data:`PROFILES`;
+            the router writes it for the workers it manages).
     """
 
     model: str
     name: str | None = None
     revision: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    profile: str = "exact"
 
     @property
     def served_name(self) -> str:
@@ -216,6 +241,22 @@ def check_revision(revision: str, where: str) -> str:
         raise ConfigError(f"{where}: {err}") from err
 
 
+def check_profile(profile: str, where: str) -> str:
+    """``profile`` when this version serves it (:data:`PROFILES`).
+
+    Raises:
+        ConfigError: any other profile, prefixed with ``where``: only ``exact``
+            exists in this version.
+    """
+    if profile not in PROFILES:
+        served = ", ".join(PROFILES)
+        raise ConfigError(
+            f"{where}: profile {profile!r} does not exist in this version of vllm-srun; "
+            f"only {served} does: set profile: exact or leave profile out"
+        )
+    return profile
+
+
 def read_models_file(path: str | os.PathLike[str], defaults: ModelConfig) -> list[ModelConfig]:
     """Parse a models file: ``models:`` entries, each overriding ``defaults``.
 
@@ -225,8 +266,8 @@ def read_models_file(path: str | os.PathLike[str], defaults: ModelConfig) -> lis
             no ``models`` list; an entry without ``model``; an unknown key
             (``options`` belongs to the family, checked when it loads); a wrong
             type; a blank text; a value out of
-            range. The message names the entry (its number and ``model``), the
-            key and what to do.
+            range; a ``profile`` other than ``exact``. The message names the
+            entry (its number and ``model``), the key and what to do.
     """
     import yaml
 
@@ -255,6 +296,8 @@ def read_models_file(path: str | os.PathLike[str], defaults: ModelConfig) -> lis
         values = {key: _checked(entry, key, where) for key in entry}
         if "revision" in values:
             values["revision"] = check_revision(values["revision"], where)
+        if "profile" in values:
+            values["profile"] = check_profile(values["profile"], where)
         configs.append(dataclasses.replace(defaults, **values))
     return configs
 

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from vllm_srun.golden import PENDING, GoldenResult
@@ -342,26 +343,45 @@ class Runtime:
     # -- health -----------------------------------------------------------------------------
     # -- answering --------------------------------------------------------------------------
     def served_state(self, name: str) -> ModelState:
-        """The state of the model served as ``name``, whatever its status.
+        """The state of the model ``name`` names, whatever its status.
+
+        ``name`` is a served model ID, or one of the other names the router's client
+        uses (:func:`other_names`): the ID's basename (``all-MiniLM-L6-v2`` for
+        ``sentence-transformers/all-MiniLM-L6-v2``), the model's repository, or the
+        repository's basename. A served ID always wins.
 
         Raises:
-            ApiError: 404 ``model_not_found`` naming the served models.
+            ApiError: 404 ``model_not_found`` naming the served models; or, for a
+                name that fits several models, naming each of them.
         """
         state = self.models.get(name)
-        if state is None:
-            served = ", ".join(self.models) or "none"
+        if state is not None:
+            return state
+        fits = [s for s in self.models.values() if name in other_names(s)]
+        if len(fits) == 1:
+            return fits[0]
+        if fits:
+            both = " and ".join(s.name for s in fits)
             raise ApiError(
-                "model_not_found", f"model {clip(name)!r} is not served here (served: {served})"
+                "model_not_found",
+                f"model {clip(name)!r} is ambiguous: it names {both}; use the full model ID",
             )
-        return state
+        served = ", ".join(self.models) or "none"
+        raise ApiError(
+            "model_not_found", f"model {clip(name)!r} is not served here (served: {served})"
+        )
 
     def resolve(self, name: str | None) -> ModelState:
         """The model a request names (optional while one model is served).
 
+        ``name`` is looked up as :meth:`served_state` does (the ID, its basename, the
+        repository).
+
         Raises:
-            ApiError: 404 ``model_not_found``; 503 ``not_ready`` while it loads,
-                after it failed, or while the process shuts down (unless the
-                request was received before, :data:`RECEIVED_BEFORE_SHUTDOWN`).
+            ApiError: 404 ``model_not_found`` (an ambiguous name too); 503
+                ``not_ready`` while it loads, after it failed, or while the
+                process shuts down (unless the request was received before,
+                :data:`RECEIVED_BEFORE_SHUTDOWN`).
         """
         if not self.accepting and not RECEIVED_BEFORE_SHUTDOWN.get():
             raise ApiError("not_ready", "the server is shutting down; retry on another replica")
@@ -476,6 +496,24 @@ class Runtime:
                 assert item.state.scheduler is not None
                 item.state.scheduler.cancel(item.job)
                 raise ClientGone()
+
+
+def other_names(state: ModelState) -> set[str]:
+    """The names besides its ID that a model answers to: the ID's basename, its
+    repository (the card's ``repo`` once known; before, the configured MODEL when
+    it names a repository rather than a directory) and that repository's basename."""
+    repo: Any = None
+    if state.served is not None:
+        repo = getattr(state.served.prepared, "repo", None)
+    elif state.details is not None:
+        repo = state.details.get("repo")
+    elif not state.config.model.startswith(("/", ".", "~")):
+        configured = state.config.model.partition("@")[0]
+        repo = None if Path(configured).is_dir() else configured
+    names = {state.name.rsplit("/", 1)[-1]}
+    if isinstance(repo, str) and repo:
+        names |= {repo, repo.rsplit("/", 1)[-1]}
+    return names - {state.name, ""}
 
 
 def _finish_pending(executor: concurrent.futures.ThreadPoolExecutor, deadline: float) -> bool:

@@ -26,7 +26,10 @@ from vllm_srun.plugins.requests import (
 )
 from vllm_srun.plugins.spec import ItemErrorCode, RequestErrorCode
 
-API_VERSION = "v1"
+API_VERSION = "2.3.0"
+"""The router's wire contract this runtime serves (``api_version`` on ``/health``,
+``/health/live`` and ``/v1/models``; ``info.version`` of the OpenAPI document). A
+client refuses another major version."""
 
 
 # -- shared -------------------------------------------------------------------------------
@@ -311,68 +314,219 @@ class BundleResponse(Strict):
 
 
 # -- models and health --------------------------------------------------------------------
-class Head(Strict):
+# Wire contract 2.3 (API_VERSION). The router's Go client decodes these: unknown keys
+# are ignored, a value of another JSON type fails its whole decode, so every integer
+# below is a JSON integer. Fields the contract does not have are marked "Extension".
+EXTENSION = "Extension (not in the 2.3 contract; a 2.3 client ignores it): "
+
+CardStatus = Literal["starting", "loading", "warming", "ready", "degraded", "failed"]
+"""A model's or the process's state."""
+
+
+class Window(BaseModel):
+    tokens: int = Field(description="Tokens per window, special tokens included.")
+    overlap: int = Field(description="Content tokens two neighbouring windows share.")
+
+
+class HeadCard(BaseModel):
+    """One output head of a model."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(description="The head's name; a classify request selects it with head.")
+    kind: str = Field(
+        description="sequence (one label, softmax), scores (sigmoid per label) or token "
+        "(spans), as the contract lists; this runtime also has relevance (a cross-encoder's "
+        "one logit) and pooled (an embedder's vectors)."
+    )
+    labels: list[str] = Field(description="The labels, in the order results list them.")
+    inputs: list[str] = Field(
+        description="What one input may carry: text, and pair for a head reading text pairs."
+    )
+    default_threshold: float | None = Field(
+        description="The threshold a request that sends none gets (the models file's family "
+        "option threshold), else null."
+    )
+    thresholds: list[float] | None = Field(
+        description="The packaged per-label operating point (thresholds.json), in labels "
+        "order, else null."
+    )
+    operating_point_sha256: str | None = Field(
+        None, description="SHA-256 of the file the thresholds come from, else null."
+    )
+    overflow: Literal["reject", "truncate", "window"] = Field(
+        description="The policy a request that names none gets for an input over the limit."
+    )
+    overflow_policies: list[str] | None = Field(
+        None, description=EXTENSION + "every overflow policy a request may choose."
+    )
+    window: Window | None = Field(description="The windows overflow: window reads.")
+    reduction: Literal["max", "span_union"] | None = Field(
+        description="How windows merge back: max (per label, over windows); null when the "
+        "head merges otherwise (see window_reduction)."
+    )
+    window_reduction: str | None = Field(
+        None, description=EXTENSION + "how windows merge back, in this runtime's words."
+    )
+
+
+class EmbeddingCard(BaseModel):
+    """What an embedder's vectors are."""
+
+    model_config = ConfigDict(extra="allow")
+
+    dimensions: list[int] = Field(
+        description="The vector sizes the model declares: its full size, then any Matryoshka "
+        "sizes its package declares (config.json matryoshka_dimensions)."
+    )
+    layers: list[int] = Field(
+        description="The layers vectors can be read at, numbered from 1 (the last is the "
+        "number of hidden layers)."
+    )
+    modalities: list[str] = Field(description="What it embeds: text.")
+    normalized: bool = Field(description="Whether vectors have unit L2 norm.")
+    pooling: str = Field(description="How token states become one vector: mean, cls, max...")
+    input_types: list[str] = Field(
+        description="The input_type values it tells apart; empty: not an instructed model."
+    )
+    max_tokens: int | None = Field(None, description=EXTENSION + "its input limit in tokens.")
+
+
+class RerankExit(BaseModel):
+    layer: int = Field(description="The layer read, numbered from 1.")
+    dimension: int = Field(description="Floats per representation read there.")
+
+
+class RerankCard(BaseModel):
+    """The representations rerank reads: a bi-encoder's embeddings, or a cross-encoder's
+    hidden states."""
+
+    exits: list[RerankExit] = Field(description="Every representation a request may name.")
+    default: RerankExit = Field(description="The one read when a request names none.")
+
+
+class ModelLimits(BaseModel):
+    """A model's limits, all integers."""
+
+    model_config = ConfigDict(extra="allow")
+
+    max_input_tokens: int | None = Field(
+        None, description="The most tokens one input may have, special tokens included."
+    )
+    min_options: int | None = Field(None, description="Decision models: fewest choice options.")
+    max_options: int | None = Field(None, description="Decision models: most choice options.")
+    min_levels: int | None = Field(None, description="Decision models: fewest score levels.")
+    max_levels: int | None = Field(None, description="Decision models: most score levels.")
+    max_inputs: int | None = Field(
+        None,
+        description="The most inputs or documents one classify, embeddings or rerank request "
+        "may carry; absent: no limit but --max-request-bytes.",
+    )
+    max_model_len: int | None = Field(
+        None, description=EXTENSION + "decision models: the --max-model-len in effect."
+    )
+    model_max_tokens: int | None = Field(
+        None, description=EXTENSION + "decision models: the model's own token limit."
+    )
+
+
+class GoldenStatus(BaseModel):
+    """The golden self-check run while the model warms."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: Literal["pending", "matched", "unverified", "failed"] = Field(
+        description="pending until the check ran; matched (answers agree with a reference "
+        "recorded for this device), unverified (none recorded: the answers were only "
+        "checked to be well formed and deterministic) or failed."
+    )
+    checked: int = Field(description="Golden cases run.")
+    matched: int = Field(description="Golden cases that agreed with the recorded reference.")
+    reference: str | None = Field(
+        description="The reference key compared; empty when none is recorded for this "
+        "device; null before the check ran."
+    )
+
+
+class ProfileInfo(BaseModel):
+    """A numeric profile the model may be served or asked under."""
+
+    model_config = ConfigDict(extra="allow")
+
     name: str
-    kind: str
-    labels: list[str]
-    inputs: list[str]
-    overflow: list[str]
-    window: dict[str, int]
-    reduction: str
+    numerics: Literal["exact", "approximate"]
+    description: str | None = None
 
 
-class EmbeddingInfo(Strict):
-    dimensions: int
-    normalized: bool
-    pooling: str
-    max_tokens: int
+class PluginInfo(BaseModel):
+    """A plugin composing the model."""
 
+    model_config = ConfigDict(extra="allow")
 
-class Golden(Strict):
-    status: str
-    checked: bool
-    matched: bool | None
-    reference: str | None
+    group: str = Field(description="family, engine, accelerator, kernel or extension.")
+    name: str = Field(description="The object's name in its plugin layer.")
+    distribution: str | None = Field(description="The distribution that declares the plugin.")
+    version: str | None = Field(description="That distribution's version.")
+    capabilities: dict[str, Any] = Field(description="What the object declares about itself.")
+    plugin: str | None = Field(None, description=EXTENSION + "the plugin's entry-point name.")
 
 
 class ModelCard(BaseModel):
+    """One served model: identity, what it answers, its limits, composition and state.
+    Every field is present whatever the state (null or empty until known)."""
+
     model_config = ConfigDict(extra="allow")
 
-    id: str
+    id: str = Field(description="The model ID requests use.")
     object: Literal["model"] = Field(description="OpenAI's object type.")
-    created: int = Field(description="When the runtime took the model on (Unix seconds).")
+    created: int = Field(
+        description=EXTENSION + "when the runtime took the model on (Unix seconds)."
+    )
     owned_by: str = Field(
         description="The repository's owner on the Hub, or vllm-srun for a local package."
     )
     family: str | None
-    repo: str | None
-    revision: str | None
-    model_sha256: str | None
-    verification: str | None
+    repo: str | None = Field(description="The Hub repository, or null for a local package.")
+    revision: str | None = Field(description="The 40-hex commit, or null for a local package.")
+    model_sha256: str | None = Field(description="SHA-256 over the package's loadable files.")
+    verification: str | None = Field(description=EXTENSION + "how the files were checked.")
     surfaces: list[str]
     question_types: list[str]
-    heads: list[Head]
-    embedding: EmbeddingInfo | None
-    limits: dict[str, Any]
+    presets: list[str] = Field(description="Named request presets; none in this version.")
+    modalities: list[str] = Field(
+        description="What a decisions state may hold (text); empty for a model without decisions."
+    )
+    heads: list[HeadCard]
+    embedding: EmbeddingCard | None
+    rerank: RerankCard | None = Field(description="Set on every model serving rerank.")
+    limits: ModelLimits
     licence: str | None
-    profile: str
-    profiles: list[str]
+    profile: str = Field(description="The numeric profile the model is served under.")
+    profiles: list[ProfileInfo] = Field(description="Every profile a request may name.")
     engine: str | None
     accelerator: str | None
+    accelerator_validated: bool = Field(
+        description="Whether this model's golden answers matched a reference recorded on "
+        "this accelerator."
+    )
     device: str | None
     dtype: str | None
     parameters: int | None
-    status: Literal["loading", "warming", "ready", "failed"]
-    reason: str | None
-    golden: Golden
+    ready: bool = Field(description="Whether the model answers requests now.")
+    status: CardStatus
+    reason: str | None = Field(description="Why it is failed, retrying or not ready.")
+    golden: GoldenStatus
+    plugins: list[PluginInfo]
 
 
-class ProcessLimits(Strict):
-    max_bundle_tasks: int
-    max_request_bytes: int
+class ProcessLimits(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    max_bundle_tasks: int = Field(description="Most tasks in one /v1/bundle request.")
+    max_request_bytes: int = Field(description="Largest request body, in bytes.")
 
 
-class PluginInfo(BaseModel):
+class ProcessPlugin(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     name: str
@@ -381,26 +535,43 @@ class PluginInfo(BaseModel):
     error: str | None
 
 
-class ModelsResponse(Strict):
+class ModelList(BaseModel):
+    """Every served model's card, and the process limits."""
+
+    model_config = ConfigDict(extra="allow")
+
+    api_version: str = Field(description="The wire contract version, 2.3.0.")
     object: Literal["list"] = "list"
-    api_version: str
-    limits: ProcessLimits
-    plugins: list[PluginInfo]
     data: list[ModelCard]
+    limits: ProcessLimits
+    plugins: list[ProcessPlugin] = Field(
+        description=EXTENSION + "every plugin installed, with why any contributes nothing."
+    )
 
 
-class ModelHealth(Strict):
-    status: str
+class ModelHealth(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    status: CardStatus
     reason: str | None
 
 
-class HealthResponse(Strict):
-    status: Literal["starting", "loading", "warming", "ready", "degraded", "failed"]
-    api_version: str
+class Health(BaseModel):
+    """Readiness: 200 when every model is ready, else 503."""
+
+    model_config = ConfigDict(extra="allow")
+
+    api_version: str = Field(description="The wire contract version, 2.3.0.")
+    status: CardStatus
     reason: str | None
-    models: dict[str, ModelHealth]
+    model: str | None = Field(description="The model's name in a one-model process, else null.")
+    models: dict[str, ModelHealth] = Field(description="Each served model's state, by name.")
 
 
-class LiveResponse(Strict):
+class Liveness(BaseModel):
+    """The process serves HTTP."""
+
+    model_config = ConfigDict(extra="allow")
+
+    api_version: str = Field(description="The wire contract version, 2.3.0.")
     status: Literal["alive"]
-    api_version: str

@@ -1,16 +1,45 @@
-"""What operators read: ``/health`` and the ``/v1/models`` cards, from the runtime's states."""
+"""What operators read: ``/health`` and the ``/v1/models`` cards, from the runtime's states.
+
+Both follow wire contract 2.3 (:data:`~.schemas.API_VERSION`), which the router's
+generated Go client decodes: a value of the wrong JSON type (a float where an
+integer goes, a list where a string goes) fails its whole decode, so every card
+is put in the contract's shapes here, whatever the family wrote.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from vllm_srun.plugins import Catalog
+from vllm_srun.plugins.decisions import MAX_CHOICES, MAX_LEVELS, MIN_CHOICES, MIN_LEVELS
+
 from . import autotune
+from .config import PROFILES
 from .runtime import ModelState, Runtime
 from .schemas import API_VERSION
 
+WIRE_REDUCTIONS = ("max", "span_union")
+"""The window reductions the contract names; a head's other merges go under
+``window_reduction`` with ``reduction: null``."""
+
+PLUGIN_GROUPS = (
+    ("family", "families"),
+    ("engine", "engines"),
+    ("accelerator", "accelerators"),
+)
+"""The card's plugin groups named by one card field each, with their catalog layer."""
+
 
 def health_document(runtime: Runtime) -> tuple[int, dict[str, Any]]:
-    """``/health``: 200 only when every model is ready."""
+    """``/health``: 200 only when every model is ready, else 503.
+
+    Returns:
+        The status code and the body: ``api_version``, ``status`` (``starting``,
+        ``loading``, ``warming``, ``ready``, ``degraded`` or ``failed``),
+        ``reason``, ``model`` (the served model's name in a one-model process,
+        else ``None``) and ``models`` (each model's ``status`` and ``reason``).
+    """
     models = {n: {"status": s.status, "reason": s.reason} for n, s in runtime.models.items()}
     states = {s.status for s in runtime.models.values()}
     reason = None
@@ -28,7 +57,14 @@ def health_document(runtime: Runtime) -> tuple[int, dict[str, Any]]:
         status = "warming"
     else:
         status, reason = "degraded", "some models failed to load: " + _failures(runtime)
-    body = {"status": status, "api_version": API_VERSION, "reason": reason, "models": models}
+    single = next(iter(runtime.models)) if len(runtime.models) == 1 else None
+    body = {
+        "status": status,
+        "api_version": API_VERSION,
+        "reason": reason,
+        "model": single,
+        "models": models,
+    }
     return (200 if status == "ready" else 503), body
 
 
@@ -44,12 +80,27 @@ def _failures(runtime: Runtime) -> str:
 
 def cards(runtime: Runtime) -> list[dict[str, Any]]:
     """Every model's ``/v1/models`` card."""
-    return [model_card(state) for state in runtime.models.values()]
+    return [model_card(state, runtime.catalog) for state in runtime.models.values()]
 
 
-def model_card(state: ModelState) -> dict[str, Any]:
-    """One model's card: every field present whatever its state (``null`` or empty until
-    it is known), then what the loaded model reports (kept after a failed self-check)."""
+def profiles() -> list[dict[str, str]]:
+    """The card's ``profiles``: every numeric profile this version serves
+    (``name``, ``numerics``, ``description``)."""
+    return [
+        {"name": name, "numerics": "exact", "description": description}
+        for name, description in PROFILES.items()
+    ]
+
+
+def model_card(state: ModelState, catalog: Catalog | None = None) -> dict[str, Any]:
+    """One model's card (wire contract 2.3 ``ModelCard`` plus this runtime's extensions).
+
+    Every field is present whatever the model's state (``null`` or empty until it
+    is known); then come what the loaded model reports (kept after a failed
+    self-check) and what is derived from both: ``ready``, ``plugins`` (from
+    ``catalog``; empty without one), the decision limits and modalities of a
+    model answering decisions, ``accelerator_validated``.
+    """
     card: dict[str, Any] = {
         "id": state.name,
         "object": "model",
@@ -62,20 +113,26 @@ def model_card(state: ModelState) -> dict[str, Any]:
         "verification": None,
         "surfaces": [],
         "question_types": [],
+        "presets": [],
+        "modalities": [],
         "heads": [],
         "embedding": None,
+        "rerank": None,
         "limits": {},
         "licence": None,
-        "profile": "exact",
-        "profiles": ["exact"],
+        "profile": state.config.profile,
+        "profiles": profiles(),
         "engine": None,
         "accelerator": None,
+        "accelerator_validated": False,
         "device": None,
         "dtype": state.config.dtype,
         "parameters": None,
+        "ready": False,
         "status": state.status,
         "reason": state.reason,
         "golden": state.golden.card(),
+        "plugins": [],
         "extensions": [],
         "engine_args": state.config.card(),
         "options": dict(state.config.options),
@@ -89,4 +146,117 @@ def model_card(state: ModelState) -> dict[str, Any]:
     repo = card.get("repo")
     if isinstance(repo, str) and "/" in repo:
         card["owned_by"] = repo.split("/", 1)[0]  # the Hub organisation, as OpenAI names owners
+    _wire_family_card(card)
+    if "decisions" in card["surfaces"]:
+        card["modalities"] = card["modalities"] or ["text"]
+        for key, value in (
+            ("min_options", MIN_CHOICES),
+            ("max_options", MAX_CHOICES),
+            ("min_levels", MIN_LEVELS),
+            ("max_levels", MAX_LEVELS),
+        ):
+            card["limits"].setdefault(key, value)
+    card["ready"] = state.status == "ready"
+    # Validated: this model answered its golden requests as recorded on this accelerator.
+    card["accelerator_validated"] = state.golden.status == "matched"
+    if catalog is not None:
+        card["plugins"] = composing_plugins(card, catalog)
     return card
+
+
+def _wire_family_card(card: dict[str, Any]) -> None:
+    """Put the family's part of ``card`` in the contract's shapes, in place.
+
+    The built-in families already write them; a family written against the plugin
+    API before contract 2.3 may still give ``embedding.dimensions`` as one
+    integer, a head's ``overflow`` as the list of policies, a ``reduction`` the
+    contract has no name for, or ``limits.max_tokens``. Each becomes the 2.3 form,
+    with the old value kept under the extension key the built-in families use.
+    """
+    card["limits"] = dict(card.get("limits") or {})
+    limits = card["limits"]
+    if "max_tokens" in limits:
+        limits.setdefault("max_input_tokens", limits.pop("max_tokens"))
+    embedding = card.get("embedding")
+    if isinstance(embedding, Mapping):
+        embedding = dict(embedding)
+        if isinstance(embedding.get("dimensions"), int):
+            embedding["dimensions"] = [embedding["dimensions"]]
+        for key, default in (("layers", []), ("modalities", ["text"]), ("input_types", [])):
+            embedding.setdefault(key, default)
+        card["embedding"] = embedding
+    heads = []
+    for head in card.get("heads") or ():
+        head = dict(head)
+        if isinstance(head.get("overflow"), list):
+            policies = head["overflow"]
+            head.setdefault("overflow_policies", list(policies))
+            head["overflow"] = policies[0] if policies else None
+        reduction = head.get("reduction")
+        if reduction is not None and reduction not in WIRE_REDUCTIONS:
+            head.setdefault("window_reduction", reduction)
+            head["reduction"] = None
+        for key in ("default_threshold", "thresholds", "reduction", "window"):
+            head.setdefault(key, None)
+        heads.append(head)
+    card["heads"] = heads
+
+
+def composing_plugins(card: Mapping[str, Any], catalog: Catalog) -> list[dict[str, Any]]:
+    """The plugins a model is composed of (the card's ``plugins``): its family, engine,
+    accelerator, kernels and attached extensions, as far as the card names them.
+
+    Each entry: ``group`` (``family``, ``engine``, ``accelerator``, ``kernel`` or
+    ``extension``), ``name`` (the object's registry name), ``distribution`` and
+    ``version`` of the distribution declaring it (``None`` when no installed plugin
+    owns the name), ``capabilities`` (what the object declares about itself), and
+    ``plugin``, the entry-point name (an extension of the contract).
+    """
+    wanted: list[tuple[str, str, str]] = [
+        (group, layer, card[group])
+        for group, layer in PLUGIN_GROUPS
+        if isinstance(card.get(group), str)
+    ]
+    kernels = card.get("kernels")
+    if isinstance(kernels, Mapping):
+        wanted += [("kernel", "kernels", f"{slot}.{name}") for slot, name in kernels.items()]
+    for extension in card.get("extensions") or ():
+        if isinstance(extension, Mapping) and isinstance(extension.get("name"), str):
+            wanted.append(("extension", "surface_extensions", extension["name"]))
+    listed = []
+    for group, layer, name in wanted:
+        owner = catalog.owner(layer, name)
+        listed.append(
+            {
+                "group": group,
+                "name": name,
+                "distribution": None if owner is None else owner.distribution,
+                "version": None if owner is None else owner.version,
+                "capabilities": _capabilities(group, catalog.layers.get(layer, {}).get(name)),
+                "plugin": None if owner is None else owner.name,
+            }
+        )
+    return listed
+
+
+def _capabilities(group: str, obj: Any) -> dict[str, Any]:
+    """What a composed object declares about itself, by group (empty when unknown)."""
+    if obj is None:
+        return {}
+    if group == "family":
+        return {"surfaces": list(getattr(obj, "surfaces", ()))}
+    if group == "engine":
+        return {"kernel_slots": list(getattr(obj, "kernel_slots", ()))}
+    if group == "accelerator":
+        return {"golden_tolerance": float(getattr(obj, "golden_tolerance", 0.0))}
+    if group == "kernel":
+        return {
+            "slot": str(getattr(obj, "slot", "")),
+            "bit_exact": bool(getattr(obj, "bit_exact", False)),
+            "reference": bool(getattr(obj, "reference", False)),
+        }
+    return {
+        "surfaces": list(getattr(obj, "surfaces", ())),
+        "numerics": str(getattr(obj, "numerics", "")),
+        "method": str(getattr(obj, "method", "")),
+    }

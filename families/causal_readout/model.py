@@ -189,7 +189,7 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
             "heads": [],
             "embedding": None,
             "limits": {
-                "max_tokens": self.limit,
+                "max_input_tokens": self.limit,
                 "max_model_len": self.max_model_len,
                 "model_max_tokens": self.description.token_limit,
             },

@@ -28,7 +28,14 @@ from vllm_srun.plugins.windows import DEFAULT_OVERLAP
 
 from .answers import TaskPlan, answer
 from .inputs import EncodedInput, InputPolicy, TextEncoder, invalid_text
-from .package import Description, Head
+from .package import (
+    Description,
+    Exit,
+    Head,
+    embedding_dimensions,
+    embedding_layers,
+    representation_exits,
+)
 
 PROBE_TEXTS = (
     "a",
@@ -38,6 +45,23 @@ PROBE_TEXTS = (
     "address such as probe@example.org, so rows differ in length inside one batch.",
 )
 """Rows of several lengths the load-time batch-invariance probe runs alone and together."""
+
+PAIR_KINDS = frozenset({"sequence", "scores", "relevance"})
+"""Head kinds that read a text pair (``text_pair``; the card's input ``pair``)."""
+
+WINDOW_MERGES = {
+    "sequence": "max per label over windows",
+    "scores": "max per label over windows",
+    "relevance": "max over windows",
+    "token": "most-central window per token",
+    "pooled": "content-token-weighted mean",
+}
+"""How each head kind merges the windows of a long input (:mod:`.readouts`), in words."""
+
+WINDOW_REDUCTIONS = {"sequence": "max", "scores": "max", "relevance": "max"}
+"""The merges the wire contract has a name for (``max``: the per-label maximum over
+windows). A token head takes each token from its most central window and a pooled
+head averages windows, which neither ``max`` nor ``span_union`` describes: ``None``."""
 
 
 class TaskModel(LoadedModel[TaskPlan]):
@@ -82,43 +106,62 @@ class TaskModel(LoadedModel[TaskPlan]):
         ]
 
     # -- the card -------------------------------------------------------------------------
+    def exits(self) -> tuple[Exit, ...]:
+        """The representations this model can be read at, default first
+        (:func:`.package.representation_exits`): what the card's ``rerank.exits``
+        lists and what a request's ``layer`` / ``dimensions`` must name."""
+        return representation_exits(self.description)
+
+    def embedding_layers(self) -> tuple[int, ...]:
+        """The layers this model's embeddings can be read at (:func:`.package.embedding_layers`)."""
+        return embedding_layers(self.description)
+
     def card(self) -> ModelCard:
-        """The family's part of the ``/v1/models`` card: heads, embedding, limits."""
+        """The family's part of the ``/v1/models`` card (wire contract 2.3): heads,
+        embedding, rerank exits and limits; every number a JSON integer but thresholds."""
         pooling = self.description.pooling
-        heads: list[HeadCard] = [
-            {
-                "name": h.name,
-                "kind": h.kind,
-                "labels": list(h.labels),
-                "inputs": ["text", "text_pair"]
-                if h.kind in ("sequence", "scores", "relevance")
-                else ["text"],
-                "overflow": list(OVERFLOW_MODES),
-                "window": {
-                    "tokens": self.encoder.limit,
-                    "overlap": min(
-                        DEFAULT_OVERLAP, (self.encoder.limit - self.encoder.specials[0]) // 2
-                    ),
-                },
-                "reduction": {
-                    "token": "most-central window per token",
-                    "pooled": "content-token-weighted mean",
-                }.get(h.kind, "max per label over windows"),
-            }
-            for h in self.description.heads
-        ]
-        return {
+        card: ModelCard = {
             "surfaces": list(self.surfaces),
-            "heads": heads,
+            "heads": [self._head_card(h) for h in self.description.heads],
             "embedding": None
             if pooling is None
             else {
-                "dimensions": pooling.dimensions,
+                "dimensions": list(embedding_dimensions(pooling)),
+                "layers": list(self.embedding_layers()),
+                "modalities": ["text"],
                 "normalized": pooling.normalize,
                 "pooling": pooling.mode,
+                "input_types": [],  # no instructed (query/document) prompts are applied
                 "max_tokens": self.encoder.limit,
             },
-            "limits": {"max_tokens": self.encoder.limit},
+            "rerank": None,
+            "limits": {"max_input_tokens": self.encoder.limit},
+        }
+        exits = [found.to_json() for found in self.exits()]
+        if "rerank" in self.surfaces and exits:
+            card["rerank"] = {"exits": exits, "default": exits[0]}
+        return card
+
+    def _head_card(self, head: Head) -> HeadCard:
+        """One head on the card (:class:`~vllm_srun.plugins.HeadCard`)."""
+        limit = self.encoder.limit
+        threshold = self.defaults.get("threshold") if head.kind in ("scores", "token") else None
+        return {
+            "name": head.name,
+            "kind": head.kind,
+            "labels": list(head.labels),
+            "inputs": ["text", "pair"] if head.kind in PAIR_KINDS else ["text"],
+            "default_threshold": None if threshold is None else float(threshold),
+            "thresholds": None if head.thresholds is None else list(head.thresholds),
+            "operating_point_sha256": head.thresholds_sha256,
+            "overflow": OVERFLOW_MODES[0],  # what a request that names no policy gets
+            "overflow_policies": list(OVERFLOW_MODES),
+            "window": {
+                "tokens": limit,
+                "overlap": min(DEFAULT_OVERLAP, (limit - self.encoder.specials[0]) // 2),
+            },
+            "reduction": WINDOW_REDUCTIONS.get(head.kind),
+            "window_reduction": WINDOW_MERGES[head.kind],
         }
 
     # -- plan -------------------------------------------------------------------------------

@@ -6,10 +6,12 @@ sentence-transformers files, the tokenizer's config); no weights load.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vllm_srun.plugins.loaded import ExitCard
 from vllm_srun.plugins.package import PackageError, read_config, read_json
 from vllm_srun.plugins.spec import ModelSpec, weight_files
 
@@ -49,6 +51,13 @@ POOLING_MODES = {
 THRESHOLDS_FILE = "thresholds.json"
 """Optional per-label thresholds of a multi-label head: ``{"label": 0.5, ...}``."""
 
+MATRYOSHKA_KEY = "matryoshka_dimensions"
+"""The ``config.json`` key (vLLM's and the Jina/Qwen embedders' spelling) listing the
+shorter sizes a Matryoshka-trained embedder was trained to answer at."""
+
+LAYER_KEYS = ("num_hidden_layers", "n_layers")
+"""``config.json`` keys of an encoder's number of hidden layers (DistilBERT says ``n_layers``)."""
+
 
 @dataclass(frozen=True)
 class Head:
@@ -63,6 +72,8 @@ class Head:
             without B-/I-, and the raw BIO tags stay in ``tags``).
         tags: the raw ``id2label`` list.
         thresholds: per-label thresholds of a ``scores`` head, when the package has them.
+        thresholds_sha256: the SHA-256 (hex) of the package's ``thresholds.json``
+            those thresholds come from, else ``None``.
     """
 
     name: str
@@ -70,6 +81,7 @@ class Head:
     labels: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     thresholds: tuple[float, ...] | None = None
+    thresholds_sha256: str | None = None
 
     @property
     def surface(self) -> str:
@@ -79,22 +91,93 @@ class Head:
 
 @dataclass(frozen=True)
 class Pooling:
-    """How hidden states become one embedding (sentence-transformers' Pooling + Normalize)."""
+    """How hidden states become one embedding (sentence-transformers' Pooling + Normalize).
+
+    Attributes:
+        mode: ``mean``, ``cls``, ``max`` or ``lasttoken``.
+        normalize: whether vectors are scaled to unit L2 norm.
+        dimensions: floats per vector (the encoder's hidden size).
+        matryoshka: the shorter sizes the package declares it was trained to
+            answer at (``config.json`` ``matryoshka_dimensions``), largest first;
+            empty when it declares none.
+    """
 
     mode: str
     normalize: bool
     dimensions: int
+    matryoshka: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Exit:
+    """One representation a request may read: the hidden states after encoder layer
+    ``layer`` (1-based; the last is the number of hidden layers), ``dimension`` floats
+    wide (an embedding's size, or a cross-encoder's hidden size)."""
+
+    layer: int
+    dimension: int
+
+    def to_json(self) -> ExitCard:
+        """``{"layer": ..., "dimension": ...}``, as the card's ``rerank.exits`` lists it."""
+        return {"layer": self.layer, "dimension": self.dimension}
 
 
 @dataclass(frozen=True)
 class Description:
-    """Everything the family knows about a package before loading it."""
+    """Everything the family knows about a package before loading it.
+
+    Attributes:
+        spec: what engines load.
+        heads: the heads it answers.
+        pooling: how its embeddings are pooled (an embedder), else ``None``.
+        max_tokens: its input limit in tokens, special tokens included.
+        config: ``config.json``.
+        layers: its number of hidden layers (the last layer's number).
+        hidden_size: floats per token in its last hidden states.
+    """
 
     spec: ModelSpec
     heads: tuple[Head, ...]
     pooling: Pooling | None
     max_tokens: int
     config: dict[str, Any]
+    layers: int
+    hidden_size: int
+
+
+def representation_exits(description: Description) -> tuple[Exit, ...]:
+    """The representations a model described so can be read at (the card's
+    ``rerank.exits``, and what a request's ``layer``/``dimensions`` must name).
+
+    An embedder (pooled head) is read at its last layer at its embedding size; a
+    cross-encoder (relevance head) at its last layer at its hidden size. The
+    engines return the last hidden states only, so no earlier layer is an exit.
+    The first exit is the default.
+
+    Returns:
+        The exits, default first; empty for a model with neither head.
+    """
+    kinds = {head.kind for head in description.heads}
+    if "pooled" in kinds and description.pooling is not None:
+        return (Exit(description.layers, description.pooling.dimensions),)
+    if "relevance" in kinds:
+        return (Exit(description.layers, description.hidden_size),)
+    return ()
+
+
+def embedding_layers(description: Description) -> tuple[int, ...]:
+    """The layers an embedder's vectors can be read at (the card's ``embedding.layers``),
+    ascending: the layers of its :func:`representation_exits`; empty for a model that
+    is not an embedder."""
+    if description.pooling is None:
+        return ()
+    return tuple(sorted({found.layer for found in representation_exits(description)}))
+
+
+def embedding_dimensions(pooling: Pooling) -> tuple[int, ...]:
+    """The vector sizes an embedder declares (the card's ``embedding.dimensions``): its
+    full size, then the Matryoshka sizes its package declares, largest first."""
+    return (pooling.dimensions, *(d for d in pooling.matryoshka if d != pooling.dimensions))
 
 
 def sentence_transformers_modules(package: Path) -> list[str]:
@@ -139,15 +222,61 @@ def _entity_types(tags: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(types)
 
 
-def _thresholds(package: Path, labels: tuple[str, ...]) -> tuple[float, ...] | None:
+def _thresholds(
+    package: Path, labels: tuple[str, ...]
+) -> tuple[tuple[float, ...] | None, str | None]:
+    """The per-label thresholds of ``thresholds.json`` and the file's SHA-256, or ``None``s."""
     path = package / THRESHOLDS_FILE
     if not path.is_file():
-        return None
+        return None, None
     table = read_json(path)
     missing = [label for label in labels if label not in table]
     if missing:
         raise PackageError(f"{THRESHOLDS_FILE} has no threshold for {', '.join(missing)}")
-    return tuple(float(table[label]) for label in labels)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return tuple(float(table[label]) for label in labels), digest
+
+
+def _positive_int(value: Any) -> int | None:
+    """``value`` when it is a JSON integer above 0 (never a boolean), else ``None``."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
+
+
+def _layers(config: dict[str, Any]) -> int:
+    """The encoder's number of hidden layers.
+
+    Raises:
+        PackageError: ``config.json`` states none.
+    """
+    for key in LAYER_KEYS:
+        found = _positive_int(config.get(key))
+        if found is not None:
+            return found
+    raise PackageError(
+        "config.json states no number of hidden layers (num_hidden_layers); add it to the "
+        "package's config.json"
+    )
+
+
+def _matryoshka(config: dict[str, Any], dimensions: int) -> tuple[int, ...]:
+    """The Matryoshka sizes ``config.json`` declares, largest first (empty when none).
+
+    Raises:
+        PackageError: the key is not a list of integers from 1 to ``dimensions``.
+    """
+    raw = config.get(MATRYOSHKA_KEY)
+    if raw is None:
+        return ()
+    sizes = {_positive_int(v) for v in raw} if isinstance(raw, list) and raw else {None}
+    valid = {size for size in sizes if size is not None and size <= dimensions}
+    if valid != sizes:
+        raise PackageError(
+            f"config.json {MATRYOSHKA_KEY} must be a list of integers from 1 to the "
+            f"embedding size {dimensions}, not {raw!r}; fix it or remove the key"
+        )
+    return tuple(sorted(valid, reverse=True))
 
 
 def _pooling(package: Path, config: dict[str, Any]) -> Pooling:
@@ -167,8 +296,13 @@ def _pooling(package: Path, config: dict[str, Any]) -> Pooling:
             )
         mode = chosen[0]
     normalize = any(t.endswith(".Normalize") for t in modules)
-    dimensions = int(config.get("hidden_size") or config.get("dim") or 0)
-    return Pooling(mode, normalize, dimensions)
+    dimensions = _hidden_size(config)
+    return Pooling(mode, normalize, dimensions, _matryoshka(config, dimensions))
+
+
+def _hidden_size(config: dict[str, Any]) -> int:
+    """Floats per token in the encoder's hidden states (DistilBERT says ``dim``)."""
+    return int(config.get("hidden_size") or config.get("dim") or 0)
 
 
 def _max_tokens(package: Path, config: dict[str, Any]) -> int:
@@ -225,7 +359,8 @@ def describe(package: Path) -> Description:
         if len(tags) == 1 or config.get("num_labels") == 1:
             heads.append(Head("relevance", "relevance", tags, tags))
         elif config.get("problem_type") == "multi_label_classification":
-            heads.append(Head("scores", "scores", tags, tags, _thresholds(package, tags)))
+            thresholds, digest = _thresholds(package, tags)
+            heads.append(Head("scores", "scores", tags, tags, thresholds, digest))
         else:
             heads.append(Head("sequence", "sequence", tags, tags))
     else:
@@ -241,4 +376,12 @@ def describe(package: Path) -> Description:
         onnx=_onnx_graph(package),
         released_dtype=dtype if dtype in ("float32", "bfloat16", "float16") else "float32",
     )
-    return Description(spec, tuple(heads), pooling, _max_tokens(package, config), config)
+    return Description(
+        spec,
+        tuple(heads),
+        pooling,
+        _max_tokens(package, config),
+        config,
+        layers=_layers(config),
+        hidden_size=_hidden_size(config),
+    )

@@ -126,7 +126,7 @@ def test_health_documents_200_and_503_and_metrics_is_text():
     assert set(health) == {"200", "503"}
     for status in ("200", "503"):
         schema = health[status]["content"]["application/json"]["schema"]
-        assert schema == {"$ref": "#/components/schemas/HealthResponse"}
+        assert schema == {"$ref": "#/components/schemas/Health"}
     assert list(paths["/metrics"]["get"]["responses"]["200"]["content"]) == ["text/plain"]
 
 
@@ -155,3 +155,71 @@ def test_the_document_states_what_decisions_refuse():
         "type": "number",
         "exclusiveMinimum": 0.0,
     }
+
+
+def test_the_document_is_contract_2_3_and_names_the_runtime_version():
+    from vllm_srun import __version__
+
+    info = snapshot()["info"]
+    assert info["version"] == "2.3.0"
+    assert info["x-runtime-version"] == __version__
+    assert __version__ in info["description"]
+
+
+def test_the_2_3_card_types_are_integers_lists_and_booleans():
+    """The router's Go client fails a whole decode on a JSON type mismatch: the
+    documented types must be the contract's."""
+    schemas = snapshot()["components"]["schemas"]
+
+    def types(schema):
+        if "anyOf" in schema:
+            return {t for part in schema["anyOf"] for t in types(part)}
+        if "$ref" in schema:
+            return {schema["$ref"].rsplit("/", 1)[1]}
+        return {schema.get("type")}
+
+    embedding = schemas["EmbeddingCard"]["properties"]
+    assert embedding["dimensions"]["type"] == "array"
+    assert embedding["dimensions"]["items"] == {"type": "integer"}
+    assert embedding["layers"]["items"] == {"type": "integer"}
+    assert set(schemas["EmbeddingCard"]["required"]) >= {
+        "dimensions",
+        "layers",
+        "modalities",
+        "normalized",
+        "pooling",
+        "input_types",
+    }
+    golden = schemas["GoldenStatus"]["properties"]
+    assert types(golden["checked"]) == types(golden["matched"]) == {"integer"}
+    assert golden["status"]["enum"] == ["pending", "matched", "unverified", "failed"]
+    head = schemas["HeadCard"]["properties"]
+    assert types(head["overflow"]) == {"string"}
+    assert head["reduction"]["anyOf"][0] == {"enum": ["max", "span_union"], "type": "string"}
+    assert types(head["thresholds"]) == {"array", "null"}
+    card = schemas["ModelCard"]["properties"]
+    assert types(card["ready"]) == types(card["accelerator_validated"]) == {"boolean"}
+    assert "ready" in schemas["ModelCard"]["required"]
+    assert card["status"]["enum"] == [
+        "starting",
+        "loading",
+        "warming",
+        "ready",
+        "degraded",
+        "failed",
+    ]
+    assert types(card["rerank"]) == {"RerankCard", "null"}
+    assert schemas["RerankCard"]["required"] == ["exits", "default"]
+    limits = schemas["ModelLimits"]["properties"]
+    for key in ("max_input_tokens", "max_inputs", "min_options", "max_options"):
+        assert types(limits[key]) == {"integer", "null"}, key
+    assert set(schemas["Health"]["properties"]) >= {
+        "api_version",
+        "status",
+        "reason",
+        "model",
+        "models",
+    }
+    extension = "Extension (not in the 2.3 contract; a 2.3 client ignores it)"
+    assert head["overflow_policies"]["description"].startswith(extension)
+    assert embedding["max_tokens"]["description"].startswith(extension)
