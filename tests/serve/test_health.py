@@ -25,14 +25,15 @@ def test_health_follows_loading_then_ready(make_runtime, controlled_loader):
     assert response.status_code == 503
     assert response.json() == {
         "status": "starting",
-        "api_version": "v1",
+        "api_version": "2.3.0",
         "reason": None,
+        "model": None,  # two models: the client reads models by name
         "models": {
             "pooled": {"status": "loading", "reason": None},
             "sequence": {"status": "loading", "reason": None},
         },
     }
-    assert client.get("/health/live").json() == {"status": "alive", "api_version": "v1"}
+    assert client.get("/health/live").json() == {"status": "alive", "api_version": "2.3.0"}
 
     runtime.start_loading()
     wait_until(lambda: runtime.models["pooled"].status == "ready", 30, "pooled to load")
@@ -52,7 +53,15 @@ def test_health_follows_loading_then_ready(make_runtime, controlled_loader):
     assert served.status_code == 200  # a ready model answers while another loads
     cards = {c["id"]: c for c in client.get("/v1/models").json()["data"]}
     assert cards["sequence"]["status"] == "loading" and cards["sequence"]["heads"] == []
-    assert cards["pooled"]["status"] == "ready"
+    assert cards["sequence"]["ready"] is False
+    assert cards["sequence"]["golden"] == {  # not checked yet
+        "status": "pending",
+        "checked": 0,
+        "matched": 0,
+        "reference": None,
+    }
+    assert cards["sequence"]["plugins"] == [] and cards["sequence"]["rerank"] is None
+    assert cards["pooled"]["status"] == "ready" and cards["pooled"]["ready"] is True
     assert client.get("/health/live").status_code == 200
 
     loaded.set()
@@ -61,6 +70,19 @@ def test_health_follows_loading_then_ready(make_runtime, controlled_loader):
     assert client.post("/v1/classify", json={"model": "sequence", "input": "good"}).is_success
     metrics = client.get("/metrics").text
     assert 'vllm_srun_model_ready{model="sequence"} 1.0' in metrics
+
+
+def test_a_one_model_process_names_its_model_on_health(make_runtime):
+    runtime = make_runtime(("pooled",))
+    response = make_client(runtime).get("/health")
+    assert response.status_code == 200
+    assert response.json() == {
+        "status": "ready",
+        "api_version": "2.3.0",
+        "reason": None,
+        "model": "pooled",
+        "models": {"pooled": {"status": "ready", "reason": None}},
+    }
 
 
 def test_a_model_that_fails_to_load_is_reported_and_refused(make_runtime, controlled_loader):

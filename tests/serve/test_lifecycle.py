@@ -59,17 +59,21 @@ def test_a_golden_mismatch_fails_its_model_while_another_stays_ready(
     cards = {card["id"]: card for card in client.get("/v1/models").json()["data"]}
     assert cards["pooled"]["golden"] == {
         "status": "failed",
-        "checked": True,
-        "matched": False,
+        "checked": 1,
+        "matched": 0,
         "reference": key,
     }
+    assert cards["pooled"]["ready"] is False and cards["pooled"]["status"] == "failed"
+    assert cards["pooled"]["accelerator_validated"] is False
     assert cards["pooled"]["engine"] == "native"  # the card keeps what the model was made of
-    assert cards["sequence"]["golden"] == {
+    assert cards["sequence"]["golden"] == {  # the family's one generic request, run twice
         "status": "unverified",
-        "checked": True,
-        "matched": None,
+        "checked": 1,
+        "matched": 0,
         "reference": "",
     }
+    assert cards["sequence"]["ready"] is True
+    assert cards["sequence"]["accelerator_validated"] is False  # nothing recorded to match
     refused = client.post("/v1/embeddings", json={"model": "pooled", "input": "x"})
     assert refused.status_code == 503
     served = client.post("/v1/classify", json={"model": "sequence", "input": "still served"})
@@ -96,10 +100,11 @@ def test_a_matching_reference_makes_the_card_say_matched(
     [card] = make_client(runtime).get("/v1/models").json()["data"]
     assert card["golden"] == {
         "status": "matched",
-        "checked": True,
-        "matched": True,
+        "checked": 1,
+        "matched": 1,
         "reference": "cpu",
     }
+    assert card["accelerator_validated"] is True  # its answers matched those recorded on cpu
 
 
 def test_a_passing_cause_is_retried_with_doubling_waits_and_says_so(
@@ -270,8 +275,8 @@ def test_a_golden_check_that_raises_fails_only_its_model(make_runtime, controlle
     assert pooled.reason == "golden self-check raised RuntimeError: kernel exploded"
     assert pooled.golden.card() == {
         "status": "failed",
-        "checked": True,
-        "matched": False,
+        "checked": 2,  # the family's two generic requests were run, and raised
+        "matched": 0,
         "reference": "",
     }
     assert runtime.models["sequence"].status == "ready"
