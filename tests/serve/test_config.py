@@ -15,6 +15,8 @@ from vllm_srun.serve.config import (
     process_fields,
     read_models_file,
 )
+from vllm_srun.serve.runtime import ModelState
+from vllm_srun.serve.status import model_card
 
 DEFAULTS = ModelConfig(
     model="", device="cpu", engine="native", max_num_seqs=16, batch_window_ms=5.0, dtype="float32"
@@ -76,6 +78,42 @@ def test_an_unknown_key_names_the_key_and_the_entry(tmp_path):
     assert message.startswith(
         f"models file {path}, entry 2 (/models/b): unknown key colour, max_batch; an entry takes "
         "model, revision, name,"
+    )
+
+
+def test_a_profile_is_accepted_when_exact_and_refused_otherwise(tmp_path):
+    """The router writes ``profile`` into the models file of the workers it manages."""
+    path = models_file(
+        tmp_path,
+        """
+        models:
+          - model: /models/a
+            profile: exact
+          - model: /models/b
+        """,
+    )
+    a, b = read_models_file(path, DEFAULTS)
+    assert a.profile == b.profile == "exact"
+    path = models_file(tmp_path, "models:\n  - model: /models/a\n    profile: fast\n")
+    with pytest.raises(ConfigError) as caught:
+        read_models_file(path, DEFAULTS)
+    assert str(caught.value) == (
+        f"models file {path}, entry 1 (/models/a): profile 'fast' does not exist in this "
+        "version of vllm-srun; only exact does: set profile: exact or leave profile out"
+    )
+    path = models_file(tmp_path, "models:\n  - model: /models/a\n    profile: 1\n")
+    with pytest.raises(ConfigError, match="profile must be str"):
+        read_models_file(path, DEFAULTS)
+
+
+def test_a_served_profile_is_the_card_s_profile():
+    card = model_card(ModelState(ModelConfig(model="/models/a", profile="exact")))
+    assert card["profile"] == "exact"
+    assert [p["name"] for p in card["profiles"]] == ["exact"]
+    assert (card["ready"], card["status"], card["golden"]["status"]) == (
+        False,
+        "loading",
+        "pending",
     )
 
 
@@ -171,6 +209,7 @@ def test_serve_models_takes_the_command_line_defaults(tmp_path):
         ([], "models:\n  - model: /m\n    max_num_seqs: many\n", "max_num_seqs must be int"),
         (["/other"], "models:\n  - model: /m\n", "give MODEL arguments or --models FILE, not both"),
         ([], "models:\n  - model: /m\n  - model: /m\n", "two models share the ID /m"),
+        ([], "models:\n  - model: /m\n    profile: fast\n", "only exact does"),
         (
             ["--served-model-name", "x"],
             "models:\n  - model: /m\n  - model: /n\n",

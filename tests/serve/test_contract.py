@@ -358,8 +358,9 @@ def test_every_response_matches_the_snapshot_over_tcp_and_a_unix_socket(served, 
             assert health.status_code == 200
             assert health.json() == {
                 "status": "ready",
-                "api_version": "v1",
+                "api_version": "2.3.0",
                 "reason": None,
+                "model": None,  # several models: each by name under models
                 "models": {n: {"status": "ready", "reason": None} for n in (*HEADS, "late")},
             }
             assert check(c, client, "GET", "/health/live").status_code == 200

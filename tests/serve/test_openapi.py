@@ -223,3 +223,20 @@ def test_the_2_3_card_types_are_integers_lists_and_booleans():
     extension = "Extension (not in the 2.3 contract; a 2.3 client ignores it)"
     assert head["overflow_policies"]["description"].startswith(extension)
     assert embedding["max_tokens"]["description"].startswith(extension)
+
+
+def test_openapi_yaml_serves_the_same_document(catalog):
+    import yaml
+    from fastapi.testclient import TestClient
+
+    runtime = Runtime(ServeConfig(), catalog=catalog)
+    try:
+        client = TestClient(build_app(runtime))
+        as_json = client.get("/openapi.json").json()
+        response = client.get("/openapi.yaml")
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("application/yaml")
+        assert yaml.safe_load(response.text) == as_json == snapshot()
+        assert list(yaml.safe_load(response.text)) == list(as_json)  # keys in the same order
+    finally:
+        runtime.stop()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import math
 import struct
 
@@ -437,37 +438,80 @@ def test_a_bundle_task_needs_exactly_one_surface(client, surfaces):
 
 
 # -- /v1/models -----------------------------------------------------------------------------
-CARD_FIELDS = {
+CARD_FIELDS = {  # wire contract 2.3 ModelCard, less manifest_sha256 (no equivalent here)
     "id",
+    "object",
+    "owned_by",
     "family",
     "repo",
     "revision",
     "model_sha256",
-    "verification",
     "surfaces",
     "question_types",
+    "presets",
+    "modalities",
     "heads",
     "embedding",
+    "rerank",
     "limits",
     "licence",
     "profile",
     "profiles",
     "engine",
     "accelerator",
+    "accelerator_validated",
     "device",
     "dtype",
     "parameters",
+    "ready",
     "status",
     "reason",
     "golden",
+    "plugins",
 }
+HEAD_FIELDS = {  # 2.3 HeadCard, with our extensions overflow_policies and window_reduction
+    "name",
+    "kind",
+    "labels",
+    "inputs",
+    "default_threshold",
+    "thresholds",
+    "operating_point_sha256",
+    "overflow",
+    "overflow_policies",
+    "window",
+    "reduction",
+    "window_reduction",
+}
+EXACT = [
+    {
+        "name": "exact",
+        "numerics": "exact",
+        "description": "Bit-exact reference numerics: every kernel is the reference "
+        "implementation or one proven equal to it, so answers match the golden references "
+        "within the accelerator's tolerance.",
+    }
+]
+
+
+def integers_are_integers(value, where=""):
+    """Fail on a float where the 2.3 contract has an integer: every number under these
+    card keys is a count, a size or a layer (a JSON Schema check would take 48.0 for one)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            integers_are_integers(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            integers_are_integers(item, f"{where}[{index}]")
+    elif isinstance(value, float):
+        raise AssertionError(f"{where} is {value!r}, a float where the contract has an integer")
 
 
 def test_models_lists_limits_plugins_and_a_card_per_model(make_runtime):
     runtime = make_runtime(max_bundle_tasks=7, max_request_bytes=12345)
     body = make_client(runtime).get("/v1/models").json()
     assert body["object"] == "list"
-    assert body["api_version"] == "v1"
+    assert body["api_version"] == "2.3.0"
     assert body["limits"] == {"max_bundle_tasks": 7, "max_request_bytes": 12345}
     plugins = {p["name"]: p for p in body["plugins"]}
     assert {"task_heads", "native", "cpu"} <= set(plugins)
@@ -485,27 +529,121 @@ def test_models_lists_limits_plugins_and_a_card_per_model(make_runtime):
     }
     for card in cards.values():
         assert set(card) >= CARD_FIELDS
-        assert card["status"] == "ready" and card["reason"] is None
+        assert card["status"] == "ready" and card["reason"] is None and card["ready"] is True
         assert card["family"] == "task_heads"
         assert card["engine"] == "native" and card["device"] == "cpu"
         assert card["revision"] is None  # a local package
-        assert set(card["golden"]) == {"status", "checked", "matched", "reference"}
+        assert card["golden"]["status"] == "unverified"  # not built in: nothing recorded
+        assert card["golden"]["checked"] >= 1 and card["golden"]["matched"] == 0
+        assert card["accelerator_validated"] is False
+        assert card["profile"] == "exact" and card["profiles"] == EXACT
+        assert card["presets"] == []
+        limit = 48 if card["id"] == "pooled" else 64  # max_seq_length, else the positions
+        assert card["limits"]["max_input_tokens"] == limit
+        assert "max_tokens" not in card["limits"]
+        assert set(card["heads"][0]) == HEAD_FIELDS
+        for key in ("limits", "golden", "embedding", "rerank", "parameters", "created"):
+            integers_are_integers(card[key], key)
+        for head in card["heads"]:
+            integers_are_integers(head["window"], "window")
+            assert head["overflow"] == "reject"  # a request naming no policy gets reject
+            assert head["overflow_policies"] == ["reject", "truncate", "window"]
+        groups = [(p["group"], p["name"], p["distribution"]) for p in card["plugins"]]
+        assert groups[:3] == [
+            ("family", "task_heads", "vllm-srun"),
+            ("engine", "native", "vllm-srun"),
+            ("accelerator", "cpu", "vllm-srun"),
+        ]
+        assert ("kernel", "attention.eager", "vllm-srun") in groups
+        assert all(p["version"] and isinstance(p["capabilities"], dict) for p in card["plugins"])
+
     sequence = cards["sequence"]
     assert sequence["surfaces"] == ["classify"]
     [head] = sequence["heads"]
-    assert set(head) == {"name", "kind", "labels", "inputs", "overflow", "window", "reduction"}
     assert head["kind"] == "sequence" and head["labels"] == list(HEAD_LABELS["sequence"])
-    assert head["inputs"] == ["text", "text_pair"]
-    assert head["overflow"] == ["reject", "truncate", "window"]
-    assert cards["token"]["heads"][0]["labels"] == ["PER", "LOC"]  # entities of the BIO tags
-    assert cards["pooled"]["surfaces"] == ["embeddings", "rerank", "decisions"]
-    assert cards["pooled"]["embedding"] == {
-        "dimensions": 32,
+    assert head["inputs"] == ["text", "pair"]
+    assert (head["default_threshold"], head["thresholds"]) == (None, None)
+    assert head["reduction"] == "max"  # the per-label maximum over windows
+    assert head["window"] == {"tokens": 64, "overlap": 31}  # half a window's 62 content tokens
+    assert sequence["embedding"] is None and sequence["rerank"] is None
+    assert sequence["modalities"] == [] and sequence["question_types"] == []
+
+    [scores] = cards["scores"]["heads"]
+    assert scores["thresholds"] == [0.5, 0.4, 0.9]  # the packaged operating point, per label
+    assert len(scores["operating_point_sha256"]) == 64
+    assert scores["reduction"] == "max"
+
+    [token] = cards["token"]["heads"]
+    assert token["labels"] == ["PER", "LOC"]  # entities of the BIO tags
+    assert token["inputs"] == ["text"]
+    assert token["reduction"] is None  # most-central window per token: neither max nor span_union
+    assert token["window_reduction"] == "most-central window per token"
+
+    pooled = cards["pooled"]
+    assert pooled["surfaces"] == ["embeddings", "rerank", "decisions"]
+    assert pooled["embedding"] == {
+        "dimensions": [32],  # no Matryoshka sizes declared
+        "layers": [2],  # the last of its two hidden layers
+        "modalities": ["text"],
         "normalized": True,
         "pooling": "mean",
+        "input_types": [],
         "max_tokens": 48,
     }
-    assert cards["sequence"]["embedding"] is None
+    exit_ = {"layer": 2, "dimension": 32}
+    assert pooled["rerank"] == {"exits": [exit_], "default": exit_}
+    assert pooled["modalities"] == ["text"]  # it answers decisions (similarity_readout)
+    assert pooled["limits"] == {
+        "max_input_tokens": 48,
+        "min_options": 2,
+        "max_options": 255,
+        "min_levels": 2,
+        "max_levels": 10,
+    }
+    assert ("extension", "similarity_readout", "vllm-srun") in [
+        (p["group"], p["name"], p["distribution"]) for p in pooled["plugins"]
+    ]
+
+    relevance = cards["relevance"]
+    assert relevance["surfaces"] == ["classify", "rerank"]
+    assert relevance["rerank"] == {"exits": [exit_], "default": exit_}  # hidden size 32
+    assert relevance["heads"][0]["inputs"] == ["text", "pair"]
+
+
+def test_a_model_is_found_by_its_basename_and_repo_and_an_ambiguous_name_is_refused(
+    make_runtime, packages
+):
+    from vllm_srun.serve.config import ModelConfig
+
+    models = [
+        ModelConfig(model=str(packages["pooled"]), name="acme/embedder"),
+        ModelConfig(model=str(packages["sequence"]), name="acme/sentiment"),
+        ModelConfig(model=str(packages["token"]), name="other/sentiment"),
+    ]
+    runtime = make_runtime(models=models)
+    runtime.models["acme/embedder"].served.prepared = dataclasses.replace(
+        runtime.models["acme/embedder"].served.prepared, repo="sentence-transformers/tiny"
+    )
+    client = make_client(runtime)
+    for name in ("acme/embedder", "embedder", "sentence-transformers/tiny", "tiny"):
+        response = client.post("/v1/embeddings", json={"model": name, "input": "good"})
+        assert response.status_code == 200, (name, response.text)
+        assert response.json()["model"] == "acme/embedder"  # always the served ID
+        card = client.get(f"/v1/models/{name}").json()
+        assert card["id"] == "acme/embedder" and card["repo"] == "sentence-transformers/tiny"
+    for route, body in (
+        ("/v1/classify", {"model": "sentiment", "input": "good"}),
+        ("/v1/models/sentiment", None),
+    ):
+        response = client.post(route, json=body) if body else client.get(route)
+        assert response.status_code == 404
+        assert response.json()["error"] == {
+            "code": "model_not_found",
+            "message": "model 'sentiment' is ambiguous: it names acme/sentiment and "
+            "other/sentiment; use the full model ID",
+        }
+    exact = client.post("/v1/classify", json={"model": "acme/sentiment", "input": "good"})
+    assert exact.status_code == 200
 
 
 # -- Server-Timing and metrics ---------------------------------------------------------------
