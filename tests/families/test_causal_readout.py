@@ -179,7 +179,11 @@ def test_card(unshared, shared):
     assert card["family"] == "causal_readout" and card["engine"] == "native"
     assert card["surfaces"] == ["decisions"]
     assert card["question_types"] == ["choice", "noul", "score"]
-    assert card["limits"] == {"max_tokens": 512, "max_model_len": None, "model_max_tokens": 512}
+    assert card["limits"] == {
+        "max_input_tokens": 512,
+        "max_model_len": None,
+        "model_max_tokens": 512,
+    }
     assert card["decisions"]["template"] == "chat"
     assert card["decisions"]["shared_context"] is False
     assert shared["qwen3"].card()["decisions"]["shared_context"] is True
@@ -575,7 +579,7 @@ def test_max_model_len_fails_a_longer_question(packages, catalog):
     served = load_model(
         packages["gpt2"], LoadOptions(device="cpu", max_model_len=limit), catalog=catalog
     )
-    assert served.card()["limits"]["max_tokens"] == limit
+    assert served.card()["limits"]["max_input_tokens"] == limit
     assert served.card()["limits"]["max_model_len"] == limit
     body = served.answer(
         "decisions",
@@ -740,7 +744,7 @@ def test_the_card_describes_the_readout_and_its_limits(unshared, packages, catal
         packages["gpt2"], LoadOptions(device="cpu", max_model_len=100), catalog=catalog
     )
     assert limited.card()["limits"] == {
-        "max_tokens": 100,
+        "max_input_tokens": 100,
         "max_model_len": 100,
         "model_max_tokens": 512,
     }

@@ -8,8 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from vllm_srun.golden import check
 from vllm_srun.loader import LoadOptions, load_model
 from vllm_srun.plugins import load_catalog
+from vllm_srun.serve.config import ModelConfig, ServeConfig
+from vllm_srun.serve.runtime import ModelState, Runtime
+from vllm_srun.serve.status import model_card
 
 pytestmark = pytest.mark.slow
 
@@ -75,12 +79,95 @@ def test_minilm_is_served_natively_with_its_configured_limit(minilm):
     card = minilm.card()
     assert card["engine"] == "native"
     assert card["embedding"] == {
-        "dimensions": 384,
+        "dimensions": [384],  # its package declares no Matryoshka sizes
+        "layers": [6],  # the last of its six hidden layers
+        "modalities": ["text"],
         "normalized": True,
         "pooling": "mean",
+        "input_types": [],  # not an instructed model
         "max_tokens": 256,
     }
     assert card["batch_invariance"]["cross_request_batching"] is True
+
+
+def wire_card(served, catalog, golden=None):
+    """The ``/v1/models`` card the runtime serves for a ready model (wire contract 2.3)."""
+    state = ModelState(ModelConfig(model=str(served.package), name=served.name))
+    state.served, state.status = served, "ready"
+    if golden is not None:
+        state.golden = golden
+    return model_card(state, catalog)
+
+
+def test_the_minilm_card_is_the_2_3_contract(minilm, catalog):
+    card = wire_card(minilm, catalog, check(minilm, catalog))
+    assert card["id"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert card["repo"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert card["surfaces"] == ["embeddings", "rerank", "decisions"]
+    assert card["embedding"]["dimensions"] == [384] and card["embedding"]["layers"] == [6]
+    assert card["rerank"] == {
+        "exits": [{"layer": 6, "dimension": 384}],
+        "default": {"layer": 6, "dimension": 384},
+    }
+    assert card["modalities"] == ["text"]  # it answers decisions through similarity_readout
+    assert card["limits"] == {
+        "max_input_tokens": 256,
+        "min_options": 2,
+        "max_options": 255,
+        "min_levels": 2,
+        "max_levels": 10,
+    }
+    [head] = card["heads"]
+    assert (head["kind"], head["overflow"], head["reduction"]) == ("pooled", "reject", None)
+    assert card["profile"] == "exact" and [p["name"] for p in card["profiles"]] == ["exact"]
+    assert card["ready"] is True and card["status"] == "ready"
+    cases = len(catalog.layer("golden_references")[card["id"]].requests)
+    golden = card["golden"]
+    assert golden["checked"] == cases
+    assert golden["matched"] == (cases if golden["status"] == "matched" else 0)
+    assert card["accelerator_validated"] is (golden["status"] == "matched")
+    assert isinstance(card["parameters"], int) and card["parameters"] == 22713216
+    groups = {(p["group"], p["name"]) for p in card["plugins"]}
+    assert groups >= {
+        ("family", "task_heads"),
+        ("engine", "native"),
+        ("accelerator", "cpu"),
+        ("extension", "similarity_readout"),
+    }
+
+
+def test_the_rampart_card_is_the_2_3_contract(rampart, catalog):
+    card = wire_card(rampart, catalog)
+    assert card["repo"] == "arcjet/rampart-pii" and card["owned_by"] == "arcjet"
+    assert card["surfaces"] == ["classify"]
+    assert (card["embedding"], card["rerank"], card["modalities"]) == (None, None, [])
+    assert card["limits"] == {"max_input_tokens": 512}
+    [head] = card["heads"]
+    assert head["kind"] == "token" and head["inputs"] == ["text"]
+    assert head["overflow"] == "reject"
+    assert head["overflow_policies"] == ["reject", "truncate", "window"]
+    assert (head["default_threshold"], head["thresholds"]) == (None, None)
+    assert head["reduction"] is None  # each token from its most central window
+    assert head["window"] == {"tokens": 512, "overlap": 64}
+    assert card["golden"] == {"status": "pending", "checked": 0, "matched": 0, "reference": None}
+    assert ("engine", "onnxruntime") in {(p["group"], p["name"]) for p in card["plugins"]}
+
+
+def test_the_built_in_models_answer_to_their_basename_and_repo(minilm, rampart, catalog):
+    config = ServeConfig(
+        models=[
+            ModelConfig(model=str(minilm.package), name="embedder"),
+            ModelConfig(model=str(rampart.package), name="arcjet/rampart-pii"),
+        ]
+    )
+    runtime = Runtime(config, catalog=catalog)
+    try:
+        runtime.models["embedder"].served = minilm
+        for name in ("sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2", "embedder"):
+            assert runtime.served_state(name).name == "embedder"
+        assert runtime.served_state("rampart-pii").name == "arcjet/rampart-pii"
+    finally:
+        runtime.stop()
 
 
 def test_minilm_matches_sentence_transformers(minilm, sentence_transformer):
@@ -158,7 +245,7 @@ def test_rampart_street_name_is_one_span(rampart):
 def test_rampart_window_mode_finds_an_email_in_the_last_window(rampart):
     filler = "The project status is green and no blockers were reported this week. " * 120
     text = filler + "Write to dana.whitfield@example.org today."
-    limit = rampart.card()["limits"]["max_tokens"]
+    limit = rampart.card()["limits"]["max_input_tokens"]
     rejected = rampart.answer("classify", {"input": text})["results"][0]
     assert rejected["error"] == "max_length_exceeded"
     assert int(rejected["message"].split()[2]) >= 3 * limit

@@ -8,9 +8,15 @@ import struct
 import pytest
 import torch
 
-from vllm_srun.families.task_heads.package import describe
+from vllm_srun.families.task_heads.package import (
+    MATRYOSHKA_KEY,
+    Exit,
+    describe,
+    embedding_dimensions,
+    representation_exits,
+)
 from vllm_srun.loader import LoadError, LoadOptions, load_model
-from vllm_srun.plugins import load_catalog
+from vllm_srun.plugins import PackageError, load_catalog
 from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.spec import RequestError
 
@@ -332,14 +338,57 @@ def test_the_card_describes_heads_embedding_and_limits(models):
     assert card["family"] == "task_heads" and card["engine"] == "native"
     assert card["device"] == "cpu" and card["attention"] == "eager"
     assert card["embedding"] == {
-        "dimensions": 32,
+        "dimensions": [32],
+        "layers": [2],
+        "modalities": ["text"],
         "normalized": True,
         "pooling": "mean",
+        "input_types": [],
         "max_tokens": 48,
+    }
+    assert card["rerank"] == {
+        "exits": [{"layer": 2, "dimension": 32}],
+        "default": {"layer": 2, "dimension": 32},
     }
     assert card["heads"][0]["kind"] == "pooled"
     token = models[("bert", "token")].card()["heads"][0]
     assert (token["name"], token["labels"]) == ("token", ["PER", "LOC"])
+
+
+@pytest.mark.parametrize("model_type", ["distilbert", "roberta"])
+def test_the_layers_and_exits_come_from_the_config_whatever_its_spelling(models, model_type):
+    """DistilBERT says n_layers and dim; the others num_hidden_layers and hidden_size."""
+    pooled = models[(model_type, "pooled")]
+    assert pooled.loaded.exits() == (Exit(2, 32),)
+    assert pooled.loaded.embedding_layers() == (2,)
+    assert pooled.card()["embedding"]["layers"] == [2]
+    cross = models[(model_type, "relevance")]
+    assert cross.loaded.exits() == (Exit(2, 32),)
+    assert cross.loaded.embedding_layers() == ()  # a cross-encoder embeds nothing
+    assert cross.card()["rerank"]["default"] == {"layer": 2, "dimension": 32}
+    assert models[(model_type, "sequence")].loaded.exits() == ()
+
+
+def test_declared_matryoshka_sizes_join_the_full_size(packages, tmp_path):
+    import json
+    import shutil
+
+    package = tmp_path / "matryoshka"
+    shutil.copytree(packages[("bert", "pooled")], package)
+    config = json.loads((package / "config.json").read_text())
+    (package / "config.json").write_text(json.dumps({**config, MATRYOSHKA_KEY: [8, 16, 32, 8]}))
+    description = describe(package)
+    assert embedding_dimensions(description.pooling) == (32, 16, 8)  # full size first
+    assert representation_exits(description) == (Exit(2, 32),)
+    for bad in ([64], [0], "16", [], [16.0], [True]):
+        (package / "config.json").write_text(json.dumps({**config, MATRYOSHKA_KEY: bad}))
+        with pytest.raises(PackageError, match="must be a list of integers from 1 to the"):
+            describe(package)
+    (package / "config.json").write_text(
+        json.dumps({k: v for k, v in config.items() if k != "num_hidden_layers"})
+    )
+    with pytest.raises(PackageError, match="states no number of hidden layers"):
+        describe(package)
 
 
 def test_family_choice_errors(tmp_path, catalog):

@@ -9,6 +9,7 @@ own tests pin.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import shutil
@@ -768,36 +769,70 @@ def test_cards_describe_each_head_kind(models):
                 "name": "sequence",
                 "kind": "sequence",
                 "labels": ["negative", "neutral", "positive"],
-                "inputs": ["text", "text_pair"],
-                "overflow": ["reject", "truncate", "window"],
+                "inputs": ["text", "pair"],
+                "default_threshold": None,
+                "thresholds": None,
+                "operating_point_sha256": None,
+                "overflow": "reject",
+                "overflow_policies": ["reject", "truncate", "window"],
                 "window": {"tokens": 64, "overlap": 31},
-                "reduction": "max per label over windows",
+                "reduction": "max",
+                "window_reduction": "max per label over windows",
             }
         ],
         "embedding": None,
-        "limits": {"max_tokens": 64},
+        "rerank": None,
+        "limits": {"max_input_tokens": 64},
     }
     scores = task_model(models["scores"]).card()["heads"][0]
-    assert scores["inputs"] == ["text", "text_pair"] and scores["kind"] == "scores"
+    assert scores["inputs"] == ["text", "pair"] and scores["kind"] == "scores"
+    assert scores["thresholds"] == [0.5, 0.4, 0.9] and scores["default_threshold"] is None
+    digest = hashlib.sha256((models["scores"].package / "thresholds.json").read_bytes())
+    assert scores["operating_point_sha256"] == digest.hexdigest()
     token = task_model(models["token"]).card()["heads"][0]
     assert token["inputs"] == ["text"]
-    assert token["reduction"] == "most-central window per token"
+    assert token["reduction"] is None
+    assert token["window_reduction"] == "most-central window per token"
     pooled = task_model(models["pooled"]).card()
     assert pooled["surfaces"] == ["embeddings", "rerank"]
-    assert pooled["heads"][0]["reduction"] == "content-token-weighted mean"
+    assert pooled["heads"][0]["reduction"] is None
+    assert pooled["heads"][0]["window_reduction"] == "content-token-weighted mean"
     assert json.dumps(pooled["heads"][0]["window"]) == '{"tokens": 48, "overlap": 23}'
     assert json.dumps(sequence["heads"][0]["window"]) == '{"tokens": 64, "overlap": 31}'
 
     assert pooled["embedding"] == {
-        "dimensions": 32,
+        "dimensions": [32],
+        "layers": [2],
+        "modalities": ["text"],
         "normalized": True,
         "pooling": "mean",
+        "input_types": [],
         "max_tokens": 48,
+    }
+    assert pooled["rerank"] == {
+        "exits": [{"layer": 2, "dimension": 32}],
+        "default": {"layer": 2, "dimension": 32},
     }
     relevance = task_model(models["relevance"]).card()
     assert relevance["surfaces"] == ["classify", "rerank"]  # a cross-encoder scores pairs on both
     [head] = relevance["heads"]
-    assert (head["kind"], head["inputs"]) == ("relevance", ["text", "text_pair"])
+    assert (head["kind"], head["inputs"]) == ("relevance", ["text", "pair"])
+    assert head["reduction"] == "max"
+    assert relevance["rerank"] == pooled["rerank"]  # its last layer at its hidden size, 32
+
+
+def test_a_family_threshold_option_is_the_default_threshold_of_scores_and_token_heads(models):
+    model = task_model(models["scores"])
+    with_option = type(model)(
+        model.description, model.encoder, model.engine_model, defaults={"threshold": 0.25}
+    )
+    assert with_option.card()["heads"][0]["default_threshold"] == 0.25
+    token = task_model(models["token"])
+    with_option = type(token)(
+        token.description, token.encoder, token.engine_model, defaults={"threshold": 1}
+    )
+    [head] = with_option.card()["heads"]
+    assert head["default_threshold"] == 1.0 and isinstance(head["default_threshold"], float)
 
 
 def test_responses_have_their_documented_shape(models):

@@ -84,6 +84,26 @@ def test_a_recorded_decision_reference_matches_at_warm_up_and_a_changed_one_fail
         "matched": 1,
         "reference": key,
     }
+    # the rest of its 2.3 card: a decision model's modalities and limits
+    assert card["ready"] is True and card["accelerator_validated"] is True
+    assert card["modalities"] == ["text"] and card["presets"] == []
+    assert card["limits"] == {
+        "max_input_tokens": 512,
+        "max_model_len": None,
+        "model_max_tokens": 512,
+        "min_options": 2,
+        "max_options": 255,
+        "min_levels": 2,
+        "max_levels": 10,
+    }
+    assert (card["heads"], card["embedding"], card["rerank"]) == ([], None, None)
+    assert [(p["group"], p["name"]) for p in card["plugins"]] == [
+        ("family", "causal_readout"),
+        ("engine", "native"),
+        ("accelerator", "cpu"),
+        ("kernel", "attention.eager"),
+    ]
+    assert card["plugins"][0]["capabilities"] == {"surfaces": ["decisions"]}
 
     document = json.loads(path.read_text())
     answers = document["answers"][key][0]["answers"]
