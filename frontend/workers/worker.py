@@ -1,0 +1,157 @@
+"""One replica of a logical deployment, as the frontend sees it over the wire.
+
+A :class:`Worker` is the seam between the parts that keep a worker alive and
+observed (supervision, health polling) and the parts that send it requests
+(the replica pool): the first write its state and card, the second read them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+STATES = (
+    "starting",
+    "loading",
+    "warming",
+    "ready",
+    "degraded",
+    "failed",
+    "restarting",
+    "unreachable",
+    "missing",
+    "incompatible",
+    "stopped",
+)
+"""Every state a worker's model can be in: the runtime's own (``starting`` ..
+``failed``) and the frontend's observations of the process (``restarting``,
+``unreachable``, ``missing``, ``incompatible``, ``stopped``)."""
+
+
+def client_for(endpoint: str, timeout: float | None = None) -> httpx.AsyncClient:
+    """An HTTP client for ``endpoint``: ``unix:///abs.sock``, ``http://h:p`` or ``https://h:p``.
+
+    Raises:
+        ValueError: another scheme, or a relative socket path.
+    """
+    parts = urlsplit(endpoint)
+    if parts.scheme == "unix":
+        if not parts.path.startswith("/"):
+            raise ValueError(f"endpoint {endpoint!r}: unix:// needs an absolute socket path")
+        transport = httpx.AsyncHTTPTransport(uds=parts.path)
+        return httpx.AsyncClient(transport=transport, base_url="http://worker", timeout=timeout)
+    if parts.scheme in ("http", "https"):
+        return httpx.AsyncClient(base_url=endpoint.rstrip("/"), timeout=timeout)
+    raise ValueError(f"endpoint {endpoint!r} must use unix://, http:// or https://")
+
+
+def shown_endpoint(endpoint: str) -> str:
+    """What operators see of an endpoint: ``unix`` for a socket (never its path), else
+    ``scheme://host[:port]`` (never a path, query or credentials)."""
+    parts = urlsplit(endpoint)
+    if parts.scheme == "unix":
+        return "unix"
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}"
+
+
+@dataclass(eq=False)
+class Worker:
+    """One replica: where it is, what state its model is in and the card it reported.
+
+    Attributes:
+        deployment: the logical deployment this replica serves.
+        replica_id: ``"r-"`` and 12 hex digits, stable for the same placement.
+        managed: started and supervised by this frontend (else attached).
+        endpoint: ``unix:///abs.sock`` or ``http(s)://host:port``; internal, never shown.
+        served_name: the model's name on the worker (its models-file ``name``).
+        process: the managed process name (``<deployment>-<replica_id>``), ``""`` attached.
+        device: the placement's device, or ``None`` (attached, or ``auto`` unresolved).
+        state: one of :data:`STATES`.
+        reason: why the state is not ``ready`` (``""`` when nothing to say).
+        card: the worker's ``/v1/models`` card for ``served_name``, once seen.
+        limits: the worker's process ``limits`` (``max_bundle_tasks``, ``max_request_bytes``).
+        restarts: how many times the managed process was restarted.
+    """
+
+    deployment: str
+    replica_id: str
+    managed: bool
+    endpoint: str
+    served_name: str
+    process: str = ""
+    device: str | None = None
+    state: str = "starting"
+    reason: str = ""
+    card: dict[str, Any] | None = None
+    limits: dict[str, Any] = field(default_factory=dict)
+    restarts: int = 0
+    _changed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _probe: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _client: httpx.AsyncClient | None = field(default=None, repr=False)
+
+    @property
+    def ready(self) -> bool:
+        """Its model answers: state ``ready`` and a card seen."""
+        return self.state == "ready" and self.card is not None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The worker's HTTP client (made on first use; no timeout of its own)."""
+        if self._client is None:
+            self._client = client_for(self.endpoint)
+        return self._client
+
+    def shown_endpoint(self) -> str:
+        """:func:`shown_endpoint` of this worker."""
+        return shown_endpoint(self.endpoint)
+
+    def update(self, state: str, reason: str = "", card: dict[str, Any] | None = None) -> bool:
+        """Set the state, reason and (when given) card; wake the waiters if anything
+        changed. Returns whether it did.
+
+        Raises:
+            ValueError: a state outside :data:`STATES`.
+        """
+        if state not in STATES:
+            raise ValueError(f"unknown worker state {state!r}; one of {', '.join(STATES)}")
+        changed = (state, reason) != (self.state, self.reason) or (
+            card is not None and card != self.card
+        )
+        self.state, self.reason = state, reason
+        if card is not None:
+            self.card = card
+        if changed:
+            self._changed.set()
+            self._changed = asyncio.Event()
+        return changed
+
+    async def changed(self) -> None:
+        """Wait for the next :meth:`update` that changes something."""
+        await self._changed.wait()
+
+    def request_probe(self) -> None:
+        """Ask the health poller for a probe now (after a transport failure)."""
+        self._probe.set()
+
+    async def probe_requested(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for :meth:`request_probe`; clears the request."""
+        try:
+            await asyncio.wait_for(self._probe.wait(), timeout)
+        except TimeoutError:
+            return False
+        self._probe.clear()
+        return True
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
