@@ -66,7 +66,12 @@ def test_read_request_builds_the_typed_request_of_each_surface():
             "invalid_request",
             "input must be a string or a non-empty list",
         ),
-        ("embeddings", {"input": ["a", 1]}, "invalid_request", "input[1] must be a string"),
+        (
+            "embeddings",
+            {"input": ["a", 1]},
+            "invalid_request",
+            'input[1] must be a string or a content part {"type": "text", "text": "..."}',
+        ),
         (
             "classify",
             {"input": []},
