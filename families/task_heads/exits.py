@@ -12,9 +12,10 @@ each surface has one exit:
   reads that), a bi-encoder's embedding exit (the cosine of two embeddings).
 
 A request naming another layer, or another rerank dimension, is refused
-(:func:`check_layer`, :func:`check_rerank_exit`); ``/v1/models`` cards list
-the same exits (``embedding.layers``, ``rerank.exits``), read from these
-functions.
+(:func:`check_layer`, :func:`check_rerank_exit`). What a card lists as the
+model's exits (``embedding.layers``, ``rerank: {exits, default}``) should come
+from :func:`embedding_exits` and :func:`rerank_exits` too, so a card never lists
+an exit a request is refused for.
 """
 
 from __future__ import annotations
