@@ -103,8 +103,8 @@ class ResponseMeta(BaseModel):
     profile: str | None = Field(None, description='The numerics profile answered in ("exact").')
     numerics: str | None = Field(
         None,
-        description="exact (the model's own outputs), or approximate (a zero-shot readout: "
-        "similarity_readout decisions).",
+        description="exact (the model's own outputs), or approximate (a zero-shot readout, "
+        "such as decisions answered from an embedder's similarities).",
     )
     engine: str | None = None
     accelerator: str | None = None

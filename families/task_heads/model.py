@@ -202,24 +202,25 @@ class TaskModel(LoadedModel[TaskPlan]):
             return TaskPlan("embeddings", head, encoded, [""] * len(rows), options=options)
         texts: list[str] = []
         encoded = []
-        for index, item in enumerate(request.contents):
+        for item in request.contents:
             if isinstance(item, ImageUrlPart | InputAudioPart):
                 texts.append("")
-                encoded.append(EncodedInput(error=("invalid_input", self._unread(index, item))))
+                encoded.append(EncodedInput(error=("invalid_input", self._unread(item))))
                 continue
             text = item if isinstance(item, str) else item.text
             texts.append(text)
             encoded.append(self.encoder.encode(text, None, policy))
         return TaskPlan("embeddings", head, encoded, texts, options=options)
 
-    def _unread(self, index: int, part: ImageUrlPart | InputAudioPart) -> str:
-        """Why input ``index``, an image or audio part, cannot be embedded here."""
+    def _unread(self, part: ImageUrlPart | InputAudioPart) -> str:
+        """Why an image or audio part cannot be embedded here (the item error's message;
+        the item's index is where it stands)."""
         modalities = list(embedding_modalities(self.description))
         shown = ", ".join(f'"{m}"' for m in modalities)
         return (
-            f"input[{index}] is an {part.type} part ({part.modality}); this model embeds "
+            f"an {part.type} part ({part.modality}) cannot be embedded here: this model embeds "
             f"{' and '.join(modalities) or 'nothing'} only (its card's embedding.modalities are "
-            f"[{shown}]): send it to a model whose embedding.modalities list {part.modality}"
+            f"[{shown}]); send it to a model whose embedding.modalities list {part.modality}"
         )
 
     def _plan_classify(self, request: ClassifyRequest) -> TaskPlan:

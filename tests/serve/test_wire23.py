@@ -217,14 +217,17 @@ def test_image_and_audio_parts_fail_alone_on_a_text_model(client, packages):
         "object": "embedding",
         "index": 0,
         "error": "invalid_input",
-        "message": "input[0] is an image_url part (image); this model embeds text only (its "
-        'card\'s embedding.modalities are ["text"]): send it to a model whose '
+        "message": "an image_url part (image) cannot be embedded here: this model embeds text "
+        'only (its card\'s embedding.modalities are ["text"]); send it to a model whose '
         "embedding.modalities list image",
     }
     assert (audio["error"], audio["index"]) == ("invalid_input", 2)
     assert "input_audio part (audio)" in audio["message"] and '["text"]' in audio["message"]
     assert close(text["embedding"], reference.embedding(packages["pooled"], "good"))
     assert response.json()["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
+    # OpenAI's plain form (no options) fails the request instead, naming the input once
+    plain = client.post("/v1/embeddings", json={"model": "pooled", "input": parts[:2]})
+    assert error_of(plain, 400, "invalid_request") == "input[0]: " + image["message"]
 
 
 @pytest.mark.parametrize(

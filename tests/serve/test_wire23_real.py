@@ -105,7 +105,7 @@ def test_minilm_embeds_text_parts_as_strings_and_refuses_images_alone(client):
     data = embed(client, {"input": parts, "options": META})["data"]
     assert [d["embedding"] for d in data[:2]] == [d["embedding"] for d in plain]
     assert data[2]["error"] == "invalid_input"
-    assert data[2]["message"].startswith("input[2] is an image_url part (image); this model")
+    assert data[2]["message"].startswith("an image_url part (image) cannot be embedded here")
     assert 'embedding.modalities are ["text"]' in data[2]["message"]
 
 
