@@ -23,6 +23,7 @@ one request's rules would sit in several files.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
@@ -64,6 +65,9 @@ Milliseconds = StrictFloat
 """A duration in ms: a JSON number (an integer too), never a string or a boolean
 (``true`` is not 1 ms)."""
 
+ProfileName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
+"""A numerics profile's name (``exact``): lower-case letters, digits and ``_``."""
+
 
 class Strict(BaseModel):
     """Unknown fields are an error: a typo must not be silently ignored."""
@@ -85,7 +89,12 @@ class WindowOptions(Strict):
 class InputOptions(Strict):
     """``options`` every text surface takes."""
 
-    overflow: Overflow = "reject"
+    overflow: Overflow = Field(
+        default="reject",
+        description="An input over the model's limit: reject (the item error "
+        "max_length_exceeded), truncate (keep the beginning) or window (overlapping windows; "
+        "Extension on embeddings and rerank: a 2.3 client ignores it there).",
+    )
     max_tokens: StrictInt | None = Field(
         default=None,
         ge=1,
@@ -100,13 +109,39 @@ class InputOptions(Strict):
         allow_inf_nan=False,
         description="Answer within this many ms, or deadline_exceeded.",
     )
+    return_meta: StrictBool | None = Field(
+        default=None,
+        description="true: the response carries meta, the model's identity (model_id, "
+        "revision, model_sha256, profile, numerics, engine, accelerator, device), this "
+        "request's queue_ms and compute_ms, and the surface's own keys (classify: head; "
+        "embeddings: representation).",
+    )
+    profile: ProfileName | None = Field(
+        default=None,
+        description="The numerics profile the request expects; it must be the one the model "
+        'was loaded with (only "exact" exists), else 400 invalid_request.',
+    )
+
+    @property
+    def meta(self) -> bool:
+        """``return_meta`` (``null`` and absent are false)."""
+        return bool(self.return_meta)
 
 
 class ClassifyOptions(InputOptions):
     """``/v1/classify`` options: input options plus the heads' readout settings."""
 
     threshold: StrictFloat | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
-    aggregation: Aggregation | None = None
+    aggregation: Aggregation | None = Field(
+        default=None,
+        description="Extension (a 2.3 client ignores it): how a token head's word pieces "
+        "become word labels (max, first, average, none).",
+    )
+    return_tokens: StrictBool | None = Field(
+        default=None,
+        description="Token heads: each result lists tokens, every content token's code-point "
+        "start and end with its probability per label (in labels order). Other heads ignore it.",
+    )
 
 
 class SurfaceBody(BaseModel):
@@ -142,32 +177,97 @@ def _is_id(value: Any) -> bool:
     return type(value) is int and value >= 0
 
 
+PART_FIELDS: dict[str, tuple[str, ...]] = {
+    "text": ("type", "text"),
+    "image_url": ("type", "image_url"),
+    "input_audio": ("type", "input_audio"),
+}
+"""The content part types an embeddings input may be, each with its fields."""
+
+PART_OBJECT_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "image_url": (("url",), ("url", "detail")),
+    "input_audio": (("data", "format"), ("data", "format")),
+}
+"""The object inside an ``image_url`` or ``input_audio`` part: required and known keys
+(every value a string)."""
+
+
+def _part_problem(item: dict[str, Any], where: str) -> str | None:
+    """What is wrong with one content part ``item`` at ``where`` (``input[2]``), or ``None``."""
+    if "type" not in item:
+        return (
+            f'{where}.type is missing; a content part is {{"type": "text", "text": "..."}} '
+            f"(or {', '.join(t for t in PART_FIELDS if t != 'text')})"
+        )
+    kind = item["type"]
+    if not isinstance(kind, str) or kind not in PART_FIELDS:
+        shown = clip(kind) if isinstance(kind, str) else json.dumps(kind)[:40]
+        return (
+            f"{where}.type {shown!r} is not a content part type; send one of "
+            f"{', '.join(PART_FIELDS)}"
+        )
+    fields = PART_FIELDS[kind]
+    extra = [key for key in item if key not in fields]
+    if extra:
+        return (
+            f"{where}.{clip(extra[0])}: not a field of a {kind} part (it has {', '.join(fields)})"
+        )
+    if kind == "text":
+        return None if isinstance(item.get("text"), str) else f"{where}.text must be a string"
+    required, known = PART_OBJECT_FIELDS[kind]
+    inner = item.get(kind)
+    shape = "{" + ", ".join(f'"{key}": "..."' for key in required) + "}"
+    if not isinstance(inner, dict):
+        return f"{where}.{kind} must be an object {shape}"
+    unknown = [key for key in inner if key not in known]
+    if unknown:
+        return (
+            f"{where}.{kind}.{clip(unknown[0])}: not a field of {kind} (it has {', '.join(known)})"
+        )
+    for key in known:
+        if (key in required or inner.get(key) is not None) and not isinstance(inner.get(key), str):
+            return f"{where}.{kind}.{key} must be a string"
+    return None
+
+
 def _texts_rule(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-    """``input`` of embeddings: one message naming the first bad item, instead of
-    one per member of the union (and per token id)."""
+    """``input`` of embeddings: one message naming the first bad item (``input[2].type``),
+    instead of one per member of the union (and per token id)."""
     try:
         return handler(value)
     except ValidationError:
         if not isinstance(value, list):
             raise PydanticCustomError(RULE, "input must be a string or a non-empty list") from None
-        if value and isinstance(value[0], str):
-            index = next(i for i, item in enumerate(value) if not isinstance(item, str))
-            raise PydanticCustomError(RULE, f"input[{index}] must be a string") from None
+        textual = bool(value) and isinstance(value[0], str | dict)
         for index, item in enumerate(value):
-            if isinstance(item, list):
+            where = f"input[{index}]"
+            if isinstance(item, dict):
+                problem = _part_problem(item, where)
+                if problem is not None:
+                    raise PydanticCustomError(RULE, problem) from None
+            elif textual:
+                if isinstance(item, str):
+                    continue
+                raise PydanticCustomError(
+                    RULE,
+                    f'{where} must be a string or a content part {{"type": "text", "text": "..."}}',
+                ) from None
+            elif isinstance(item, list):
                 bad = next((j for j, i in enumerate(item) if not _is_id(i)), None)
                 if bad is not None:
                     raise PydanticCustomError(
-                        RULE, f"input[{index}][{bad}] must be a token id (an integer >= 0)"
+                        RULE, f"{where}[{bad}] must be a token id (an integer >= 0)"
                     ) from None
             elif not _is_id(item):
                 raise PydanticCustomError(
                     RULE,
-                    f"input[{index}] must be a string, a token id (an integer >= 0) or a list "
-                    "of token ids; send texts or token ids, not both",
+                    f"{where} must be a string, a content part, a token id (an integer >= 0) or "
+                    "a list of token ids; send texts or token ids, not both",
                 ) from None
         raise PydanticCustomError(
-            RULE, "input must hold texts, token ids, or lists of token ids: one kind"
+            RULE,
+            "input must hold texts (strings or content parts), token ids, or lists of token "
+            "ids: one kind",
         ) from None
 
 
@@ -208,6 +308,61 @@ TokenId = Annotated[StrictInt, Field(ge=0)]
 """A token id of the model's vocabulary (checked against its size by the model)."""
 
 
+class TextPart(Strict):
+    """An input given as a content part: ``{"type": "text", "text": "..."}``."""
+
+    type: Literal["text"]
+    text: str
+
+    @property
+    def modality(self) -> str:
+        """``text``."""
+        return "text"
+
+
+class ImageUrl(Strict):
+    """Where an image is: an ``https:`` or ``data:`` URL."""
+
+    url: str
+    detail: str | None = None
+
+
+class ImageUrlPart(Strict):
+    """An image input: ``{"type": "image_url", "image_url": {"url": "..."}}``."""
+
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+    @property
+    def modality(self) -> str:
+        """``image``."""
+        return "image"
+
+
+class InputAudio(Strict):
+    """Audio bytes in base64 and their ``format`` (``wav``)."""
+
+    data: str
+    format: str
+
+
+class InputAudioPart(Strict):
+    """An audio input: ``{"type": "input_audio", "input_audio": {"data", "format"}}``."""
+
+    type: Literal["input_audio"]
+    input_audio: InputAudio
+
+    @property
+    def modality(self) -> str:
+        """``audio``."""
+        return "audio"
+
+
+ContentPart = Annotated[TextPart | ImageUrlPart | InputAudioPart, Field(discriminator="type")]
+"""One embeddings input as a content part; its ``modality`` is ``text``, ``image`` or
+``audio``. A model embeds the modalities its card's ``embedding.modalities`` lists."""
+
+
 class EmbeddingsRequest(SurfaceBody):
     """OpenAI-compatible; unknown OpenAI fields (``user``) are accepted and ignored."""
 
@@ -215,37 +370,73 @@ class EmbeddingsRequest(SurfaceBody):
     surface: ClassVar[str] = "embeddings"
 
     input: Annotated[
-        str | list[str] | list[TokenId] | list[list[TokenId]], WrapValidator(_texts_rule)
+        str | list[str] | list[str | ContentPart] | list[TokenId] | list[list[TokenId]],
+        WrapValidator(_texts_rule),
     ] = Field(
-        description="A text, a list of texts, one input as token ids (a list of integers: "
-        "the whole row, special tokens included, as the model's tokenizer gives it), or "
-        "several (a list of such lists)."
+        description="A text, a list of inputs each a text or a content part "
+        '({"type": "text", "text": "..."}; image_url and input_audio parts fail as items on '
+        "a model whose embedding.modalities lack them), one input as token ids (a list of "
+        "integers: the whole row, special tokens included, as the model's tokenizer gives it), "
+        "or several (a list of such lists)."
     )
     model: str | None = None
-    dimensions: StrictInt | None = Field(default=None, ge=1)
+    dimensions: StrictInt | None = Field(
+        default=None,
+        ge=1,
+        description="Keep the first this many dimensions (re-normalised when the model "
+        "normalises); at most the exit's dimension.",
+    )
+    layer: StrictInt | None = Field(
+        default=None,
+        description="The exit (layer) to read; it must be one of the card's embedding.layers "
+        "(the model's last layer), else 400 naming them. Default: the model's exit.",
+    )
+    input_type: Literal["query", "document"] | None = Field(
+        default=None,
+        description="What the inputs are; a symmetric embedder (the card's "
+        "embedding.input_types) embeds both alike.",
+    )
     encoding_format: EncodingFormat = "float"
     truncate: StrictBool | None = Field(
         default=None,
-        description="Text Embeddings Inference's spelling: true is options.overflow "
-        "truncate, false is reject.",
+        description="Extension (a 2.3 client ignores it): Text Embeddings Inference's "
+        "spelling, true is options.overflow truncate, false is reject.",
     )
     options: InputOptions | None = None
 
     @property
     def token_ids(self) -> list[list[int]] | None:
         """``input`` as rows of token ids, or ``None`` when it holds texts."""
-        if not isinstance(self.input, list) or not self.input or isinstance(self.input[0], str):
+        if not isinstance(self.input, list) or not self.input:
             return None
-        if isinstance(self.input[0], int):
+        first = self.input[0]
+        if isinstance(first, int):
             return [[int(i) for i in self.input if isinstance(i, int)]]
-        return [list(row) for row in self.input if isinstance(row, list)]
+        if isinstance(first, list):
+            return [list(row) for row in self.input if isinstance(row, list)]
+        return None
+
+    @property
+    def contents(self) -> list[str | TextPart | ImageUrlPart | InputAudioPart]:
+        """Each input when ``input`` holds texts: a string or a content part, in order
+        (empty when it holds token ids)."""
+        if isinstance(self.input, str):
+            return [self.input]
+        return [
+            item
+            for item in self.input
+            if isinstance(item, str | TextPart | ImageUrlPart | InputAudioPart)
+        ]
 
     @property
     def texts(self) -> list[str]:
-        """``input`` as a list of texts (empty when it holds token ids)."""
-        if isinstance(self.input, str):
-            return [self.input]
-        return [text for text in self.input if isinstance(text, str)]
+        """The text of every text input (a string or a text part), in order; empty when
+        ``input`` holds token ids. Image and audio parts are left out: see :attr:`contents`."""
+        return [
+            item if isinstance(item, str) else item.text
+            for item in self.contents
+            if isinstance(item, str | TextPart)
+        ]
 
     @property
     def plain(self) -> bool:
@@ -339,6 +530,16 @@ class RerankRequest(SurfaceBody, Strict):
     model: str | None = None
     top_n: StrictInt | None = Field(default=None, ge=1)
     return_documents: StrictBool = False
+    layer: StrictInt | None = Field(
+        default=None,
+        description="The exit (layer) to score at; it must be one of the card's rerank.exits, "
+        "else 400 naming them. Default: rerank.default.",
+    )
+    dimensions: StrictInt | None = Field(
+        default=None,
+        ge=1,
+        description="The dimension of that exit (the card's rerank.exits); another is 400.",
+    )
     options: InputOptions | None = None
 
     def check(self) -> None:
@@ -429,20 +630,28 @@ def read_request(surface: str, body: Mapping[str, Any] | SurfaceRequest) -> Surf
 __all__ = [
     "AGGREGATIONS",
     "OVERFLOW_MODES",
+    "PART_FIELDS",
     "TEXT_REQUESTS",
     "Aggregation",
     "ClassifyOptions",
     "ClassifyRequest",
+    "ContentPart",
     "EmbeddingsRequest",
     "EncodingFormat",
+    "ImageUrl",
+    "ImageUrlPart",
+    "InputAudio",
+    "InputAudioPart",
     "InputOptions",
     "Milliseconds",
     "Overflow",
+    "ProfileName",
     "RerankRequest",
     "Strict",
     "SurfaceBody",
     "SurfaceRequest",
     "TextPair",
+    "TextPart",
     "TextRequest",
     "WindowOptions",
     "read_request",

@@ -34,8 +34,18 @@ from .runtime import Runtime
 from .status import cards, health_document, model_card
 from .systemone import SCHEMAS, Shape, read_systemone, reshape
 
+RETRY_AFTER_HEADER = {
+    "Retry-After": {
+        "description": "Extension (a 2.3 client ignores it): seconds to wait before retrying.",
+        "schema": {"type": "integer"},
+    }
+}
+"""How the 429 and 503 answers document their ``Retry-After`` header."""
+
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": schemas.ErrorResponse} for status in (400, 404, 413, 422, 429, 500, 503)
+    status: {"model": schemas.ErrorResponse}
+    | ({"headers": RETRY_AFTER_HEADER} if status in (429, 503) else {})
+    for status in (400, 404, 413, 422, 429, 500, 503)
 }
 
 

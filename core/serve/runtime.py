@@ -23,7 +23,7 @@ import heapq
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from vllm_srun.golden import PENDING, GoldenResult
 from vllm_srun.golden import check as check_golden
 from vllm_srun.loader import LoadError, LoadOptions, ServedModel, is_retryable, load_model
 from vllm_srun.plugins import Catalog, load_catalog
+from vllm_srun.plugins.decisions import DecisionsRequest
 from vllm_srun.plugins.requests import SurfaceBody, SurfaceRequest
 from vllm_srun.plugins.spec import RequestError, RowOutput, clip
 from vllm_srun.scheduler import Job, ModelScheduler, Overloaded, Stopped
@@ -55,6 +56,14 @@ IDLE_CHECK_SECONDS = 0.05
 MAX_RETRY_SECONDS = 300.0
 """Longest wait between two loads of a model (the command reference: "then doubling,
 at most 300 s")."""
+
+PROFILES: dict[str, str] = {"exact": "exact"}
+"""The numerics profiles a model can be loaded with, each with the numerics it gives
+(``meta.numerics`` unless the answering family or extension says otherwise): only
+``exact`` exists, the model's own weights at its dtype with nothing approximated."""
+
+LOADED_PROFILE = "exact"
+"""The profile every model is loaded with (the only one in :data:`PROFILES`)."""
 
 
 @dataclass
@@ -112,6 +121,8 @@ class Planned:
     deadline_ms: float | None = None
     job: Job | None = None
     future: asyncio.Future[dict[str, Any]] | None = None
+    meta: bool = False
+    profile: str = LOADED_PROFILE
 
 
 class Runtime:
@@ -415,6 +426,14 @@ class Runtime:
         state = self.resolve(request.model)
         served = state.served
         assert served is not None
+        meta, profile = meta_options(request)
+        if profile is not None and profile != LOADED_PROFILE:
+            raise ApiError(
+                "invalid_request",
+                f"options.profile {clip(profile)!r} is not how model {state.name} was loaded: it "
+                f"was loaded with profile {LOADED_PROFILE}, and its profiles are "
+                f"{', '.join(PROFILES)}; send {LOADED_PROFILE} or leave options.profile out",
+            )
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
         try:
@@ -425,7 +444,14 @@ class Runtime:
             raise ApiError(err.code, err.message) from err
         finally:
             timing.add("tokenize", time.perf_counter() - started)
-        return Planned(state, surface, plan, request.deadline_ms)
+        return Planned(
+            state,
+            surface,
+            plan,
+            request.deadline_ms,
+            meta=meta,
+            profile=profile or LOADED_PROFILE,
+        )
 
     def submit(self, planned: list[Planned], timing: Timing) -> None:
         """Admit planned requests of one model at once (each gets a job and a future).
@@ -472,6 +498,8 @@ class Runtime:
             started = time.perf_counter()
             try:
                 body: Any = {"model": item.state.name, **served.loaded.finish(item.plan, outputs)}
+                if item.meta:
+                    body["meta"] = response_meta(item, job, body.get("meta"))
             except Exception as err:
                 log.exception("model %s: finishing a response failed", item.state.name)
                 body = ApiError(
@@ -514,6 +542,64 @@ def other_names(state: ModelState) -> set[str]:
     if isinstance(repo, str) and repo:
         names |= {repo, repo.rsplit("/", 1)[-1]}
     return names - {state.name, ""}
+
+
+def meta_options(request: SurfaceRequest) -> tuple[bool, str | None]:
+    """Whether ``request`` asks for ``meta`` (``options.return_meta``) and the profile it
+    names (``options.profile``; ``None`` when it names none)."""
+    if isinstance(request, DecisionsRequest):
+        return request.return_meta, request.profile
+    options = request.options
+    if options is None:
+        return False, None
+    return options.meta, options.profile
+
+
+def identity_meta(state: ModelState, profile: str) -> dict[str, Any]:
+    """The model's identity in every ``meta``: the fields its ``/v1/models`` card gives
+    them (``model_id`` is the card's ``id``; ``revision`` the 40-hex commit, ``null`` for
+    a local package), the ``profile`` the request was answered in and its ``numerics``."""
+    served = state.served
+    assert served is not None
+    prepared = served.prepared
+    revision = state.config.revision if prepared is None else prepared.revision
+    digest = None if prepared is None else prepared.verification.model_sha256
+    return {
+        "model_id": state.name,
+        "revision": revision,
+        "model_sha256": digest,
+        "profile": profile,
+        "numerics": PROFILES[profile],
+        "engine": served.engine.name,
+        "accelerator": served.placement.accelerator.name,
+        "device": served.placement.device.device,
+    }
+
+
+def response_meta(item: Planned, job: Job, own: Any) -> dict[str, Any]:
+    """The ``meta`` of an answer that asked for it (``options.return_meta``).
+
+    The model's identity (:func:`identity_meta`), then this request's ``queue_ms`` (from
+    admission to its first forward) and ``compute_ms`` (the forwards its rows ran in),
+    both float milliseconds, then the answering family's or extension's own ``meta``
+    keys (``own``: classify ``head``, embeddings ``representation``, a decisions
+    readout's method and questions), which win over the identity's (a zero-shot readout
+    says ``numerics: approximate``). A ``representation`` without ``model_sha256`` gets
+    the model's.
+    """
+    identity = identity_meta(item.state, item.profile)
+    queued = 0.0 if job.dispatched_at is None else job.dispatched_at - job.enqueued
+    meta: dict[str, Any] = {
+        **identity,
+        "queue_ms": round(max(0.0, queued) * 1000, 3),
+        "compute_ms": round(job.forward_seconds * 1000, 3),
+    }
+    if isinstance(own, Mapping):
+        meta.update(own)
+    representation = meta.get("representation")
+    if isinstance(representation, Mapping) and "model_sha256" not in representation:
+        meta["representation"] = {"model_sha256": identity["model_sha256"], **representation}
+    return meta
 
 
 def _finish_pending(executor: concurrent.futures.ThreadPoolExecutor, deadline: float) -> bool:

@@ -45,28 +45,92 @@ class ErrorResponse(Strict):
 
 
 class InputUsage(Strict):
-    tokens: int
-    processed_tokens: int
-    truncated: bool
-    windows: int
+    """What one input used: its tokens, those run, whether it was cut, how many windows."""
+
+    tokens: int = Field(description="Tokens of the whole input as one row, special tokens once.")
+    processed_tokens: int = Field(
+        description="Tokens actually run: special tokens of every row, each content token once."
+    )
+    truncated: bool = Field(description="Whether content was cut (options.overflow truncate).")
+    windows: int = Field(description="Rows the input ran as (1 unless windowed).")
 
 
 class Usage(Strict):
+    """Tokens a classify, rerank or decisions request read (an encoder generates none)."""
+
+    input_tokens: int
+    output_tokens: int = Field(description="Always 0 here.")
+
+
+class EmbeddingsUsage(Strict):
+    """OpenAI's embeddings usage: both are the tokens the request read."""
+
     prompt_tokens: int
     total_tokens: int
 
 
 class ItemError(Strict):
+    """An input that failed alone; its siblings are answered."""
+
     index: int
     error: ItemErrorCode
-    message: str
+    message: str = Field(
+        description="Extension (a 2.3 client ignores it): what is wrong and how to fix it."
+    )
+
+
+class Representation(Strict):
+    """What an embedding is: which model's which exit, at what size, of what input."""
+
+    model_sha256: str | None = Field(description="The model's digest (the card's model_sha256).")
+    layer: int | None = Field(description="The exit read (the card's embedding.layers).")
+    dimension: int = Field(description="Floats per vector, after dimensions.")
+    normalized: bool = Field(description="Whether each vector has unit L2 norm.")
+    modality: str = Field(description="What was embedded: text.")
+
+
+class ResponseMeta(BaseModel):
+    """``options.return_meta``: which model answered, how, and how long this request took.
+
+    Other keys a family or an extension adds (a decisions readout's ``method``,
+    ``questions``, ``temperature``, ...) are Extensions: a 2.3 client ignores them.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    model_id: str | None = Field(None, description="The served model's id (the card's id).")
+    revision: str | None = Field(
+        None, description="The 40-hex commit of the weights; null for a local package."
+    )
+    model_sha256: str | None = Field(None, description="The card's model_sha256.")
+    profile: str | None = Field(None, description='The numerics profile answered in ("exact").')
+    numerics: str | None = Field(
+        None,
+        description="exact (the model's own outputs), or approximate (a zero-shot readout, "
+        "such as decisions answered from an embedder's similarities).",
+    )
+    engine: str | None = None
+    accelerator: str | None = None
+    device: str | None = None
+    queue_ms: float | None = Field(
+        None, description="This request's wait from admission to its first forward, ms."
+    )
+    compute_ms: float | None = Field(
+        None, description="Time of the forwards this request's rows ran in, ms."
+    )
+    head: str | None = Field(None, description="Classify: the head that answered.")
+    representation: Representation | None = Field(
+        None, description="Embeddings: what the vectors are."
+    )
 
 
 # -- embeddings ---------------------------------------------------------------------------
 class Embedding(Strict):
     object: Literal["embedding"] = "embedding"
     index: int
-    embedding: list[float] | str
+    embedding: list[float] | str = Field(
+        description="Floats, or (encoding_format base64) their little-endian float32 bytes."
+    )
     input: InputUsage
 
 
@@ -78,7 +142,8 @@ class EmbeddingsResponse(Strict):
     object: Literal["list"] = "list"
     data: list[Embedding | EmbeddingError]
     model: str
-    usage: Usage
+    usage: EmbeddingsUsage
+    meta: ResponseMeta | None = None
 
 
 # -- classify -----------------------------------------------------------------------------
@@ -90,6 +155,32 @@ class Span(Strict):
     probability: float
 
 
+class ClassifyWindow(Strict):
+    """One window of an input read with options.overflow window."""
+
+    start: int = Field(
+        description="First content token of the window (special tokens not counted)."
+    )
+    end: int = Field(description="Content token after the window's last (exclusive).")
+    probabilities: list[float] | None = Field(
+        None, description="Sequence heads: this window's label distribution."
+    )
+    scores: list[float] | None = Field(
+        None, description="Scores heads: this window's label scores (relevance: its score)."
+    )
+
+
+class TokenProbabilities(Strict):
+    """One content token of a token head's input (options.return_tokens)."""
+
+    start: int = Field(description="Unicode code point, inclusive.")
+    end: int = Field(description="Unicode code point, exclusive.")
+    probabilities: list[float] = Field(
+        description="Per label, in labels order: P(B-label) + P(I-label); 1 minus their sum "
+        "is the chance the token is outside every entity."
+    )
+
+
 class ClassifyResult(Strict):
     index: int
     input: InputUsage
@@ -98,29 +189,48 @@ class ClassifyResult(Strict):
     scores: list[float] | None = None
     selected: list[str] | None = None
     spans: list[Span] | None = None
+    tokens: list[TokenProbabilities] | None = None
+    windows: list[ClassifyWindow] | None = Field(
+        None,
+        description="options.overflow window: every window, in order; the result merges "
+        "them (a label's maximum; a token's most central window).",
+    )
 
 
 class ClassifyResponse(Strict):
     model: str
     head: str
-    kind: Literal["sequence", "scores", "token", "relevance"]
+    kind: Literal["sequence", "scores", "token", "relevance"] = Field(
+        description="relevance (a cross-encoder scoring pairs) is an Extension: a 2.3 client "
+        "reads its scores as a scores head's."
+    )
     labels: list[str]
     results: list[ClassifyResult | ItemError]
     usage: Usage
+    meta: ResponseMeta | None = None
 
 
 # -- rerank -------------------------------------------------------------------------------
 class RerankResult(Strict):
     index: int
-    relevance_score: float
-    logit: float
+    relevance_score: float = Field(
+        description="A cross-encoder: the sigmoid of its logit, 0 to 1. A bi-encoder: the "
+        "cosine of the query's and the document's embeddings, -1 to 1."
+    )
+    logit: float = Field(
+        description="A cross-encoder: its raw logit. A bi-encoder: the cosine again."
+    )
     document: str | None = None
+    input: InputUsage = Field(
+        description="The pair's tokens (a cross-encoder) or the document's (a bi-encoder)."
+    )
 
 
 class RerankResponse(Strict):
     model: str
     results: list[RerankResult | ItemError]
     usage: Usage
+    meta: ResponseMeta | None = None
 
 
 # -- bundle -------------------------------------------------------------------------------
@@ -245,7 +355,7 @@ class DecisionsResponse(Strict):
         description="The answers of each states entry: a list with index, or (vllm-sr/4.0, "
         "states sent as an object) an object under the same names.",
     )
-    meta: dict[str, Any] | None = None
+    meta: ResponseMeta | None = None
 
 
 class SystemOneBatchRequest(Strict):
@@ -271,7 +381,7 @@ class SystemOneBatchResponse(Strict):
     model: str
     results: list[SystemOneBatchResult]
     usage: DecisionUsage
-    meta: dict[str, Any] | None = None
+    meta: ResponseMeta | None = None
 
 
 class BundleOptions(Strict):

@@ -3,11 +3,19 @@
 Every input answers in its own place: a vector, a label distribution, label
 scores, token spans or a relevance score, or the item error of its failed
 row. Rerank results come sorted by score, failed documents after every scored one.
+
+``usage`` follows each surface's contract: embeddings OpenAI's
+``{prompt_tokens, total_tokens}``, classify and rerank ``{input_tokens,
+output_tokens}`` (an encoder generates nothing: ``output_tokens`` is 0). A
+request that asked for ``meta`` gets the surface's own keys here (classify
+``head``, embeddings ``representation``); the serving layer adds the model's
+identity and the request's timings.
 """
 
 from __future__ import annotations
 
 import base64
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +28,14 @@ from vllm_srun.plugins.spec import ItemErrorCode, RowError, RowOutput, WorkItem
 
 from .inputs import EncodedInput
 from .package import Head, Pooling
-from .readouts import finish_embedding, label_scores, merge_pooled, pool, token_probabilities
+from .readouts import (
+    finish_embedding,
+    label_probabilities,
+    label_scores,
+    merge_pooled,
+    pool,
+    token_probabilities,
+)
 
 
 @dataclass
@@ -67,28 +82,40 @@ def answer(plan: TaskPlan, outputs: list[RowOutput], pooling: Pooling | None) ->
     for encoded in plan.inputs:
         per_input.append(outputs[cursor : cursor + len(encoded.rows)])
         cursor += len(encoded.rows)
-    usage_tokens = sum(e.processed_tokens for e in plan.inputs if e.error is None)
-    usage = {"prompt_tokens": usage_tokens, "total_tokens": usage_tokens}
+    used = sum(e.processed_tokens for e in plan.inputs if e.error is None)
+    body: dict[str, Any]
     if plan.surface == "embeddings":
         data = [
             _embedding(i, e, r, plan, pooling)
             for i, (e, r) in enumerate(zip(plan.inputs, per_input, strict=True))
         ]
-        return {"object": "list", "data": data, "usage": usage}
-    if plan.surface == "classify":
+        body = {
+            "object": "list",
+            "data": data,
+            "usage": {"prompt_tokens": used, "total_tokens": used},
+        }
+    elif plan.surface == "classify":
         results = [
             _classified(i, e, r, plan)
             for i, (e, r) in enumerate(zip(plan.inputs, per_input, strict=True))
         ]
         head = plan.head
-        return {
+        body = {
             "head": head.name,
             "kind": head.kind,
             "labels": list(head.labels),
             "results": results,
-            "usage": usage,
+            "usage": {"input_tokens": used, "output_tokens": 0},
         }
-    return {"results": _reranked(plan, per_input, pooling), "usage": usage}
+    else:
+        body = {
+            "results": _reranked(plan, per_input, pooling),
+            "usage": {"input_tokens": used, "output_tokens": 0},
+        }
+    meta = plan.options.get("meta")
+    if meta is not None:
+        body["meta"] = copy.deepcopy(meta)
+    return body
 
 
 def _pooled(
@@ -141,6 +168,8 @@ def _classified(
     result: dict[str, Any] = {"index": index, "input": encoded.usage()}
     if not all(_finite(r) for r in rows):
         return _error(index, "invalid_model_output", "the model's output is not finite")
+    if plan.options.get("windows"):
+        result["windows"] = _windows(encoded, rows, head)
     if head.kind == "token":
         content = max(end for _, end in encoded.windows)
         probabilities = token_probabilities(rows, encoded.row_content, encoded.windows, content)
@@ -152,7 +181,16 @@ def _classified(
             aggregation=plan.options["aggregation"],
             threshold=plan.options["threshold"],
         )
-        return {**result, "spans": [span.to_json() for span in spans]}
+        result["spans"] = [span.to_json() for span in spans]
+        if plan.options.get("tokens"):
+            per_label = label_probabilities(probabilities, head.tags, head.labels)
+            result["tokens"] = [
+                {"start": start, "end": end, "probabilities": values}
+                for (start, end), values in zip(
+                    encoded.offsets[:content], per_label.tolist(), strict=True
+                )
+            ]
+        return result
     if head.kind == "relevance":  # the same score rerank answers, per window at most
         return {
             **result,
@@ -173,6 +211,23 @@ def _classified(
     return result
 
 
+def _windows(encoded: EncodedInput, rows: list[torch.Tensor], head: Head) -> list[dict[str, Any]]:
+    """Every window of a classified input: its content-token range ``[start, end)`` and,
+    except for a token head, that window's own readout (``probabilities`` of a sequence
+    head; ``scores`` of a scores or relevance head), which the result merges by maximum."""
+    windows: list[dict[str, Any]] = []
+    for (start, end), row in zip(encoded.windows, rows, strict=True):
+        window: dict[str, Any] = {"start": start, "end": end}
+        if head.kind == "sequence":
+            window["probabilities"] = label_scores([row], "sequence").tolist()
+        elif head.kind == "scores":
+            window["scores"] = label_scores([row], "scores").tolist()
+        elif head.kind == "relevance":
+            window["scores"] = [relevance_score(float(row.reshape(-1)[0]))]
+        windows.append(window)
+    return windows
+
+
 def _reranked(
     plan: TaskPlan, per_input: list[list[torch.Tensor]], pooling: Pooling | None
 ) -> list[dict[str, Any]]:
@@ -191,7 +246,14 @@ def _reranked(
                 results.append(_error(index, "invalid_model_output", "the logit is not finite"))
                 continue
             score = relevance_score(logit)
-            results.append({"index": index, "relevance_score": score, "logit": logit})
+            results.append(
+                {
+                    "index": index,
+                    "relevance_score": score,
+                    "logit": logit,
+                    "input": encoded.usage(),
+                }
+            )
         documents = plan.texts
     else:
         query_encoded, query_rows = plan.inputs[0], per_input[0]
@@ -216,7 +278,14 @@ def _reranked(
                 results.append(_error(index, "invalid_model_output", "the score is not finite"))
                 continue
             cosine = min(1.0, max(-1.0, cosine))
-            results.append({"index": index, "relevance_score": cosine, "logit": cosine})
+            results.append(
+                {
+                    "index": index,
+                    "relevance_score": cosine,
+                    "logit": cosine,
+                    "input": encoded.usage(),
+                }
+            )
     ranked = sorted(
         (r for r in results if "error" not in r),
         key=lambda r: (-r["relevance_score"], r["index"]),

@@ -13,6 +13,8 @@ from vllm_srun.plugins.requests import (
     OVERFLOW_MODES,
     ClassifyRequest,
     EmbeddingsRequest,
+    ImageUrlPart,
+    InputAudioPart,
     RerankRequest,
     SurfaceRequest,
 )
@@ -27,14 +29,20 @@ from vllm_srun.plugins.spec import (
 from vllm_srun.plugins.windows import DEFAULT_OVERLAP
 
 from .answers import TaskPlan, answer
+from .exits import (
+    Exit,
+    check_layer,
+    check_rerank_exit,
+    embedding_exits,
+    embedding_layers,
+    embedding_modalities,
+    rerank_exits,
+)
 from .inputs import EncodedInput, InputPolicy, TextEncoder, invalid_text
 from .package import (
     Description,
-    Exit,
     Head,
     embedding_dimensions,
-    embedding_layers,
-    representation_exits,
 )
 
 PROBE_TEXTS = (
@@ -108,12 +116,12 @@ class TaskModel(LoadedModel[TaskPlan]):
     # -- the card -------------------------------------------------------------------------
     def exits(self) -> tuple[Exit, ...]:
         """The representations this model can be read at, default first
-        (:func:`.package.representation_exits`): what the card's ``rerank.exits``
-        lists and what a request's ``layer`` / ``dimensions`` must name."""
-        return representation_exits(self.description)
+        (:func:`.exits.rerank_exits`): what the card's ``rerank.exits`` lists and what a
+        rerank request's ``layer`` / ``dimensions`` must name."""
+        return rerank_exits(self.description)
 
     def embedding_layers(self) -> tuple[int, ...]:
-        """The layers this model's embeddings can be read at (:func:`.package.embedding_layers`)."""
+        """The layers this model's embeddings can be read at (:func:`.exits.embedding_layers`)."""
         return embedding_layers(self.description)
 
     def card(self) -> ModelCard:
@@ -137,7 +145,7 @@ class TaskModel(LoadedModel[TaskPlan]):
             "rerank": None,
             "limits": {"max_input_tokens": self.encoder.limit},
         }
-        exits = [found.to_json() for found in self.exits()]
+        exits = [found.card() for found in self.exits()]
         if "rerank" in self.surfaces and exits:
             card["rerank"] = {"exits": exits, "default": exits[0]}
         return card
@@ -195,15 +203,30 @@ class TaskModel(LoadedModel[TaskPlan]):
     def _plan_embeddings(self, request: EmbeddingsRequest) -> TaskPlan:
         pooling = self.description.pooling
         assert pooling is not None
+        chosen = check_layer(embedding_exits(self.description), request.layer)
+        size = pooling.dimensions if chosen is None else chosen.dimension
         dimensions = request.dimensions
-        if dimensions is not None and dimensions > pooling.dimensions:
+        if dimensions is not None and dimensions > size:
             raise RequestError(
                 "invalid_request",
-                f"dimensions must be an integer from 1 to {pooling.dimensions}, not {dimensions!r}",
+                f"dimensions must be an integer from 1 to {size}, not {dimensions!r}",
             )
         head = next(h for h in self.description.heads if h.kind == "pooled")
-        policy = InputPolicy.from_options(request.input_options)
-        options = {"dimensions": dimensions, "encoding_format": request.encoding_format}
+        input_options = request.input_options
+        policy = InputPolicy.from_options(input_options)
+        options: dict[str, Any] = {
+            "dimensions": dimensions,
+            "encoding_format": request.encoding_format,
+            "meta": None,
+        }
+        if input_options.meta:
+            representation: dict[str, Any] = {
+                "layer": None if chosen is None else chosen.layer,
+                "dimension": size if dimensions is None else dimensions,
+                "normalized": pooling.normalize,
+                "modality": "text",
+            }
+            options["meta"] = {"representation": representation}
         rows = request.token_ids
         if rows is not None:
             vocabulary = self.encoder.vocabulary
@@ -219,9 +242,28 @@ class TaskModel(LoadedModel[TaskPlan]):
                     )
             encoded = [self.encoder.encode_ids(row, policy) for row in rows]
             return TaskPlan("embeddings", head, encoded, [""] * len(rows), options=options)
-        texts = request.texts
-        encoded = self._encode(texts, [None] * len(texts), policy)
+        texts: list[str] = []
+        encoded = []
+        for item in request.contents:
+            if isinstance(item, ImageUrlPart | InputAudioPart):
+                texts.append("")
+                encoded.append(EncodedInput(error=("invalid_input", self._unread(item))))
+                continue
+            text = item if isinstance(item, str) else item.text
+            texts.append(text)
+            encoded.append(self.encoder.encode(text, None, policy))
         return TaskPlan("embeddings", head, encoded, texts, options=options)
+
+    def _unread(self, part: ImageUrlPart | InputAudioPart) -> str:
+        """Why an image or audio part cannot be embedded here (the item error's message;
+        the item's index is where it stands)."""
+        modalities = list(embedding_modalities(self.description))
+        shown = ", ".join(f'"{m}"' for m in modalities)
+        return (
+            f"an {part.type} part ({part.modality}) cannot be embedded here: this model embeds "
+            f"{' and '.join(modalities) or 'nothing'} only (its card's embedding.modalities are "
+            f"[{shown}]); send it to a model whose embedding.modalities list {part.modality}"
+        )
 
     def _plan_classify(self, request: ClassifyRequest) -> TaskPlan:
         classify = self._classify_heads()
@@ -258,16 +300,25 @@ class TaskModel(LoadedModel[TaskPlan]):
                 if options.threshold is None
                 else options.threshold,
                 "aggregation": options.aggregation or self.defaults.get("aggregation", "max"),
+                "windows": options.overflow == "window",
+                "tokens": bool(options.return_tokens) and head.kind == "token",
+                "meta": {"head": head.name} if options.meta else None,
             },
         )
 
     def _plan_rerank(self, request: RerankRequest) -> TaskPlan:
         query, documents = request.query, list(request.documents)
+        check_rerank_exit(rerank_exits(self.description), request.layer, request.dimensions)
         bad = invalid_text(query)
         if bad is not None:  # the query belongs to every pair: it fails the request
             raise RequestError("invalid_request", f"query: {bad}")
-        policy = InputPolicy.from_options(request.input_options)
-        options = {"top_n": request.top_n, "return_documents": request.return_documents}
+        input_options = request.input_options
+        policy = InputPolicy.from_options(input_options)
+        options: dict[str, Any] = {
+            "top_n": request.top_n,
+            "return_documents": request.return_documents,
+            "meta": {} if input_options.meta else None,
+        }
         cross = next((h for h in self.description.heads if h.kind == "relevance"), None)
         if cross is not None:
             encoded = self._encode([query] * len(documents), list(documents), policy)

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_srun.plugins.loaded import ExitCard
 from vllm_srun.plugins.package import PackageError, read_config, read_json
 from vllm_srun.plugins.spec import ModelSpec, weight_files
 
@@ -109,20 +108,6 @@ class Pooling:
 
 
 @dataclass(frozen=True)
-class Exit:
-    """One representation a request may read: the hidden states after encoder layer
-    ``layer`` (1-based; the last is the number of hidden layers), ``dimension`` floats
-    wide (an embedding's size, or a cross-encoder's hidden size)."""
-
-    layer: int
-    dimension: int
-
-    def to_json(self) -> ExitCard:
-        """``{"layer": ..., "dimension": ...}``, as the card's ``rerank.exits`` lists it."""
-        return {"layer": self.layer, "dimension": self.dimension}
-
-
-@dataclass(frozen=True)
 class Description:
     """Everything the family knows about a package before loading it.
 
@@ -143,35 +128,6 @@ class Description:
     config: dict[str, Any]
     layers: int
     hidden_size: int
-
-
-def representation_exits(description: Description) -> tuple[Exit, ...]:
-    """The representations a model described so can be read at (the card's
-    ``rerank.exits``, and what a request's ``layer``/``dimensions`` must name).
-
-    An embedder (pooled head) is read at its last layer at its embedding size; a
-    cross-encoder (relevance head) at its last layer at its hidden size. The
-    engines return the last hidden states only, so no earlier layer is an exit.
-    The first exit is the default.
-
-    Returns:
-        The exits, default first; empty for a model with neither head.
-    """
-    kinds = {head.kind for head in description.heads}
-    if "pooled" in kinds and description.pooling is not None:
-        return (Exit(description.layers, description.pooling.dimensions),)
-    if "relevance" in kinds:
-        return (Exit(description.layers, description.hidden_size),)
-    return ()
-
-
-def embedding_layers(description: Description) -> tuple[int, ...]:
-    """The layers an embedder's vectors can be read at (the card's ``embedding.layers``),
-    ascending: the layers of its :func:`representation_exits`; empty for a model that
-    is not an embedder."""
-    if description.pooling is None:
-        return ()
-    return tuple(sorted({found.layer for found in representation_exits(description)}))
 
 
 def embedding_dimensions(pooling: Pooling) -> tuple[int, ...]:

@@ -89,3 +89,21 @@ def token_probabilities(
         start = windows[w][0]
         out[index] = per_row[w][row_content[w][index - start]]
     return out
+
+
+def label_probabilities(
+    probabilities: torch.Tensor, tags: tuple[str, ...], labels: tuple[str, ...]
+) -> torch.Tensor:
+    """``[tokens, labels]`` from BIO tag probabilities ``[tokens, tags]``: each label's
+    probability is ``P(B-label) + P(I-label)``, the chance the token belongs to an entity of
+    that type (``O``, outside every entity, is ``1`` minus the row's sum).
+
+    ``tags`` are the head's raw tags (``O``, ``B-TYPE``, ``I-TYPE``), ``labels`` its entity
+    types in the order the response lists them.
+    """
+    column = {label: i for i, label in enumerate(labels)}
+    mapping = torch.zeros((len(tags), len(labels)), dtype=torch.float32)
+    for row, tag in enumerate(tags):
+        if tag != "O":
+            mapping[row, column[tag[2:]]] = 1.0
+    return probabilities @ mapping

@@ -708,7 +708,7 @@ def test_a_lone_surrogate_in_either_text_is_an_item_error(models):
     assert body["results"][1]["message"].startswith(
         "the text has a lone surrogate U+D800 at code point 2;"
     )
-    assert body["usage"] == {"prompt_tokens": 0, "total_tokens": 0}
+    assert body["usage"] == {"input_tokens": 0, "output_tokens": 0}
 
 
 # -- responses --------------------------------------------------------------------------------
@@ -848,13 +848,14 @@ def test_responses_have_their_documented_shape(models):
     classified = models["sequence"].answer("classify", {"input": ["good", words(4)]})
     assert set(classified) == {"model", "head", "kind", "labels", "results", "usage"}
     assert (classified["head"], classified["kind"]) == ("sequence", "sequence")
-    assert classified["usage"] == {"prompt_tokens": 3 + 6, "total_tokens": 3 + 6}
+    assert classified["usage"] == {"input_tokens": 3 + 6, "output_tokens": 0}
     assert [r["index"] for r in classified["results"]] == [0, 1]
     reranked = models["relevance"].answer("rerank", {"query": "good", "documents": ["bad"]})
     assert set(reranked) == {"model", "results", "usage"}
-    assert reranked["usage"] == {"prompt_tokens": 5, "total_tokens": 5}
+    assert reranked["usage"] == {"input_tokens": 5, "output_tokens": 0}
+    assert set(reranked["results"][0]) == {"index", "relevance_score", "logit", "input"}
     bi = models["pooled"].answer("rerank", {"query": "good", "documents": ["bad", "okay"]})
-    assert bi["usage"] == {"prompt_tokens": 3 * 3, "total_tokens": 3 * 3}  # query counted
+    assert bi["usage"] == {"input_tokens": 3 * 3, "output_tokens": 0}  # query counted
     with pytest.raises(RequestError, match="documents must be a non-empty list"):
         models["pooled"].answer("rerank", {"query": "good", "documents": []})
 
@@ -1156,7 +1157,8 @@ def test_a_model_with_several_classify_heads_asks_which(models):
             "embeddings",
             {"input": ["ok", {"text": "a"}]},
             "invalid_request",
-            "input[1] must be a string",
+            'input[1].type is missing; a content part is {"type": "text", "text": "..."} '
+            "(or image_url, input_audio)",
         ),
         (
             "pooled",
@@ -1268,7 +1270,13 @@ def test_request_values_at_their_bounds_are_accepted(models):
     plan = task_model(models["sequence"]).plan(
         "classify", read_request("classify", {"input": [{"text": "good"}], "options": None})
     )
-    assert plan.options == {"threshold": None, "aggregation": "max"}
+    assert plan.options == {
+        "threshold": None,
+        "aggregation": "max",
+        "windows": False,
+        "tokens": False,
+        "meta": None,
+    }
     assert plan.items[0].token_type_ids is None  # {text} alone is a single text
     for threshold in (0, 1, 0.5):
         plan = task_model(models["sequence"]).plan(
@@ -1287,7 +1295,7 @@ def test_request_values_at_their_bounds_are_accepted(models):
     plan = task_model(models["relevance"]).plan(
         "rerank", read_request("rerank", {"query": "q", "documents": ["a"]})
     )
-    assert plan.options == {"top_n": None, "return_documents": False}
+    assert plan.options == {"top_n": None, "return_documents": False, "meta": None}
 
 
 def test_row_keys_differ_with_ids_or_segments():
@@ -1342,7 +1350,7 @@ def test_cross_encoder_pairs_over_the_limit_fail_alone_and_rank_last(models):
         {"index": 0, "error": "max_length_exceeded", "message": "input has 65 tokens" + message},
         {"index": 2, "error": "max_length_exceeded", "message": "input has 66 tokens" + message},
     ]
-    assert body["usage"]["prompt_tokens"] == 5 + 64 + 5
+    assert body["usage"] == {"input_tokens": 5 + 64 + 5, "output_tokens": 0}
     cut = models["relevance"].answer(
         "rerank",
         {"query": "good", "documents": documents, "options": {"overflow": "truncate"}},
@@ -1376,9 +1384,10 @@ def test_bi_encoder_cosines_are_clamped_to_plus_minus_one(models, tokenizer):
     [good], [bad] = content_ids(tokenizer, "good"), content_ids(tokenizer, "bad")
     loaded = with_engine(models["pooled"], HiddenByFirstToken({good: v, bad: -v}))
     body = answer(loaded, "rerank", {"query": "good", "documents": ["bad", "good"]})
+    used = {"tokens": 3, "processed_tokens": 3, "truncated": False, "windows": 1}
     assert body["results"] == [
-        {"index": 1, "relevance_score": 1.0, "logit": 1.0},
-        {"index": 0, "relevance_score": -1.0, "logit": -1.0},
+        {"index": 1, "relevance_score": 1.0, "logit": 1.0, "input": used},
+        {"index": 0, "relevance_score": -1.0, "logit": -1.0, "input": used},
     ]
 
 

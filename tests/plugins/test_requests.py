@@ -66,7 +66,12 @@ def test_read_request_builds_the_typed_request_of_each_surface():
             "invalid_request",
             "input must be a string or a non-empty list",
         ),
-        ("embeddings", {"input": ["a", 1]}, "invalid_request", "input[1] must be a string"),
+        (
+            "embeddings",
+            {"input": ["a", 1]},
+            "invalid_request",
+            'input[1] must be a string or a content part {"type": "text", "text": "..."}',
+        ),
         (
             "classify",
             {"input": []},
@@ -136,3 +141,121 @@ def test_codes_and_modes_are_written_once_and_the_contract_shows_them():
         .model_fields["overflow"]
         .default
     )
+
+
+def test_the_go_clients_bodies_are_read_with_their_2_3_fields():
+    embeddings = read_request(
+        "embeddings",
+        {
+            "model": "m",
+            "input": [
+                {"type": "text", "text": "a"},
+                "b",
+                {"type": "image_url", "image_url": {"url": "https://x/y.png", "detail": "low"}},
+                {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+            ],
+            "dimensions": 8,
+            "layer": 6,
+            "encoding_format": "base64",
+            "input_type": "query",
+            "options": {"return_meta": True, "deadline_ms": 250.0, "profile": "exact"},
+        },
+    )
+    assert isinstance(embeddings, EmbeddingsRequest)
+    assert embeddings.texts == ["a", "b"]  # the text of every text input, in order
+    assert [getattr(c, "modality", "text") for c in embeddings.contents] == [
+        "text",
+        "text",
+        "image",
+        "audio",
+    ]
+    assert embeddings.token_ids is None
+    assert (embeddings.layer, embeddings.input_type) == (6, "query")
+    options = embeddings.input_options
+    assert (options.meta, options.profile, options.deadline_ms) == (True, "exact", 250.0)
+    classify = read_request(
+        "classify",
+        {
+            "input": [{"text": "a"}],
+            "options": {"return_meta": True, "return_tokens": True, "overflow": "window"},
+        },
+    )
+    assert isinstance(classify, ClassifyRequest)
+    assert classify.classify_options.return_tokens is True and classify.input_options.meta
+    rerank = read_request(
+        "rerank",
+        {"query": "q", "documents": ["d"], "layer": 6, "dimensions": 384, "options": {}},
+    )
+    assert isinstance(rerank, RerankRequest)
+    assert (rerank.layer, rerank.dimensions, rerank.input_options.meta) == (6, 384, False)
+    assert read_request("rerank", {"query": "q", "documents": ["d"]}).input_options.profile is None
+    # token ids are still token ids, never texts
+    ids = read_request("embeddings", {"input": [[1, 2], [3]]})
+    assert ids.token_ids == [[1, 2], [3]] and ids.texts == [] and ids.contents == []
+
+
+@pytest.mark.parametrize(
+    ("surface", "body", "message"),
+    [
+        (
+            "embeddings",
+            {"input": "a", "options": {"return_meta": "yes"}},
+            "options.return_meta: Input should be a valid boolean",
+        ),
+        (
+            "classify",
+            {"input": "a", "options": {"return_tokens": 1}},
+            "options.return_tokens: Input should be a valid boolean",
+        ),
+        (
+            "rerank",
+            {"query": "q", "documents": ["d"], "options": {"profile": "Exact"}},
+            "options.profile: String should match pattern '^[a-z][a-z0-9_]*$'",
+        ),
+        (
+            "rerank",
+            {"query": "q", "documents": ["d"], "dimensions": 0},
+            "dimensions: Input should be greater than or equal to 1",
+        ),
+        (
+            "rerank",
+            {"query": "q", "documents": ["d"], "layer": True},
+            "layer: Input should be a valid integer",
+        ),
+        (
+            "embeddings",
+            {"input": "a", "input_type": "passage"},
+            "input_type: Input should be 'query' or 'document'",
+        ),
+        (
+            "embeddings",
+            {"input": [{"type": "image_url", "image_url": {"uri": "x"}}]},
+            "input[0].image_url.uri: not a field of image_url (it has url, detail)",
+        ),
+        (
+            "embeddings",
+            {"input": [{"type": "image_url", "image_url": {"url": "x", "detail": 2}}]},
+            "input[0].image_url.detail must be a string",
+        ),
+        (
+            "embeddings",
+            {"input": [{"type": "input_audio", "input_audio": {"format": "wav"}}]},
+            "input[0].input_audio.data must be a string",
+        ),
+        (
+            "embeddings",
+            {"input": [{"type": "text", "text": "a"}, [1, 2]]},
+            'input[1] must be a string or a content part {"type": "text", "text": "..."}',
+        ),
+        (
+            "embeddings",
+            {"input": [1, {"type": "text", "text": "a"}]},
+            "input must hold texts (strings or content parts), token ids, or lists of token "
+            "ids: one kind",
+        ),
+    ],
+)
+def test_bad_2_3_fields_name_their_path(surface, body, message):
+    with pytest.raises(RequestError) as raised:
+        read_request(surface, body)
+    assert (raised.value.code, raised.value.message) == ("invalid_request", message)

@@ -8,6 +8,8 @@ served value is compared with something no runtime code computed.
 - :func:`probabilities`: softmax over a sequence head's logits.
 - :func:`scores`: sigmoid of a multi-label head's logits.
 - :func:`relevance`: a cross-encoder's one logit and its sigmoid.
+- :func:`token_tags`: a token head's tag distribution per content token, with the token's
+  code-point offsets.
 """
 
 from __future__ import annotations
@@ -81,6 +83,25 @@ def relevance(package: Path, query: str, document: str) -> tuple[float, float]:
     """``(relevance_score, logit)`` of a cross-encoder for one query and document."""
     logit = float(_logits(package, query, document)[0])
     return 1 / (1 + math.exp(-logit)), logit
+
+
+def token_tags(package: Path, text: str) -> list[tuple[int, int, list[float]]]:
+    """``(start, end, softmax over the tags)`` of every content token of ``text`` (special
+    tokens left out), ``start``/``end`` the token's code-point offsets."""
+    encoded = _tokenizer(str(package))(
+        text, return_tensors="pt", return_offsets_mapping=True, return_special_tokens_mask=True
+    )
+    offsets = encoded.pop("offset_mapping")[0].tolist()
+    special = encoded.pop("special_tokens_mask")[0].tolist()
+    model = _model(str(package), "AutoModelForTokenClassification")
+    with torch.inference_mode():
+        logits = model(**encoded).logits[0]
+    rows = torch.softmax(logits, dim=-1)
+    return [
+        (int(start), int(end), [float(v) for v in rows[i]])
+        for i, ((start, end), s) in enumerate(zip(offsets, special, strict=True))
+        if not s
+    ]
 
 
 def cosine(a: list[float], b: list[float]) -> float:

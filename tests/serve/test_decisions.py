@@ -199,12 +199,15 @@ def test_states_are_answered_under_the_same_names(client):
             json={"model": "pooled", "state": state, "questions": {"team": QUESTION}},
         ).json()
         assert answers == alone["answers"]
-    assert body["meta"] == {
+    # the readout's own keys beside the model's identity (tests/serve/test_wire23.py)
+    meta = body["meta"]
+    assert {k: meta[k] for k in ("readout", "numerics", "method", "temperature")} == {
         "readout": "similarity_readout",
         "numerics": "approximate",
         "method": "softmax over cosine(state, instructions + option) / T, T per question type",
         "temperature": shipped_calibration()["temperature"],
     }
+    assert (meta["model_id"], meta["profile"]) == ("pooled", "exact")
 
 
 def test_a_bundle_carries_decisions_tasks_beside_other_surfaces(client):

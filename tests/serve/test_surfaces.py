@@ -79,7 +79,7 @@ BAD_FIELDS = [
     (
         "/v1/embeddings",
         {"model": "pooled", "input": ["good", 7]},
-        "input[1] must be a string",
+        'input[1] must be a string or a content part {"type": "text", "text": "..."}',
     ),
     (
         "/v1/embeddings",
@@ -258,7 +258,7 @@ def test_an_input_over_the_limit_fails_alone_beside_its_siblings(client, package
     want = reference.probabilities(packages["sequence"], "good")
     assert close(results[1]["probabilities"], want)
     assert results[1]["label"] == HEAD_LABELS["sequence"][want.index(max(want))]
-    assert classify.json()["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
+    assert classify.json()["usage"] == {"input_tokens": 3, "output_tokens": 0}
 
     truncated = client.post(
         "/v1/embeddings",
@@ -332,6 +332,14 @@ def test_rerank_orders_by_score_and_puts_failed_documents_last(client, packages)
         )
         assert abs(result["logit"] - logit) <= reference.TOLERANCE
         assert abs(result["relevance_score"] - score) <= reference.TOLERANCE
+        pair = reference.tokens(packages["relevance"], "good food", documents[result["index"]])
+        assert result["input"] == {
+            "tokens": pair,
+            "processed_tokens": pair,
+            "truncated": False,
+            "windows": 1,
+        }
+    assert sum(r["input"]["tokens"] for r in ranked) == 38
     assert failed == [
         {
             "index": 1,
@@ -344,7 +352,7 @@ def test_rerank_orders_by_score_and_puts_failed_documents_last(client, packages)
     assert [r["index"] for r in top.json()["results"]] == [r["index"] for r in ranked[:2]]
     assert "document" not in top.json()["results"][0]
     # every scored pair counts, query and document: 13 + 10 + 15 tokens, the failed one none
-    assert top.json()["usage"] == {"prompt_tokens": 38, "total_tokens": 38}
+    assert top.json()["usage"] == {"input_tokens": 38, "output_tokens": 0}
 
 
 def test_bi_encoder_rerank_orders_by_the_cosine_of_the_embeddings(client, packages):
@@ -363,8 +371,13 @@ def test_bi_encoder_rerank_orders_by_the_cosine_of_the_embeddings(client, packag
     for result in results:
         assert abs(result["relevance_score"] - want[result["index"]]) <= reference.TOLERANCE
         assert result["logit"] == result["relevance_score"]
+    # each document's own tokens; the query's count in usage only
+    assert [r["input"] for r in results] == [
+        {"tokens": 7, "processed_tokens": 7, "truncated": False, "windows": 1},
+        {"tokens": 4, "processed_tokens": 4, "truncated": False, "windows": 1},
+    ]
     # [CLS] good f ##o ##o ##d [SEP] (7), [CLS] a movie [SEP] (4), [CLS] the f ##o ##o ##d [SEP] (7)
-    assert response.json()["usage"] == {"prompt_tokens": 18, "total_tokens": 18}
+    assert response.json()["usage"] == {"input_tokens": 18, "output_tokens": 0}
 
 
 # -- bundles --------------------------------------------------------------------------------
