@@ -27,7 +27,7 @@ from vllm_srun.plugins.requests import (
 from . import schemas
 from .bundle import answer_bundle
 from .envelope import Envelope, install_error_handlers
-from .requests import ApiError, ClientGone, Timing
+from .requests import ApiError, ClientGone, request_timing
 from .responses import CLIENT_CLOSED, Accounting, plain_embeddings_refusal, respond
 from .runtime import Runtime
 from .status import cards, health_document, model_card
@@ -38,8 +38,13 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+RAW_BODIES = (schemas.DecisionsRequest, schemas.SystemOneBatchRequest, schemas.BundleRequest)
+"""Request bodies the routes read from their raw bytes, documented from these models
+(a bundle's task bodies with the surface request schemas)."""
+
+
 def _openapi_with_decisions(app: FastAPI) -> Any:
-    """``app.openapi`` that also documents the raw-body ``/v1/decisions`` request."""
+    """``app.openapi`` that also documents the raw-body requests (:data:`RAW_BODIES`)."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -47,7 +52,7 @@ def _openapi_with_decisions(app: FastAPI) -> Any:
             return app.openapi_schema
         document = build()
         components = document.setdefault("components", {}).setdefault("schemas", {})
-        for model in (schemas.DecisionsRequest, schemas.SystemOneBatchRequest):
+        for model in RAW_BODIES:
             extra = model.model_json_schema(ref_template="#/components/schemas/{model}")
             for name, schema in extra.pop("$defs", {}).items():
                 components.setdefault(name, schema)
@@ -64,6 +69,13 @@ SYSTEMONE_BATCH_BODY = {
         "content": {
             "application/json": {"schema": {"$ref": "#/components/schemas/SystemOneBatchRequest"}}
         },
+    }
+}
+
+BUNDLE_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/BundleRequest"}}},
     }
 }
 
@@ -98,13 +110,10 @@ def build_app(runtime: Runtime) -> FastAPI:
         surface: str,
         request: Request,
         body: SurfaceRequest,
-        timing: Timing | None = None,
         shape: Shape | None = None,
     ) -> Response:
-        if timing is None:
-            timing = Timing()
-            request.state.timing = timing
-        timing.add("parse", time.perf_counter() - timing.started)
+        timing = request_timing(request)
+        timing.parsed()
         name = model_label(body)
         status = 200
         try:
@@ -161,8 +170,7 @@ def build_app(runtime: Runtime) -> FastAPI:
     async def decide(request: Request, schema: str = SCHEMAS[0], batch: bool = False) -> Response:
         """Read a decisions body from its raw bytes in a System One ``schema``
         (``/v1/decisions`` always in the current one) and answer it."""
-        timing = Timing()
-        request.state.timing = timing
+        timing = request_timing(request)
         try:
             raw = await request.body()
         except ClientDisconnect:
@@ -175,7 +183,7 @@ def build_app(runtime: Runtime) -> FastAPI:
         except ApiError as err:
             count(model_label({}), "decisions", err.status, time.perf_counter() - timing.started)
             raise
-        return await answer("decisions", request, parsed, timing, shape)
+        return await answer("decisions", request, parsed, shape)
 
     @app.post(
         "/v1/decisions",
@@ -211,10 +219,11 @@ def build_app(runtime: Runtime) -> FastAPI:
         "/v1/bundle",
         response_model=None,
         responses={200: {"model": schemas.BundleResponse}, **ERROR_RESPONSES},
+        openapi_extra=BUNDLE_BODY,
     )
-    async def bundle(request: Request, body: schemas.BundleRequest) -> Response:
+    async def bundle(request: Request) -> Response:
         """Several surface requests in one call; results in task order, each with its status."""
-        return await answer_bundle(runtime, accounting, request, body)
+        return await answer_bundle(runtime, accounting, request)
 
     @app.get("/v1/models", response_model=None, responses={200: {"model": schemas.ModelsResponse}})
     async def models() -> Response:
