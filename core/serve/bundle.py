@@ -107,6 +107,17 @@ class Bundle:
     deadline_ms: float | None
 
 
+def _kind(value: Any) -> str:
+    """What a JSON value is, as a message names it (``a string``, ``null``, ...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "a string" if isinstance(value, str) else "an array"
+
+
 def _loads(raw: bytes) -> Any:
     """The body's JSON value (``NaN`` and ``Infinity`` read as floats, as every typed
     route reads them; the surfaces refuse them where a number must be finite).
@@ -168,6 +179,12 @@ def read_bundle(raw: bytes, limit: int, schema: str) -> Bundle:
     tasks = value.get("tasks")
     if isinstance(tasks, list) and len(tasks) > limit:
         raise ApiError("request_too_large", f"the bundle has {len(tasks)} tasks; at most {limit}")
+    for index, task in enumerate(tasks if isinstance(tasks, list) else ()):
+        if not isinstance(task, dict):
+            raise ApiError(
+                "invalid_request",
+                f"tasks[{index}] must be an object {{id, <surface>: request}}, not {_kind(task)}",
+            )
     try:
         bundle = RawBundle.model_validate(value)
     except ValidationError as err:

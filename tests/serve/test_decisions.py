@@ -587,3 +587,46 @@ def test_a_refusal_lists_five_invalid_questions_and_counts_the_rest(client):
     message = response.json()["error"]["message"]
     assert response.status_code == 400 and message.endswith("; and 15 more")
     assert message.count("bogus") == 5
+
+
+def test_minilm_answers_named_states_over_http_and_in_a_bundle(make_runtime):
+    from vllm_srun.loader import load_model
+    from vllm_srun.serve.config import ModelConfig
+
+    minilm = "sentence-transformers/all-MiniLM-L6-v2"
+    runtime = make_runtime(
+        models=[ModelConfig(model=minilm, name="minilm")], loader=load_model, offline=True
+    )
+    client = make_client(runtime)
+    teams = {
+        "type": "choice",
+        "instructions": "Which team should handle this?",
+        "criteria": {
+            "billing": "Payments, charges, refunds and invoices",
+            "shipping": "Delivery, parcels and tracking",
+            "technical": "Bugs, errors, crashes and login problems",
+        },
+    }
+    parcel = {"state": "The parcel never arrived", "questions": {"team": teams}}
+    crash = {"state": "The app crashes when I log in", "questions": {"team": teams}, "images": []}
+    body = {
+        "state": "My card was charged twice for the same order",
+        "questions": {"team": teams},
+        "states": {"parcel": parcel, "crash": crash},
+    }
+    response = client.post("/v1/decisions", json=body)
+    assert response.status_code == 200, response.text
+    answered = response.json()
+    assert answered["model"] == "minilm" and answered["answers"]["team"]["choice"] == "billing"
+    assert list(answered["states"]) == ["parcel", "crash"]
+    for name, entry, team in (("parcel", parcel, "shipping"), ("crash", crash, "technical")):
+        state = answered["states"][name]
+        alone = client.post("/v1/decisions", json=entry).json()
+        assert state["model"] == "minilm" and state["answers"]["team"]["choice"] == team
+        assert state["usage"] == alone["usage"] and state["usage"]["input_tokens"] > 0
+    first = {"state": body["state"], "questions": body["questions"]}
+    assert answered["usage"] == client.post("/v1/decisions", json=first).json()["usage"]
+    bundled = client.post("/v1/bundle", json={"tasks": [{"id": "1", "decisions": body}]})
+    [task] = bundled.json()["results"]
+    assert task["status"] == 200 and task["decisions"]["states"].keys() == {"parcel", "crash"}
+    assert task["decisions"]["usage"] == answered["usage"]

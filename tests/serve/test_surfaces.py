@@ -17,6 +17,8 @@ from .conftest import HEADS, control, make_client, timed_phases
 from .reference import close
 
 LONG = " ".join(["good movie"] * 60)  # 120 content tokens: over every fixture's limit
+NOUL_QUESTION = {"type": "noul", "instructions": "Is it urgent?"}
+JSON_TYPE = {"content-type": "application/json"}
 
 
 def error_of(response, status: int, code: str) -> str:
@@ -426,6 +428,172 @@ def test_a_bundle_over_max_bundle_tasks_is_413(make_runtime):
     assert message == "the bundle has 3 tasks; at most 2"
 
 
+INVALID_TASKS = {
+    "embeddings": {"model": "pooled", "input": 3},
+    "classify": {"model": "sequence", "input": "x", "colour": "red"},
+    "rerank": {"model": "relevance", "query": "q", "documents": ["d"], "top_n": 0},
+    "decisions": {"model": "pooled", "state": "s", "questions": {}},
+}
+VALID_TASKS = {
+    "embeddings": {"model": "pooled", "input": "good"},
+    "classify": {"model": "sequence", "input": "good"},
+    "rerank": {"model": "relevance", "query": "q", "documents": ["d"]},
+    "decisions": {"model": "pooled", "state": "s", "questions": {"q": NOUL_QUESTION}},
+}
+
+
+@pytest.mark.parametrize("surface", list(INVALID_TASKS))
+def test_an_invalid_task_of_each_surface_fails_alone_with_its_routes_message(client, surface):
+    tasks = [{"id": f"ok-{s}", s: body} for s, body in VALID_TASKS.items()]
+    tasks.insert(2, {"id": "bad", surface: INVALID_TASKS[surface]})
+    response = client.post("/v1/bundle", json={"tasks": tasks})
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert [r["id"] for r in results] == [t["id"] for t in tasks]
+    alone = client.post(f"/v1/{surface}", json=INVALID_TASKS[surface])
+    assert alone.status_code == 400
+    assert results[2] == {"id": "bad", "status": 400, "error": alone.json()["error"]}
+    assert alone.json()["error"]["code"] == "invalid_request"
+    for result, task in zip(results, tasks, strict=True):
+        if result["id"] == "bad":
+            continue
+        [key] = [k for k in task if k != "id"]
+        assert result["status"] == 200, result
+        assert result[key] == client.post(f"/v1/{key}", json=task[key]).json()
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            {"embeddings": "good"},
+            "the request must be a JSON object",
+        ),
+        (
+            {"classify": {"model": "sequence", "input": "x", "options": {"threshold": 2}}},
+            "options.threshold: Input should be less than or equal to 1",
+        ),
+        ({"rerank": {"model": "relevance", "documents": ["d"]}}, "query: Field required"),
+        (
+            {
+                "decisions": {
+                    "model": "pooled",
+                    "state": "s",
+                    "questions": {"q": NOUL_QUESTION},
+                    "x": 1,
+                }
+            },
+            "x is not a field of a decisions request "
+            "(model, state, questions, states, images, options)",
+        ),
+        ({"decisions": []}, "the request must be a JSON object"),
+    ],
+)
+def test_a_task_body_that_fails_validation_is_that_tasks_400(client, body, message):
+    tasks = [{"id": "a", **body}, {"id": "b", "embeddings": {"model": "pooled", "input": "x"}}]
+    response = client.post("/v1/bundle", json={"tasks": tasks})
+    assert response.status_code == 200, response.text
+    bad, good = response.json()["results"]
+    assert bad == {
+        "id": "a",
+        "status": 400,
+        "error": {"code": "invalid_request", "message": message},
+    }
+    assert good["status"] == 200
+
+
+def test_an_empty_task_body_keeps_the_status_its_route_gives(client):
+    # the route resolves the model before the request's own rules: 404 first, as alone
+    tasks = [
+        {"id": "a", "embeddings": {"model": "nope", "input": []}},
+        {"id": "b", "embeddings": {"model": "pooled", "input": []}},
+    ]
+    results = client.post("/v1/bundle", json={"tasks": tasks}).json()["results"]
+    for result, task in zip(results, tasks, strict=True):
+        alone = client.post("/v1/embeddings", json=task["embeddings"])
+        assert (result["status"], result["error"]) == (alone.status_code, alone.json()["error"])
+    assert [r["status"] for r in results] == [404, 400]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({}, "tasks: Field required"),
+        ({"tasks": {"id": "a"}}, "tasks: Input should be a valid list"),
+        ({"tasks": []}, "tasks: List should have at least 1 item after validation, not 0"),
+        ({"tasks": ["a"]}, "tasks[0] must be an object {id, <surface>: request}, not a string"),
+        (
+            {"tasks": [{"id": "a", "embeddings": {"input": "x"}}, None]},
+            "tasks[1] must be an object {id, <surface>: request}, not null",
+        ),
+        ({"tasks": [[]]}, "tasks[0] must be an object {id, <surface>: request}, not an array"),
+        ({"tasks": [1.5]}, "tasks[0] must be an object {id, <surface>: request}, not a number"),
+        ({"tasks": [True]}, "tasks[0] must be an object {id, <surface>: request}, not a boolean"),
+        ({"tasks": [{"embeddings": {"input": "x"}}]}, "tasks.0.id: Field required"),
+        (
+            {"tasks": [{"id": "", "embeddings": {"input": "x"}}]},
+            "tasks.0.id: String should have at least 1 character",
+        ),
+        (
+            {"tasks": [{"id": 1, "embeddings": {"input": "x"}}]},
+            "tasks.0.id: Input should be a valid string",
+        ),
+        (
+            {"tasks": [{"id": "a", "embedding": {"input": "x"}}]},
+            "tasks.0.embedding: not a field of this request (check the spelling)",
+        ),
+        (
+            {"tasks": [{"id": "a", "embeddings": {"input": "x"}}], "option": {}},
+            "option: not a field of this request (check the spelling)",
+        ),
+        (
+            {"tasks": [{"id": "a", "embeddings": {"input": "x"}}], "options": {"deadline_ms": 0}},
+            "options.deadline_ms: Input should be greater than 0",
+        ),
+        (
+            [{"id": "a"}],
+            "the body must be a JSON object; send it with content-type: application/json",
+        ),
+    ],
+)
+def test_only_a_malformed_bundle_is_refused_whole(client, body, message):
+    assert error_of(client.post("/v1/bundle", json=body), 400, "invalid_request") == message
+
+
+def test_a_bundle_is_read_as_json_as_the_typed_routes_read_theirs(client):
+    task = b'{"tasks": [{"id": "a", "embeddings": {"model": "pooled", "input": "x"}}]}'
+    for content, headers, message in [
+        (b"{", JSON_TYPE, "malformed JSON: Expecting property name enclosed in double quotes"),
+        (b"", JSON_TYPE, "the body is empty; send a JSON object"),
+        (
+            task,
+            {"content-type": "text/plain"},
+            "the body must be a JSON object; send it with content-type: application/json",
+        ),
+    ]:
+        response = client.post("/v1/bundle", content=content, headers=headers)
+        alone = client.post("/v1/embeddings", content=content, headers=headers)
+        assert error_of(response, 400, "invalid_request") == message
+        assert error_of(alone, 400, "invalid_request") == message
+    vendor = {"content-type": "application/vnd.api+json; charset=utf-8"}
+    assert client.post("/v1/bundle", content=task, headers=vendor).status_code == 200
+
+
+def test_a_decisions_task_answers_named_states_like_its_route(client):
+    body = {
+        "model": "pooled",
+        "state": "my card was charged twice",
+        "questions": {"q": NOUL_QUESTION},
+        "states": {"late": {"state": "my parcel is late", "questions": {"q": NOUL_QUESTION}}},
+    }
+    response = client.post("/v1/bundle", json={"tasks": [{"id": "1", "decisions": body}]})
+    [result] = response.json()["results"]
+    assert result["status"] == 200
+    assert result["decisions"] == client.post("/v1/decisions", json=body).json()
+    assert list(result["decisions"]["states"]) == ["late"]
+    assert result["decisions"]["states"]["late"]["model"] == "pooled"
+
+
 @pytest.mark.parametrize("surfaces", [("embeddings", "classify"), ()])
 def test_a_bundle_task_needs_exactly_one_surface(client, surfaces):
     task = {"id": "odd", **{s: {"model": "pooled", "input": "good"} for s in surfaces}}
@@ -532,9 +700,6 @@ def test_every_surface_answer_times_each_phase(runtime, client):
         timed_phases(client.post(path, json=body))
 
 
-NOUL_QUESTION = {"type": "noul", "instructions": "Is it urgent?"}
-
-
 def test_a_bundle_reports_the_phases_of_the_task_answered_last(runtime, client):
     control(runtime, "sequence").delay = 0.05
     tasks = [
@@ -577,9 +742,6 @@ def test_every_error_of_a_surface_or_bundle_route_carries_every_phase(make_runti
         assert response.status_code == status, response.text
         timing = timed_phases(response)
         assert timing["forward"] == 0, response.request.url
-
-
-JSON_TYPE = {"content-type": "application/json"}
 
 
 def test_every_other_response_carries_the_phases_too(client):
