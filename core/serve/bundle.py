@@ -51,6 +51,11 @@ RAW_SURFACES = ("decisions", "systemone_batch")
 
 Path = tuple[str | int, ...]
 
+INLINE_BYTES = 16384
+"""Bodies up to this size are read on the event loop, as FastAPI reads a typed route's
+body (well under a millisecond; a hop to the parsing thread would cost more); larger
+ones on the parsing thread, so a huge bundle never stalls other requests."""
+
 
 class RawTask(Strict):
     """A task as the bundle itself is checked: its ``id`` and its surface keys, each
@@ -155,7 +160,8 @@ def sent_as_json(content_type: str | None) -> bool:
 
 
 def read_bundle(raw: bytes, limit: int, schema: str) -> Bundle:
-    """Check a bundle body and read each task's request (run it off the event loop).
+    """Check a bundle body and read each task's request (a large body off the event loop:
+    :data:`INLINE_BYTES`).
 
     Args:
         raw: the body bytes.
@@ -328,7 +334,10 @@ async def answer_bundle(runtime: Runtime, accounting: Accounting, request: Reque
     try:
         if raw and not sent_as_json(request.headers.get("content-type")):
             raise ApiError("invalid_request", NOT_JSON)
-        bundle = await loop.run_in_executor(runtime.executor, read)
+        if len(raw) <= INLINE_BYTES:
+            bundle = read()
+        else:
+            bundle = await loop.run_in_executor(runtime.executor, read)
     except ApiError as err:
         timing.parsed()
         accounting.refused(request.url.path, err.status, time.perf_counter() - timing.started)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import json
 import math
 import struct
 
@@ -577,6 +578,30 @@ def test_a_bundle_is_read_as_json_as_the_typed_routes_read_theirs(client):
         assert error_of(alone, 400, "invalid_request") == message
     vendor = {"content-type": "application/vnd.api+json; charset=utf-8"}
     assert client.post("/v1/bundle", content=task, headers=vendor).status_code == 200
+
+
+def test_a_large_bundle_is_read_off_the_event_loop_with_the_same_answers(client):
+    from vllm_srun.serve.bundle import INLINE_BYTES
+
+    tasks = [
+        {"id": "e", "embeddings": {"model": "pooled", "input": "good"}},
+        {"id": "bad", "rerank": {"model": "relevance", "query": "q"}},
+        {
+            "id": "d",
+            "decisions": {"model": "pooled", "state": "s", "questions": {"q": NOUL_QUESTION}},
+        },
+    ]
+    small = json.dumps({"tasks": tasks}).encode()
+    large = small + b" " * INLINE_BYTES  # the same JSON document, over the inline size
+    answers = [
+        client.post("/v1/bundle", content=body, headers=JSON_TYPE) for body in (small, large)
+    ]
+    assert [a.status_code for a in answers] == [200, 200]
+    assert answers[0].json() == answers[1].json()
+    assert [r["status"] for r in answers[0].json()["results"]] == [200, 400, 200]
+    too_many = json.dumps({"tasks": [tasks[0]] * 65}).encode() + b" " * INLINE_BYTES
+    refused = client.post("/v1/bundle", content=too_many, headers=JSON_TYPE)
+    assert error_of(refused, 413, "request_too_large") == "the bundle has 65 tasks; at most 64"
 
 
 def test_a_decisions_task_answers_named_states_like_its_route(client):
