@@ -8,6 +8,10 @@ A decisions request asks typed questions about a ``state``::
      "states": {"eu": {"state": {...}, "questions": {...}}},
      "options": {"deadline_ms": 500, "profile": "exact", "return_meta": true}}
 
+``states`` (an object of named entries, or an array of them) asks about further
+states, each answered as its own request would be; ``images`` may be left out or
+empty (no decision model here reads images).
+
 A family reads a request, plans one row per valid question, and turns one logit
 per option into each answer. Import everything from this package; it is split
 by concept into:

@@ -206,14 +206,12 @@ def response_body(
             f"({entries}), not {len(answered)} and {len(counts)}; pass a list of counts "
             "when the request has states"
         )
-    body: dict[str, Any] = {"answers": answered[0], "usage": usage(counts[0], 0)}
+    body: dict[str, Any] = {"answers": answered[0], "usage": usage(counts[0])}
     if not request.has_states:
         return body
     own = [
-        (entry.key, {"answers": answers, "usage": usage(tokens, 0)})
-        for entry, answers, tokens in zip(
-            request.entries[1:], answered[1:], counts[1:], strict=True
-        )
+        (request.entries[i].key, {"answers": answered[i], "usage": usage(counts[i])})
+        for i in range(1, entries)
     ]
     if request.named_states:
         body["states"] = {name: state for name, state in own}
