@@ -28,7 +28,7 @@ from vllm_srun.plugins.requests import (
 from . import schemas
 from .bundle import answer_bundle
 from .envelope import Envelope, install_error_handlers
-from .requests import ApiError, ClientGone, Timing
+from .requests import ApiError, ClientGone, request_timing
 from .responses import CLIENT_CLOSED, Accounting, plain_embeddings_refusal, respond
 from .runtime import Runtime
 from .status import cards, health_document, model_card
@@ -49,8 +49,13 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+RAW_BODIES = (schemas.DecisionsRequest, schemas.SystemOneBatchRequest, schemas.BundleRequest)
+"""Request bodies the routes read from their raw bytes, documented from these models
+(a bundle's task bodies with the surface request schemas)."""
+
+
 def _openapi_with_decisions(app: FastAPI) -> Any:
-    """``app.openapi`` that also documents the raw-body ``/v1/decisions`` request, and
+    """``app.openapi`` that also documents the raw-body requests (:data:`RAW_BODIES`), and
     names the runtime's own version beside the contract's (``info.x-runtime-version``)."""
     build = app.openapi
 
@@ -60,7 +65,7 @@ def _openapi_with_decisions(app: FastAPI) -> Any:
         document = build()
         document["info"]["x-runtime-version"] = __version__
         components = document.setdefault("components", {}).setdefault("schemas", {})
-        for model in (schemas.DecisionsRequest, schemas.SystemOneBatchRequest):
+        for model in RAW_BODIES:
             extra = model.model_json_schema(ref_template="#/components/schemas/{model}")
             for name, schema in extra.pop("$defs", {}).items():
                 components.setdefault(name, schema)
@@ -77,6 +82,13 @@ SYSTEMONE_BATCH_BODY = {
         "content": {
             "application/json": {"schema": {"$ref": "#/components/schemas/SystemOneBatchRequest"}}
         },
+    }
+}
+
+BUNDLE_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/BundleRequest"}}},
     }
 }
 
@@ -114,13 +126,10 @@ def build_app(runtime: Runtime) -> FastAPI:
         surface: str,
         request: Request,
         body: SurfaceRequest,
-        timing: Timing | None = None,
         shape: Shape | None = None,
     ) -> Response:
-        if timing is None:
-            timing = Timing()
-            request.state.timing = timing
-        timing.add("parse", time.perf_counter() - timing.started)
+        timing = request_timing(request)
+        timing.parsed()
         name = model_label(body)
         status = 200
         try:
@@ -177,8 +186,7 @@ def build_app(runtime: Runtime) -> FastAPI:
     async def decide(request: Request, schema: str = SCHEMAS[0], batch: bool = False) -> Response:
         """Read a decisions body from its raw bytes in a System One ``schema``
         (``/v1/decisions`` always in the current one) and answer it."""
-        timing = Timing()
-        request.state.timing = timing
+        timing = request_timing(request)
         try:
             raw = await request.body()
         except ClientDisconnect:
@@ -191,7 +199,7 @@ def build_app(runtime: Runtime) -> FastAPI:
         except ApiError as err:
             count(model_label({}), "decisions", err.status, time.perf_counter() - timing.started)
             raise
-        return await answer("decisions", request, parsed, timing, shape)
+        return await answer("decisions", request, parsed, shape)
 
     @app.post(
         "/v1/decisions",
@@ -227,10 +235,11 @@ def build_app(runtime: Runtime) -> FastAPI:
         "/v1/bundle",
         response_model=None,
         responses={200: {"model": schemas.BundleResponse}, **ERROR_RESPONSES},
+        openapi_extra=BUNDLE_BODY,
     )
-    async def bundle(request: Request, body: schemas.BundleRequest) -> Response:
+    async def bundle(request: Request) -> Response:
         """Several surface requests in one call; results in task order, each with its status."""
-        return await answer_bundle(runtime, accounting, request, body)
+        return await answer_bundle(runtime, accounting, request)
 
     @app.get("/v1/models", response_model=None, responses={200: {"model": schemas.ModelList}})
     async def models() -> Response:

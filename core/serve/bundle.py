@@ -1,34 +1,43 @@
 """``POST /v1/bundle``: several surface requests in one call.
 
-Each task names one surface; tasks are planned together (a decisions task's
-raw JSON is checked for duplicate keys once for the whole body), submitted per
-model as one admission, and answered in task order, each with its own status:
-a task that fails never fails its siblings.
+The route reads the raw body itself (:func:`read_bundle`, on the parsing
+thread): only a malformed bundle is refused as a whole (400 ``invalid_request``:
+not a JSON object, no ``tasks`` or not an array of task objects, an empty one, a
+task without a non-empty string ``id`` or without exactly one surface key, an
+unknown key; 413 ``request_too_large`` above ``--max-bundle-tasks``). Each
+task's own body then goes through one path, :func:`read_task`, whatever its
+surface: a body that fails validation becomes that task's 400 with the message
+its surface route gives, and its siblings are still answered. Tasks are planned
+together, submitted per model as one admission, and answered in task order,
+each with the status it would have had alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from starlette.requests import Request
+from pydantic import Field, ValidationError
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from vllm_srun.plugins.decisions import (
-    DecisionsRequest,
-    describe_path,
-    loads_checked,
-    non_finite,
-    parse_request,
+from vllm_srun.plugins.decisions import describe_path, loads_checked, non_finite
+from vllm_srun.plugins.requests import (
+    TEXT_REQUESTS,
+    Strict,
+    SurfaceRequest,
+    TextRequest,
+    validation_problems,
 )
-from vllm_srun.plugins.requests import SurfaceRequest, TextRequest
 from vllm_srun.plugins.spec import RequestError
 
 from . import schemas
-from .requests import ApiError, ClientGone, Timing
+from .requests import ApiError, ClientGone, Timing, request_timing
 from .responses import CLIENT_CLOSED, Accounting, respond
 from .runtime import Planned, Runtime
 from .systemone import SCHEMAS, Shape, reshape, systemone_request
@@ -40,63 +49,53 @@ BUNDLE_SURFACES = ("embeddings", "classify", "rerank", "decisions", "systemone_b
 RAW_SURFACES = ("decisions", "systemone_batch")
 """Task keys whose body is validated from the raw JSON (duplicate keys included)."""
 
+Path = tuple[str | int, ...]
 
-def bundle_duplicates(raw: bytes) -> list[tuple[str | int, ...]]:
-    """The paths of every key given twice in a bundle body (read once for all its tasks).
-
-    Raises:
-        ApiError: 400 ``invalid_request`` when the body nests too deeply to read.
-    """
-    try:
-        return loads_checked(raw, constants=True)[1]
-    except RequestError as err:
-        raise ApiError(err.code, err.message) from err
+INLINE_BYTES = 16384
+"""Bodies up to this size are read on the event loop, as FastAPI reads a typed route's
+body (well under a millisecond; a hop to the parsing thread would cost more); larger
+ones on the parsing thread, so a huge bundle never stalls other requests."""
 
 
-def bundle_decisions(
-    payload: dict[str, Any],
-    index: int,
-    duplicates: list[tuple[str | int, ...]],
-    key: str = "decisions",
-    schema: str = SCHEMAS[0],
-) -> tuple[DecisionsRequest, Shape | None]:
-    """A bundle task's ``decisions`` (or ``systemone_batch``) body validated, with the
-    duplicate keys found under it, and how its answer is reshaped.
+class RawTask(Strict):
+    """A task as the bundle itself is checked: its ``id`` and its surface keys, each
+    body left unread (:func:`read_task` reads it). The contract's
+    :class:`~.schemas.BundleTask` documents the bodies."""
 
-    Raises:
-        ApiError: 400 ``invalid_request`` (for this task only): the task gives
-            its key twice, holds NaN or Infinity, or fails validation.
-    """
-    prefix = ("tasks", index, key)
-    try:
-        if prefix in duplicates:
-            raise RequestError(
-                "invalid_request", f"tasks[{index}] has the key {key!r} more than once"
-            )
-        where = non_finite(payload)
-        if where is not None:
-            raise RequestError(
-                "invalid_request",
-                f"tasks[{index}].{key}.{describe_path(where)}: NaN and Infinity are not "
-                "JSON numbers",
-            )
-        own = [d[len(prefix) :] for d in duplicates if d[: len(prefix)] == prefix]
-        if key == "systemone_batch":
-            return systemone_request(payload, own, schema, batch=True)
-        return parse_request(payload, own), None
-    except RequestError as err:
-        raise ApiError(err.code, err.message) from err
+    id: str = Field(min_length=1)
+    embeddings: Any = None
+    classify: Any = None
+    rerank: Any = None
+    decisions: Any = None
+    systemone_batch: Any = None
+
+
+class RawBundle(Strict):
+    """A bundle body as it is checked before its tasks are read."""
+
+    tasks: list[RawTask] = Field(min_length=1)
+    options: schemas.BundleOptions | None = None
 
 
 @dataclass
 class Task:
-    """One bundle task: its ``id``, its key (the surface, or ``systemone_batch``) and
-    that key's request: typed (:mod:`vllm_srun.plugins.requests`), or a decisions
-    body's JSON object, which is validated per task when the bundle is planned."""
+    """One bundle task.
+
+    Attributes:
+        id: the task's ``id``.
+        key: its surface key (a surface, or ``systemone_batch``).
+        payload: that key's JSON value, as sent.
+        request: the typed request read from it (``None`` until read, or when
+            it failed: ``error``).
+        error: why the body was refused (this task's status and error).
+        shape: how a decisions answer is reshaped (:func:`~.systemone.reshape`).
+    """
 
     id: str
     key: str
-    payload: TextRequest | dict[str, Any]
+    payload: Any
+    request: SurfaceRequest | None = None
+    error: ApiError | None = None
     shape: Shape | None = None
 
     @property
@@ -105,27 +104,179 @@ class Task:
         return "decisions" if self.key in RAW_SURFACES else self.key
 
 
-def read_tasks(body: schemas.BundleRequest, limit: int) -> list[Task]:
-    """The tasks of a validated bundle body.
+@dataclass
+class Bundle:
+    """A bundle whose tasks are read: each with its request or its error."""
+
+    tasks: list[Task]
+    deadline_ms: float | None
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, as a message names it (``a string``, ``null``, ...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "a string" if isinstance(value, str) else "an array"
+
+
+def _loads(raw: bytes) -> Any:
+    """The body's JSON value (``NaN`` and ``Infinity`` read as floats, as every typed
+    route reads them; the surfaces refuse them where a number must be finite).
 
     Raises:
-        ApiError: 413 ``request_too_large`` above ``limit`` tasks; 400
-            ``invalid_request`` for a task without exactly one surface.
+        ApiError: 400 ``invalid_request`` worded as the typed routes word it.
     """
-    if len(body.tasks) > limit:
+    if not raw:
+        raise ApiError("invalid_request", "the body is empty; send a JSON object")
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise ApiError("invalid_request", f"malformed JSON: {err.msg}") from err
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ApiError("invalid_request", f"malformed JSON: {err}") from err
+    except RecursionError as err:
         raise ApiError(
-            "request_too_large", f"the bundle has {len(body.tasks)} tasks; at most {limit}"
-        )
-    tasks = []
-    for index, task in enumerate(body.tasks):
-        surfaces = [s for s in BUNDLE_SURFACES if getattr(task, s) is not None]
-        if len(surfaces) != 1:
+            "invalid_request", "the body nests arrays or objects too deeply to read"
+        ) from err
+
+
+NOT_JSON = "the body must be a JSON object; send it with content-type: application/json"
+"""The refusal of a body not sent as JSON (worded as the typed routes word it)."""
+
+
+def sent_as_json(content_type: str | None) -> bool:
+    """Whether a ``Content-Type`` announces JSON (``application/json`` or
+    ``application/*+json``), the bodies the typed routes read as JSON: a bundle
+    without it is refused as they refuse theirs."""
+    if not content_type:
+        return False
+    media = content_type.split(";", 1)[0].strip().lower()
+    kind, _, subtype = media.partition("/")
+    return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
+def read_bundle(raw: bytes, limit: int, schema: str) -> Bundle:
+    """Check a bundle body and read each task's request (a large body off the event loop:
+    :data:`INLINE_BYTES`).
+
+    Args:
+        raw: the body bytes.
+        limit: ``--max-bundle-tasks``.
+        schema: ``--systemone-schema``, which ``systemone_batch`` tasks follow.
+
+    Returns:
+        The tasks in order, each with its typed request or, when its body fails
+        validation, its own error (:func:`read_task`); and ``options.deadline_ms``.
+
+    Raises:
+        ApiError: the bundle as a whole is malformed: 413 ``request_too_large``
+            above ``limit`` tasks; 400 ``invalid_request`` for a body that is not
+            a JSON object, ``tasks`` missing, not an array of objects or empty,
+            a task without a non-empty string ``id``, an unknown key, bad
+            ``options``, or a task without exactly one surface key.
+    """
+    value = _loads(raw)
+    if not isinstance(value, dict):
+        raise ApiError("invalid_request", NOT_JSON)
+    tasks = value.get("tasks")
+    if isinstance(tasks, list) and len(tasks) > limit:
+        raise ApiError("request_too_large", f"the bundle has {len(tasks)} tasks; at most {limit}")
+    for index, task in enumerate(tasks if isinstance(tasks, list) else ()):
+        if not isinstance(task, dict):
+            raise ApiError(
+                "invalid_request",
+                f"tasks[{index}] must be an object {{id, <surface>: request}}, not {_kind(task)}",
+            )
+    try:
+        bundle = RawBundle.model_validate(value)
+    except ValidationError as err:
+        raise ApiError("invalid_request", validation_problems(err.errors())) from err
+    read = []
+    for index, task in enumerate(bundle.tasks):
+        keys = [k for k in BUNDLE_SURFACES if getattr(task, k) is not None]
+        if len(keys) != 1:
             raise ApiError(
                 "invalid_request",
                 f"tasks[{index}] ({task.id}) must have exactly one of {', '.join(BUNDLE_SURFACES)}",
             )
-        tasks.append(Task(task.id, surfaces[0], getattr(task, surfaces[0])))
-    return tasks
+        read.append(Task(task.id, keys[0], getattr(task, keys[0])))
+    duplicates: list[Path] = []
+    if any(task.key in RAW_SURFACES for task in read):
+        try:
+            duplicates = loads_checked(raw, constants=True)[1]
+        except RequestError as err:
+            raise ApiError(err.code, err.message) from err
+    for index, task in enumerate(read):
+        read_task(task, index, duplicates, schema)
+    deadline = bundle.options.deadline_ms if bundle.options is not None else None
+    return Bundle(read, deadline)
+
+
+def read_task(task: Task, index: int, duplicates: list[Path], schema: str) -> None:
+    """Read one task's body into ``task.request`` (and ``task.shape``), or its refusal
+    into ``task.error``: the one path of every surface.
+
+    A typed surface (embeddings, classify, rerank) is validated as its route
+    validates it (the same model, the same message; the request's own rules
+    and the model run when it is planned, as on the route); a decisions or
+    ``systemone_batch`` body as ``/v1/decisions`` or ``/v1/systemone/batch``
+    reads it, duplicate keys (``duplicates``, paths in the whole bundle)
+    included.
+    """
+    try:
+        if task.key in RAW_SURFACES:
+            task.request, task.shape = _raw_request(task, index, duplicates, schema)
+        else:
+            task.request = _typed_request(task.key, task.payload)
+    except RequestError as err:
+        task.error = ApiError(err.code, err.message)
+
+
+def _typed_request(surface: str, payload: Any) -> TextRequest:
+    """A typed surface's body validated as its route validates it.
+
+    Raises:
+        RequestError: ``invalid_request`` with the route's message.
+    """
+    if not isinstance(payload, Mapping):
+        raise RequestError("invalid_request", "the request must be a JSON object")
+    try:
+        return TEXT_REQUESTS[surface].model_validate(payload)
+    except ValidationError as err:
+        raise RequestError("invalid_request", validation_problems(err.errors())) from err
+
+
+def _raw_request(
+    task: Task, index: int, duplicates: list[Path], schema: str
+) -> tuple[SurfaceRequest, Shape]:
+    """A ``decisions`` (or ``systemone_batch``) body validated, with the duplicate keys
+    found under it, and how its answer is reshaped.
+
+    Raises:
+        RequestError: ``invalid_request``: the task gives its key twice, holds NaN
+            or Infinity, or fails validation.
+    """
+    prefix = ("tasks", index, task.key)
+    if prefix in duplicates:
+        raise RequestError(
+            "invalid_request", f"tasks[{index}] has the key {task.key!r} more than once"
+        )
+    if not isinstance(task.payload, dict):
+        raise RequestError("invalid_request", "the request must be a JSON object")
+    where = non_finite(task.payload)
+    if where is not None:
+        raise RequestError(
+            "invalid_request",
+            f"tasks[{index}].{task.key}.{describe_path(where)}: NaN and Infinity are not "
+            "JSON numbers",
+        )
+    own = [d[len(prefix) :] for d in duplicates if d[: len(prefix)] == prefix]
+    batch = task.key == "systemone_batch"
+    return systemone_request(task.payload, own, schema if batch else SCHEMAS[0], batch=batch)
 
 
 def submit_by_model(
@@ -159,48 +310,59 @@ def task_result(task: Task, outcome: Any) -> dict[str, Any]:
     return {"id": task.id, "status": 200, task.key: outcome}
 
 
-async def answer_bundle(
-    runtime: Runtime, accounting: Accounting, request: Request, body: schemas.BundleRequest
-) -> Response:
-    """Plan, submit and answer every task of a bundle; results in task order.
+async def answer_bundle(runtime: Runtime, accounting: Accounting, request: Request) -> Response:
+    """Read, plan, submit and answer every task of a bundle; results in task order.
+
+    ``Server-Timing``: ``parse`` until every task is read, ``tokenize`` the
+    time the tasks took to plan (together, not summed), ``queue``,
+    ``forward`` and ``post`` those of the task answered last, then
+    ``serialize``; so the phases never add up to more than ``total``.
 
     Raises:
-        ApiError: as :func:`read_tasks` raises (the bundle as a whole is refused).
+        ApiError: as :func:`read_bundle` raises (the bundle as a whole is refused).
     """
-    timing = Timing()
-    request.state.timing = timing
+    timing = request_timing(request)
+    loop = asyncio.get_running_loop()
     try:
-        tasks = read_tasks(body, runtime.config.max_bundle_tasks)
+        raw = await request.body()
+    except ClientDisconnect:
+        accounting.refused(request.url.path, CLIENT_CLOSED, time.perf_counter() - timing.started)
+        return Response(status_code=CLIENT_CLOSED)
+    read = functools.partial(
+        read_bundle, raw, runtime.config.max_bundle_tasks, runtime.config.systemone_schema
+    )
+    try:
+        if raw and not sent_as_json(request.headers.get("content-type")):
+            raise ApiError("invalid_request", NOT_JSON)
+        if len(raw) <= INLINE_BYTES:
+            bundle = read()
+        else:
+            bundle = await loop.run_in_executor(runtime.executor, read)
     except ApiError as err:
+        timing.parsed()
         accounting.refused(request.url.path, err.status, time.perf_counter() - timing.started)
         raise
-    loop = asyncio.get_running_loop()
-    duplicates: list[tuple[str | int, ...]] = []
-    if any(t.key in RAW_SURFACES for t in tasks):
-        raw = await request.body()
-        duplicates = await loop.run_in_executor(runtime.executor, bundle_duplicates, raw)
-    timing.add("parse", time.perf_counter() - timing.started)
+    timing.parsed()
+    tasks = bundle.tasks
 
-    async def plan_task(index: int, task: Task) -> Planned:
-        request: SurfaceRequest
-        if isinstance(task.payload, dict):
-            schema = runtime.config.systemone_schema
-            read = functools.partial(
-                bundle_decisions, task.payload, index, duplicates, task.key, schema
-            )
-            request, task.shape = await loop.run_in_executor(runtime.executor, read)
-        else:
-            request = task.payload
-        return await runtime.plan(task.surface, request, timing)
+    async def plan_task(task: Task) -> Planned | ApiError:
+        if task.request is None:
+            assert task.error is not None
+            return task.error
+        # Tasks plan concurrently (one planning thread per model): their own
+        # tokenize times overlap, so the bundle times the whole stage instead.
+        return await runtime.plan(task.surface, task.request, Timing())
 
+    planning = time.perf_counter()
     outcomes: list[Any] = await asyncio.gather(
-        *(plan_task(i, task) for i, task in enumerate(tasks)), return_exceptions=True
+        *(plan_task(task) for task in tasks), return_exceptions=True
     )
+    timing.add("tokenize", time.perf_counter() - planning)
     labels = [
         o.state.name if isinstance(o, Planned) else accounting.model_label(t.payload)
         for t, o in zip(tasks, outcomes, strict=True)
     ]
-    submit_by_model(runtime, outcomes, body.options.deadline_ms if body.options else None, timing)
+    submit_by_model(runtime, outcomes, bundle.deadline_ms, timing)
     results = []
     for task, outcome in zip(tasks, outcomes, strict=True):
         if isinstance(outcome, Planned):

@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from vllm_srun.plugins.requests import validation_problems
 from vllm_srun.plugins.spec import clip
 
-from .requests import ApiError, Timing
+from .requests import ApiError, Timing, request_timing
 from .responses import Accounting, respond
 from .runtime import RECEIVED_BEFORE_SHUTDOWN, Runtime
 
@@ -91,10 +91,14 @@ class Envelope:
     """ASGI middleware: the body limit before anything is buffered, ``Server-Timing``
     and the access log.
 
-    A ``Content-Length`` over the limit is answered 413 without reading the
-    body; a chunked body is cut off as soon as it passes the limit. Every
-    response without its own ``Server-Timing`` gets ``total``; every request,
-    refused ones included, gets one access line (:func:`log_access`).
+    Every request gets its :class:`~.requests.Timing` on arrival, in
+    ``scope["state"]["timing"]`` (``request.state.timing`` for the routes and
+    the error handlers). A ``Content-Length`` over the limit is answered 413
+    without reading the body; a chunked body is cut off as soon as it passes
+    the limit. Every response leaves with the full ``Server-Timing`` phase list
+    (a response without its own gets the request's phases so far, zeros where a
+    phase did not run); every request, refused ones included, gets one access
+    line (:func:`log_access`).
     """
 
     def __init__(
@@ -112,9 +116,13 @@ class Envelope:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
+        timing = Timing(started=started)
+        # A fresh state per request (a server may hand every request the same one), set
+        # on the scope itself: Starlette's outermost error handler reads it too.
+        scope["state"] = {**(scope.get("state") or {}), "timing": timing}
         for name, value in scope.get("headers", ()):
             if name == b"content-length" and value.isdigit() and int(value) > self.limit:
-                await _too_large(send, self.limit)
+                await _too_large(send, self.limit, timing)
                 if self.refused is not None:
                     self.refused(scope.get("path", ""), 413, time.perf_counter() - started)
                 log_access(scope, 413, started)
@@ -135,8 +143,7 @@ class Envelope:
                 log_access(scope, int(message["status"]), started)
                 headers = list(message.get("headers", ()))
                 if not any(k == b"server-timing" for k, _ in headers):
-                    total = (time.perf_counter() - started) * 1000
-                    headers.append((b"server-timing", f"total;dur={total:.3f}".encode()))
+                    headers.append((b"server-timing", timing.header().encode()))
                     message = {**message, "headers": headers}
             await send(message)
 
@@ -201,7 +208,8 @@ class InFlight:
             if not self.expired or request.responding:
                 raise
             task.uncancel()  # cancelled by expire(): answer instead of dying
-            await _shut_down(send, request.arrived)
+            timing = (scope.get("state") or {}).get("timing")
+            await _shut_down(send, timing or Timing(started=request.arrived))
         finally:
             self._done(task)
 
@@ -246,29 +254,33 @@ SHUT_DOWN_MESSAGE = (
 
 
 async def _send_error(
-    send: Send, status: int, code: str, message: str, headers: list[tuple[bytes, bytes]]
+    send: Send,
+    status: int,
+    code: str,
+    message: str,
+    headers: list[tuple[bytes, bytes]],
+    timing: Timing,
 ) -> None:
-    """An error document sent straight through ASGI (before or after the application)."""
+    """An error document sent straight through ASGI (before or after the application),
+    with ``Server-Timing`` from ``timing`` (encoding the document is ``serialize``)."""
+    started = time.perf_counter()
     body = orjson.dumps({"error": {"code": code, "message": message}})
+    timing.add("serialize", time.perf_counter() - started)
     start = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": start + headers})
+    start += [*headers, (b"server-timing", timing.header().encode())]
+    await send({"type": "http.response.start", "status": status, "headers": start})
     await send({"type": "http.response.body", "body": body})
 
 
-async def _shut_down(send: Send, arrived: float) -> None:
+async def _shut_down(send: Send, timing: Timing) -> None:
     """Answer 503 ``not_ready`` with ``Retry-After``: the grace period ran out."""
-    total = (time.perf_counter() - arrived) * 1000
-    headers = [
-        (b"retry-after", RETRY_AFTER[503]["retry-after"].encode()),
-        (b"server-timing", f"total;dur={total:.3f}".encode()),
-    ]
-    await _send_error(send, 503, "not_ready", SHUT_DOWN_MESSAGE, headers)
+    headers = [(b"retry-after", RETRY_AFTER[503]["retry-after"].encode())]
+    await _send_error(send, 503, "not_ready", SHUT_DOWN_MESSAGE, headers, timing)
 
 
-async def _too_large(send: Send, limit: int) -> None:
+async def _too_large(send: Send, limit: int, timing: Timing) -> None:
     message = f"the body is over {limit} bytes"
-    headers = [(b"server-timing", b"total;dur=0.000")]
-    await _send_error(send, 413, "request_too_large", message, headers)
+    await _send_error(send, 413, "request_too_large", message, [], timing)
 
 
 def validation_message(err: RequestValidationError) -> str:
@@ -283,28 +295,35 @@ def install_error_handlers(app: FastAPI, runtime: Runtime, accounting: Accountin
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, err: ApiError) -> Response:
-        timing = getattr(request.state, "timing", None)
+        timing = request_timing(request)
+        timing.parsed()  # refused while reading the body: that was the parse
         return respond(err.status, err.body(), timing, RETRY_AFTER.get(err.status))
 
     @app.exception_handler(BodyTooLarge)
     async def body_too_large(request: Request, err: BodyTooLarge) -> Response:
-        accounting.refused(request.url.path, 413, 0.0)
+        timing = request_timing(request)
+        timing.parsed()
+        accounting.refused(request.url.path, 413, time.perf_counter() - timing.started)
         limit = runtime.config.max_request_bytes
-        return respond(413, ApiError("request_too_large", f"the body is over {limit} bytes").body())
+        error = ApiError("request_too_large", f"the body is over {limit} bytes")
+        return respond(413, error.body(), timing)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, err: RequestValidationError) -> Response:
-        accounting.refused(request.url.path, 400, 0.0)
-        return respond(400, ApiError("invalid_request", validation_message(err)).body())
+        timing = request_timing(request)
+        timing.parsed()
+        accounting.refused(request.url.path, 400, time.perf_counter() - timing.started)
+        return respond(400, ApiError("invalid_request", validation_message(err)).body(), timing)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, err: StarletteHTTPException) -> Response:
         message = f"{request.method} {printable(request.url.path)}: {err.detail}"
-        return respond(err.status_code, {"error": {"code": "invalid_request", "message": message}})
+        body = {"error": {"code": "invalid_request", "message": message}}
+        return respond(err.status_code, body, request_timing(request))
 
     @app.exception_handler(Exception)
     async def crashed(request: Request, err: Exception) -> Response:
         # Starlette answers this one outside the Envelope middleware, which would
         # otherwise add Server-Timing: set it here.
-        timing = getattr(request.state, "timing", None) or Timing()
-        return respond(500, ApiError("internal_error", f"{type(err).__name__}").body(), timing)
+        error = ApiError("internal_error", f"{type(err).__name__}")
+        return respond(500, error.body(), request_timing(request))

@@ -492,9 +492,6 @@ class Runtime:
         def on_done(outputs: list[RowOutput]) -> None:
             job = item.job
             assert job is not None
-            if job.dispatched_at is not None:
-                timing.add("queue", job.dispatched_at - job.enqueued)
-            timing.add("forward", job.forward_seconds)
             started = time.perf_counter()
             try:
                 body: Any = {"model": item.state.name, **served.loaded.finish(item.plan, outputs)}
@@ -505,7 +502,8 @@ class Runtime:
                 body = ApiError(
                     "internal_error", f"finishing the response failed: {type(err).__name__}"
                 )
-            timing.add("post", time.perf_counter() - started)
+            queued = None if job.dispatched_at is None else job.dispatched_at - job.enqueued
+            timing.answered(queued, job.forward_seconds, time.perf_counter() - started)
             with contextlib.suppress(RuntimeError):  # the loop closed: the shutdown answered it
                 loop.call_soon_threadsafe(_resolve, item.future, body)
 

@@ -276,9 +276,22 @@ NonBlank = Annotated[str, Field(pattern=r"\S")]
 """Text with at least one character that is not white space."""
 
 
+NoImages = Annotated[
+    list[Any] | None,
+    Field(
+        max_length=0,
+        description="Accepted only empty (or left out): no decision model served here "
+        "reads images; a non-empty list is refused with invalid_request.",
+    ),
+]
+
+
 class DecisionState(Strict):
+    """One more state, asked and answered as a request of its own would be."""
+
     state: NonBlank | dict[str, Any] | list[Any]
     questions: dict[str, DecisionQuestion] = Field(min_length=1)
+    images: NoImages = None
 
 
 class DecisionsRequest(Strict):
@@ -289,9 +302,14 @@ class DecisionsRequest(Strict):
     questions: dict[str, DecisionQuestion] = Field(
         min_length=1, description="Answered in this order; at least one."
     )
-    states: list[DecisionState] | None = Field(
-        None, description="More states asked in the same call, each under its own questions."
+    states: dict[str, DecisionState] | list[DecisionState] | None = Field(
+        None,
+        description="More states asked in the same call, each with its own questions and "
+        "answered as its own request would be: an object of entries under names that show "
+        "something (answered as an object under the same names), or an array (answered "
+        "as an array, each entry with its index).",
     )
+    images: NoImages = None
     options: DecisionOptions | None = None
 
 
@@ -331,29 +349,39 @@ DecisionAnswer = ChoiceAnswer | NoulAnswer | ScoreAnswer | FailedAnswer
 
 
 class DecisionUsage(Strict):
+    """The tokens one state and its questions read (``output_tokens``: always 0, nothing
+    is generated)."""
+
     input_tokens: int
     output_tokens: int
 
 
-class DecisionStateAnswers(Strict):
+class DecisionStateResponse(Strict):
+    """One ``states`` entry answered as its own request would be."""
+
+    model: str = Field(description="The model that answered the entry.")
+    answers: dict[str, DecisionAnswer]
+    usage: DecisionUsage = Field(description="The tokens this entry read, and only this entry.")
+    meta: dict[str, Any] | None = None
+
+
+class DecisionStateAnswers(DecisionStateResponse):
+    """An entry of a ``states`` array, answered in the same place."""
+
     index: int = Field(description="The entry's position in the request's states.")
-    answers: dict[str, DecisionAnswer]
-    meta: dict[str, Any] | None = None
-
-
-class DecisionNamedStateAnswers(Strict):
-    answers: dict[str, DecisionAnswer]
-    meta: dict[str, Any] | None = None
 
 
 class DecisionsResponse(Strict):
     model: str
     answers: dict[str, DecisionAnswer]
-    usage: DecisionUsage
-    states: list[DecisionStateAnswers] | dict[str, DecisionNamedStateAnswers] | None = Field(
+    usage: DecisionUsage = Field(
+        description="The tokens the request's own state and questions read; each states "
+        "entry reports its own usage (their sum is what the whole request read)."
+    )
+    states: dict[str, DecisionStateResponse] | list[DecisionStateAnswers] | None = Field(
         default=None,
-        description="The answers of each states entry: a list with index, or (vllm-sr/4.0, "
-        "states sent as an object) an object under the same names.",
+        description="Each states entry's answer, in the form the request's states had: an "
+        "object under the same names, or an array with each entry's index.",
     )
     meta: ResponseMeta | None = None
 
@@ -380,7 +408,7 @@ class SystemOneBatchResult(Strict):
 class SystemOneBatchResponse(Strict):
     model: str
     results: list[SystemOneBatchResult]
-    usage: DecisionUsage
+    usage: DecisionUsage = Field(description="The tokens of every state's questions, summed.")
     meta: ResponseMeta | None = None
 
 
@@ -391,24 +419,33 @@ class BundleOptions(Strict):
 
 
 class BundleTask(Strict):
-    id: str
-    embeddings: EmbeddingsRequest | None = None
-    classify: ClassifyRequest | None = None
-    rerank: RerankRequest | None = None
-    decisions: dict[str, Any] | None = Field(
-        None, description="A /v1/decisions body (DecisionsRequest), validated per question."
+    """One task: an ``id`` and exactly one surface request, answered as that surface's
+    route would answer it (a body failing validation fails only its own task)."""
+
+    id: str = Field(min_length=1, description="Names the task's result; not empty.")
+    embeddings: EmbeddingsRequest | None = Field(None, description="A /v1/embeddings body.")
+    classify: ClassifyRequest | None = Field(None, description="A /v1/classify body.")
+    rerank: RerankRequest | None = Field(None, description="A /v1/rerank body.")
+    decisions: DecisionsRequest | None = Field(
+        None, description="A /v1/decisions body; a bad question fails only itself."
     )
-    systemone_batch: dict[str, Any] | None = Field(
-        None, description="A /v1/systemone/batch body (SystemOneBatchRequest)."
+    systemone_batch: SystemOneBatchRequest | None = Field(
+        None, description="A /v1/systemone/batch body."
     )
 
 
 class BundleRequest(Strict):
+    """Several surface requests in one call. Only a malformed bundle is refused as a
+    whole (400; 413 above limits.max_bundle_tasks tasks)."""
+
     tasks: list[BundleTask] = Field(min_length=1)
     options: BundleOptions | None = None
 
 
 class BundleResult(Strict):
+    """A task's answer, in task order: the surface's response under the task's key with
+    status 200, or the error and the status the task would have had alone."""
+
     id: str
     status: int
     embeddings: EmbeddingsResponse | None = None

@@ -7,19 +7,21 @@ into a ``/v1/decisions`` body, validated as every decisions body is (duplicate
 keys included), answered by the model as usual, and the answer is reshaped
 back. Nothing here reads a model.
 
-``vllm-sr/4.0`` accepts, beside every ``vllm-sr/5.0`` form:
+``vllm-sr/4.0`` accepts, beside every ``vllm-sr/5.0`` form, a Choice
+question's ``criteria`` as a plain array of option keys (``["billing",
+"outage"]``), read as keys without descriptions. (``states`` as an object of
+named entries is no longer a 4.0 form: every decisions body takes it, and the
+decisions schema answers it under the same names.)
 
-- a Choice question's ``criteria`` as a plain array of option keys
-  (``["billing", "outage"]``), read as keys without descriptions;
-- ``states`` as an object of named entries (``{"eu": {"state": ..., "questions":
-  ...}}``), answered as an object under the same names
-  (``"states": {"eu": {"answers": ...}}``) instead of a list with ``index``.
+:func:`reshape` also gives each ``states`` entry of an answer the ``model``
+that answered it, as the router's contract has it.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from collections.abc import ValuesView
+from dataclasses import dataclass
 from typing import Any
 
 from vllm_srun.plugins.decisions import DecisionsRequest, loads_checked, parse_request
@@ -42,12 +44,9 @@ class Shape:
 
     Attributes:
         batch: answer ``{"results": [...]}``, one block per state in order.
-        state_names: the names of a 4.0 ``states`` object, in order (answered
-            under them); ``None`` when ``states`` was a list or absent.
     """
 
     batch: bool = False
-    state_names: list[str] | None = field(default=None)
 
 
 def _upgrade_questions(questions: Any) -> None:
@@ -66,31 +65,16 @@ def _upgrade_questions(questions: Any) -> None:
             question["criteria"] = dict.fromkeys(criteria)
 
 
-def upgrade_v4(body: dict[str, Any], duplicates: list[Path]) -> tuple[list[Path], Shape]:
-    """Rewrite ``body`` (in place) from the 4.0 forms to 5.0; duplicate-key paths follow.
-
-    Returns:
-        the duplicate paths with named states turned into their positions, and
-        the :class:`Shape` that answers under the names.
-    """
-    shape = Shape()
+def upgrade_v4(body: dict[str, Any]) -> None:
+    """Rewrite ``body`` (in place) from the 4.0 question forms to 5.0: every Choice
+    ``criteria`` array of keys, at the top and in each ``states`` entry (an array
+    of entries or an object of named ones). Duplicate-key paths are unchanged."""
     _upgrade_questions(body.get("questions"))
     states = body.get("states")
-    if isinstance(states, dict):
-        names = list(states)
-        body["states"] = [states[name] for name in names]
-        position = {name: index for index, name in enumerate(names)}
-        duplicates = [
-            ("states", position[p[1]], *p[2:])
-            if len(p) > 1 and p[0] == "states" and p[1] in position
-            else p
-            for p in duplicates
-        ]
-        shape.state_names = names
-    for entry in body.get("states") or ():
+    entries = states.values() if isinstance(states, dict) else states
+    for entry in entries if isinstance(entries, list | ValuesView) else ():
         if isinstance(entry, dict):
             _upgrade_questions(entry.get("questions"))
-    return duplicates, shape
 
 
 def batch_body(body: dict[str, Any], duplicates: list[Path]) -> tuple[dict[str, Any], list[Path]]:
@@ -173,9 +157,10 @@ def systemone_request(
     """
     shape = Shape(batch=batch)
     if schema == "vllm-sr/4.0":
-        _upgrade_questions(value.get("questions"))
-        if not batch:
-            duplicates, shape = upgrade_v4(value, duplicates)
+        if batch:
+            _upgrade_questions(value.get("questions"))
+        else:
+            upgrade_v4(value)
     if not batch:
         return parse_request(value, duplicates), shape
     value, duplicates = batch_body(value, duplicates)
@@ -193,19 +178,29 @@ def batch_paths(message: str) -> str:
 
 
 def reshape(body: dict[str, Any], shape: Shape) -> dict[str, Any]:
-    """The decisions answer in the route's own shape (``body`` is left as it is)."""
-    states = body.get("states") or []
+    """The decisions answer in the route's own shape (``body`` is left as it is).
+
+    A decisions answer keeps its form; each ``states`` entry (array or named
+    object) gains the ``model`` that answered it. A batch becomes ``{"model",
+    "results": [{"index", "answers"}], "usage"}``, its ``usage`` the sum of
+    every state's own (the same questions asked of each state, each counted as
+    its own request).
+    """
+    states = body.get("states")
     if shape.batch:
+        entries = states or []
         results = [{"index": 0, "answers": body["answers"]}]
-        results += [{"index": s["index"] + 1, "answers": s["answers"]} for s in states]
-        reshaped = {"model": body["model"], "results": results, "usage": body["usage"]}
+        results += [{"index": s["index"] + 1, "answers": s["answers"]} for s in entries]
+        usage = {
+            key: body["usage"][key] + sum(s["usage"][key] for s in entries) for key in body["usage"]
+        }
+        reshaped = {"model": body["model"], "results": results, "usage": usage}
         if "meta" in body:
             reshaped["meta"] = body["meta"]
         return reshaped
-    if shape.state_names is not None:
-        named = {
-            shape.state_names[s["index"]]: {k: v for k, v in s.items() if k != "index"}
-            for s in states
-        }
-        return {**body, "states": named}
+    model = body.get("model")
+    if isinstance(states, dict):
+        return {**body, "states": {k: {"model": model, **v} for k, v in states.items()}}
+    if isinstance(states, list):
+        return {**body, "states": [{"index": v["index"], "model": model, **v} for v in states]}
     return body

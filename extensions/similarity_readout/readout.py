@@ -244,19 +244,29 @@ class SimilarityDecisions(SurfaceModel[SimilarityPlan]):
 
     def similarities(
         self, plan: SimilarityPlan, outputs: list[RowOutput]
-    ) -> tuple[list[dict[str, tuple[Any, Any]]], int]:
+    ) -> tuple[list[dict[str, tuple[Any, Any]]], list[int]]:
         """Cosine similarities of the state to each option, per question, and the tokens used.
 
         Returns:
             One mapping per state entry, question name to ``(question, found)``,
             where ``found`` is a float64 ``[options]`` tensor of cosines in
             ``[-1, 1]``, a ``(code, message)`` failure, or ``None`` for an
-            invalid question; and the input tokens of every embedded text.
+            invalid question; and the input tokens each entry read as its own
+            request would: its state and each distinct option text its valid
+            questions embed (a text two entries share counts in both).
         """
         split = len(plan.states.items)
         states = self.host.finish(plan.states, list(outputs[:split]))["data"]
         options = self.host.finish(plan.options, list(outputs[split:]))["data"]
-        tokens = sum(_tokens(item) for item in states) + sum(_tokens(item) for item in options)
+        tokens = [
+            _tokens(states[entry.state_input])
+            + sum(
+                _tokens(options[i])
+                for i in {i for rows in entry.option_inputs.values() for i in rows}
+                if i is not None
+            )
+            for entry in plan.entries
+        ]
         # Each text's unit vector once, however many questions use it.
         units: list[torch.Tensor | None] = [
             None if "error" in item else _unit(item["embedding"]) for item in options

@@ -28,6 +28,7 @@ from vllm_srun.plugins.decisions import (
     failed_answer,
     parse_request,
     response_body,
+    state_answers,
 )
 from vllm_srun.plugins.loaded import LoadedModel, ModelCard, Plan
 from vllm_srun.plugins.requests import SurfaceRequest
@@ -328,11 +329,11 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
         answers with that error in its place; its siblings answer normally.
         """
         answered = [self._answers(entry, outputs) for entry in plan.entries]
-        total = sum(entry.input_tokens for entry in plan.entries)
-        body = response_body(plan.request, answered, total)
+        tokens = [entry.input_tokens for entry in plan.entries]
+        body = response_body(plan.request, answered, tokens)
         if plan.request.return_meta:
             body["meta"] = self._meta(plan.entries[0])
-            for state, entry in zip(body.get("states", []), plan.entries[1:], strict=True):
+            for state, entry in zip(state_answers(body), plan.entries[1:], strict=True):
                 state["meta"] = {"questions": self._meta(entry)["questions"]}
         return body
 

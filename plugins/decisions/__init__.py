@@ -5,8 +5,12 @@ A decisions request asks typed questions about a ``state``::
     {"state": "My card was charged twice",
      "questions": {"team": {"type": "choice", "instructions": "Which team?",
                             "criteria": {"billing": "Payments", "shipping": null}}},
-     "states": [{"state": {...}, "questions": {...}}],
+     "states": {"eu": {"state": {...}, "questions": {...}}},
      "options": {"deadline_ms": 500, "profile": "exact", "return_meta": true}}
+
+``states`` (an object of named entries, or an array of them) asks about further
+states, each answered as its own request would be; ``images`` may be left out or
+empty (no decision model here reads images).
 
 A family reads a request, plans one row per valid question, and turns one logit
 per option into each answer. Import everything from this package; it is split
@@ -26,8 +30,9 @@ by concept into:
   each reason. :func:`parse_body` reads the bytes and validates them, for the
   serve layer;
 - :mod:`.readout`: :func:`softmax`, :func:`confidence` and the ``*_answer``
-  builders, from logits to the answer shapes of the surface, and
-  :func:`response_body`.
+  builders, from logits to the answer shapes of the surface,
+  :func:`response_body` (each entry with its own ``usage``; ``states`` answered
+  as an array or under its names, as asked) and :func:`state_answers`.
 
 Answer shapes (``probabilities`` in option order; Score levels keyed ``"1"``..``"N"``):
 
@@ -61,6 +66,7 @@ from .readout import (
     response_body,
     score_answer,
     softmax,
+    state_answers,
     usage,
 )
 from .schema import (
@@ -105,6 +111,7 @@ __all__ = [
     "response_body",
     "score_answer",
     "softmax",
+    "state_answers",
     "state_text",
     "usage",
 ]

@@ -104,12 +104,20 @@ class StateEntry:
     Attributes:
         state: the state as sent: a string, an object or an array.
         questions: each question, valid or not, in request order.
-        where: the JSON path of the entry (``()`` for the top level, ``("states", 0)``).
+        where: the JSON path of the entry: ``()`` for the top level, ``("states", 0)``
+            for an entry of a ``states`` array, ``("states", "alpha")`` for one of a
+            ``states`` object.
     """
 
     state: str | dict[str, Any] | list[Any]
     questions: tuple[Question | InvalidQuestion, ...]
     where: Path = ()
+
+    @property
+    def key(self) -> str | int | None:
+        """The entry's place in ``states``: its name (a ``states`` object) or its
+        index (an array); ``None`` for the top-level state."""
+        return self.where[1] if len(self.where) > 1 else None
 
     @property
     def valid(self) -> tuple[Question, ...]:
@@ -133,6 +141,10 @@ class DecisionsRequest:
         return_meta: ``options.return_meta``.
         has_states: whether the request carried ``states`` (the response then
             carries ``states`` too).
+        named_states: whether ``states`` was an object of named entries (the
+            response's ``states`` is then an object under the same names) rather
+            than an array (answered as an array, each entry with its ``index``).
+        problems: the message of every invalid question, in request order.
     """
 
     model: str | None
@@ -141,6 +153,7 @@ class DecisionsRequest:
     profile: str = "exact"
     return_meta: bool = False
     has_states: bool = False
+    named_states: bool = False
     problems: tuple[str, ...] = field(default=(), compare=False)
 
     @property

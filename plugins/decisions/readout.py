@@ -168,23 +168,63 @@ def usage(input_tokens: int, output_tokens: int = 0) -> dict[str, int]:
 
 
 def response_body(
-    request: DecisionsRequest, answered: Sequence[dict[str, Any]], input_tokens: int
+    request: DecisionsRequest,
+    answered: Sequence[dict[str, Any]],
+    input_tokens: int | Sequence[int],
 ) -> dict[str, Any]:
     """The response body (without ``model`` and ``meta``) from each entry's answers.
 
+    Every entry is answered as its own request would be, ``usage`` included:
+    the top-level ``usage`` counts the request's own ``state`` and questions
+    only, and each ``states`` entry carries the ``usage`` of its own
+    (their sum is what the whole request read, tokens two entries share
+    counted in each).
+
     Args:
         request: the validated request.
-        answered: one ``{question name: answer}`` per entry, the top-level state first.
-        input_tokens: the prompt tokens the answers read.
+        answered: one ``{question name: answer}`` per entry, in
+            ``request.entries`` order (the top-level state first).
+        input_tokens: the prompt tokens each entry read, in the same order;
+            a single int for a request of one entry (no ``states``, or an
+            empty ``states``).
 
     Returns:
-        ``{"answers", "usage"}``, plus ``"states": [{"index", "answers"}]``
-        (``index`` counting the ``states`` entries from 0) when the request had
-        ``states``.
+        ``{"answers", "usage"}``, plus ``"states"`` when the request had
+        ``states``: an array ``[{"index", "answers", "usage"}]`` (``index``
+        counting the entries from 0) when ``states`` was an array, an object
+        ``{name: {"answers", "usage"}}`` under the request's names when it
+        was an object.
+
+    Raises:
+        ValueError: ``answered`` or ``input_tokens`` does not hold one item per entry.
     """
-    body: dict[str, Any] = {"answers": answered[0], "usage": usage(input_tokens, 0)}
-    if request.has_states:
-        body["states"] = [
-            {"index": i, "answers": answers} for i, answers in enumerate(answered[1:])
-        ]
+    entries = len(request.entries)
+    counts = [input_tokens] if isinstance(input_tokens, int) else list(input_tokens)
+    if len(answered) != entries or len(counts) != entries:
+        raise ValueError(
+            f"response_body needs one answers mapping and one token count per entry "
+            f"({entries}), not {len(answered)} and {len(counts)}; pass a list of counts "
+            "when the request has states"
+        )
+    body: dict[str, Any] = {"answers": answered[0], "usage": usage(counts[0])}
+    if not request.has_states:
+        return body
+    own = [
+        (request.entries[i].key, {"answers": answered[i], "usage": usage(counts[i])})
+        for i in range(1, entries)
+    ]
+    if request.named_states:
+        body["states"] = {name: state for name, state in own}
+    else:
+        body["states"] = [{"index": index, **state} for index, (_, state) in enumerate(own)]
     return body
+
+
+def state_answers(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``states`` entries of a response body in request order, whichever form
+    (array or named object) :func:`response_body` gave them; a family adds each
+    entry's ``meta`` through them. Empty without ``states``."""
+    states = body.get("states")
+    if isinstance(states, dict):
+        return list(states.values())
+    return list(states or ())

@@ -11,8 +11,15 @@
   255``); its siblings are still answered;
 - a malformed request (not an object, an unknown top-level field, a missing or
   blank ``state``, no ``questions``, bad ``states`` or ``options``, a
-  duplicated key outside a question), or one with no valid question at all,
-  raises :class:`~vllm_srun.plugins.spec.RequestError` ``invalid_request``.
+  non-empty ``images``, a duplicated key outside a question), or one with no
+  valid question at all, raises :class:`~vllm_srun.plugins.spec.RequestError`
+  ``invalid_request``.
+
+``states`` holds further ``{state, questions, images?}`` entries, each answered
+as its own request would be: an array (messages name ``states[0]``) or, as the
+router's contract sends it, an object of named entries (messages name
+``states.alpha``; a name must show something). ``images`` (on the request or an
+entry) may be left out, null or empty: no decision model here reads images.
 
 Text fields must show something (:func:`is_blank`) and be real Unicode
 (:func:`is_encodable`: a JSON ``\\ud800`` escape is a lone surrogate).
@@ -46,8 +53,8 @@ from .questions import (
 PROFILES = ("exact",)
 """Values ``options.profile`` accepts."""
 
-REQUEST_FIELDS = ("model", "state", "questions", "states", "options")
-ENTRY_FIELDS = ("state", "questions")
+REQUEST_FIELDS = ("model", "state", "questions", "states", "images", "options")
+ENTRY_FIELDS = ("state", "questions", "images")
 OPTION_FIELDS = ("deadline_ms", "profile", "return_meta")
 QUESTION_FIELDS = ("type", "instructions", "criteria", "choices", "levels")
 CHOICE_FIELDS = ("key", "description")
@@ -276,6 +283,7 @@ def _entry(raw: Mapping[str, Any], where: Path, duplicates: Sequence[Path]) -> S
         )
     if _unencodable(state):
         raise RequestError("invalid_request", f"{prefix}state holds a lone surrogate")
+    _images(raw.get("images"), prefix)
     questions = raw.get("questions")
     if not isinstance(questions, dict) or not questions:
         shown = "missing" if "questions" not in raw else _kind(questions)
@@ -300,6 +308,67 @@ def _entry(raw: Mapping[str, Any], where: Path, duplicates: Sequence[Path]) -> S
         except _Invalid as err:
             parsed.append(InvalidQuestion(name, kind, str(err)))
     return StateEntry(state, tuple(parsed), where)
+
+
+def _images(images: Any, prefix: str) -> None:
+    """``images`` of the request or of a ``states`` entry: absent, null or an empty array.
+
+    No decision model served here reads images (their cards list the ``text``
+    modality only), so a non-empty array is refused rather than ignored: the
+    answers would not have looked at the pictures.
+    """
+    if images is None:
+        return
+    if not isinstance(images, list):
+        raise RequestError(
+            "invalid_request", f"{prefix}images must be an array, not {_kind(images)}"
+        )
+    if images:
+        shown = "1 image" if len(images) == 1 else f"{len(images)} images"
+        raise RequestError(
+            "invalid_request",
+            f"{prefix}images holds {shown}, but this model has no image modality; "
+            "describe the images in the state as text, and send images as [] or leave it out",
+        )
+
+
+def _state_entries(states: Any, duplicates: Sequence[Path]) -> list[StateEntry]:
+    """The ``states`` entries: an array (``states[0]``, ...) or an object of named
+    entries (``states.alpha``, ...), each ``{state, questions, images?}``."""
+    if isinstance(states, list):
+        pairs: list[tuple[str | int, Any]] = list(enumerate(states))
+    elif isinstance(states, dict):
+        pairs = list(states.items())
+        for name, _ in pairs:
+            if not isinstance(name, str) or is_blank(name) or not is_encodable(name):
+                raise RequestError(
+                    "invalid_request",
+                    f"states has a blank or malformed state name {name!r}; name each entry "
+                    "with visible text",
+                )
+    else:
+        raise RequestError(
+            "invalid_request",
+            "states must be an object of named {state, questions} entries or an array of "
+            f"them, not {_kind(states)}",
+        )
+    entries = []
+    for key, raw in pairs:
+        where: Path = ("states", key)
+        label = describe_path(where)
+        if not isinstance(raw, dict):
+            raise RequestError(
+                "invalid_request",
+                f"{label} must be an object {{state, questions}}, not {_kind(raw)}",
+            )
+        unknown = [k for k in raw if k not in ENTRY_FIELDS]
+        if unknown:
+            raise RequestError(
+                "invalid_request",
+                f"{label}.{unknown[0]} is not a field of a state entry ({', '.join(ENTRY_FIELDS)})",
+            )
+        entries.append(_entry(raw, where, duplicates))
+    return entries
 
 
 def _options(raw: Any) -> tuple[float | None, str, bool]:
@@ -356,9 +425,10 @@ def parse_request(
     Raises:
         RequestError: ``invalid_request`` when the request itself is malformed
             (not an object, an unknown field, a missing or blank ``state``, no
-            ``questions``, a bad ``states`` entry or ``options``, a duplicated
-            key outside a question) or when no question in it is valid; the
-            message then lists every question's reason.
+            ``questions``, a bad ``states`` entry or name, a bad ``options``, a
+            non-empty ``images``, a duplicated key outside a question) or when
+            no question in it is valid; the message then lists every
+            question's reason.
     """
     if not isinstance(body, Mapping):
         raise RequestError("invalid_request", "the request must be a JSON object")
@@ -375,7 +445,7 @@ def parse_request(
         for d in duplicates
         if not (
             (len(d) >= 2 and d[0] == "questions")
-            or (len(d) >= 4 and d[0] == "states" and isinstance(d[1], int) and d[2] == "questions")
+            or (len(d) >= 4 and d[0] == "states" and d[2] == "questions")
         )
     ]
     if outside:
@@ -390,25 +460,7 @@ def parse_request(
     entries = [_entry(body, (), duplicates)]
     states = body.get("states")
     if states is not None:
-        if not isinstance(states, list):
-            raise RequestError(
-                "invalid_request",
-                f"states must be an array of {{state, questions}}, not {_kind(states)}",
-            )
-        for index, raw in enumerate(states):
-            if not isinstance(raw, dict):
-                raise RequestError(
-                    "invalid_request",
-                    f"states[{index}] must be an object {{state, questions}}, not {_kind(raw)}",
-                )
-            unknown = [k for k in raw if k not in ENTRY_FIELDS]
-            if unknown:
-                raise RequestError(
-                    "invalid_request",
-                    f"states[{index}].{unknown[0]} is not a field of a state entry "
-                    "(state, questions)",
-                )
-            entries.append(_entry(raw, ("states", index), duplicates))
+        entries += _state_entries(states, duplicates)
     problems = tuple(
         q.message for entry in entries for q in entry.questions if isinstance(q, InvalidQuestion)
     )
@@ -421,6 +473,7 @@ def parse_request(
         profile=profile,
         return_meta=meta,
         has_states=states is not None,
+        named_states=isinstance(states, dict),
         problems=problems,
     )
 

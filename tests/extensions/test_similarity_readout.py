@@ -570,10 +570,13 @@ def test_the_host_embeds_the_documented_texts_once_each_states_windowed_options_
             "options": {"overflow": "reject"},
         },
     )
-    # Usage counts every embedded text once (this host reports len(text) tokens).
-    texts = ["state", "other", "Pick a: same", "Pick b", "Pick c: opposite", "Late?"]
+    # Usage counts each text an entry embeds once (this host reports len(text) tokens),
+    # each entry on its own: the top-level state's texts, then the other entry's.
+    texts = ["state", "Pick a: same", "Pick b", "Pick c: opposite", "Late?"]
     texts += ["Late? on time", "Late? late"]
     assert body["usage"] == {"input_tokens": sum(map(len, texts)), "output_tokens": 0}
+    own = ["other", "Pick a: same", "Pick b", "Pick c: opposite"]
+    assert body["states"][0]["usage"] == {"input_tokens": sum(map(len, own)), "output_tokens": 0}
     assert body["answers"]["again"] == body["answers"]["pick"]
     [other] = body["states"]
     assert other["index"] == 0 and other["answers"]["pick"]["choice"] == "b"
@@ -833,3 +836,72 @@ def test_tokens_count_only_what_the_host_reports_as_processed():
     body = answered(readout_over(host), host, {"state": "state", "questions": {"q": PICK}})
     assert body["answers"]["q"]["choice"] == "a"
     assert body["usage"] == {"input_tokens": len("Pick c: opposite"), "output_tokens": 0}
+
+
+def test_each_states_entry_counts_the_tokens_its_own_request_would_read():
+    host = VectorHost(VECTORS)
+    readout = readout_over(host)
+    first = {"state": "state", "questions": {"q": PICK}}
+    # one option text asked twice in an entry is embedded, and counted, once
+    twice = {"state": "Late?", "questions": {"q": PICK, "again": PICK}}
+    late = {"state": "state", "questions": {"r": LATE_DESCRIBED}}
+    body = answered(readout, host, {**first, "states": {"twice": twice, "late": late}})
+    options = len("Pick a: same") + len("Pick b") + len("Pick c: opposite")
+    assert body["usage"] == {"input_tokens": len("state") + options, "output_tokens": 0}
+    assert body["states"]["twice"]["usage"]["input_tokens"] == len("Late?") + options
+    assert body["states"]["twice"]["answers"]["again"] == body["states"]["twice"]["answers"]["q"]
+    late_options = len("Late? on time") + len("Late? late")
+    assert body["states"]["late"]["usage"]["input_tokens"] == len("state") + late_options
+    for name, entry in (("twice", twice), ("late", late)):
+        alone = answered(readout, host, entry)
+        assert body["states"][name] == {"answers": alone["answers"], "usage": alone["usage"]}
+    assert answered(readout, host, first)["usage"] == body["usage"]
+    as_list = answered(readout, host, {**first, "states": [twice, late]})
+    assert [s["usage"] for s in as_list["states"]] == [
+        body["states"]["twice"]["usage"],
+        body["states"]["late"]["usage"],
+    ]
+
+
+def test_minilm_answers_named_states_each_as_its_own_request(minilm):
+    parcel = team_question("The parcel never arrived")
+    crash = {
+        **team_question("The app crashes when I log in"),
+        "images": [],
+    }
+    crash["questions"]["urgent"] = {"type": "noul", "instructions": "Is it urgent?"}
+    body = minilm.answer(
+        "decisions",
+        {
+            **team_question("My card was charged twice for the same order"),
+            "states": {"parcel": parcel, "crash": crash},
+        },
+    )
+    assert list(body["states"]) == ["parcel", "crash"]
+    assert body["answers"]["team"]["choice"] == "billing"
+    assert body["states"]["parcel"]["answers"]["team"]["choice"] == "shipping"
+    assert body["states"]["crash"]["answers"]["team"]["choice"] == "technical"
+    alone = minilm.answer(
+        "decisions", team_question("My card was charged twice for the same order")
+    )
+    assert body["usage"] == alone["usage"]
+    for name, entry in (("parcel", parcel), ("crash", crash)):
+        own = minilm.answer("decisions", entry)
+        assert list(body["states"][name]) == ["answers", "usage"]
+        assert body["states"][name]["usage"] == own["usage"]
+        assert body["states"][name]["usage"]["input_tokens"] > 0
+        answers = body["states"][name]["answers"]
+        assert list(answers) == list(own["answers"])
+        for question, answer in own["answers"].items():  # batched with others: within 1e-6
+            got = answers[question]
+            if answer["type"] == "noul":
+                assert got == pytest.approx(answer, abs=1e-6)
+            else:
+                assert got["choice"] == answer["choice"]
+                assert list(got["probabilities"].values()) == pytest.approx(
+                    list(answer["probabilities"].values()), abs=1e-6
+                )
+    total = body["usage"]["input_tokens"] + sum(
+        s["usage"]["input_tokens"] for s in body["states"].values()
+    )
+    assert total > body["usage"]["input_tokens"]

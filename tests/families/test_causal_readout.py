@@ -453,9 +453,46 @@ def test_states_entries_answer_under_the_same_names(unshared):
             "states": [{"state": "The parcel never arrived", "questions": {"angry": NOUL}}],
         },
     )
-    assert list(body["states"][0]) == ["index", "answers"]
+    assert list(body["states"][0]) == ["index", "answers", "usage"]
     assert body["states"][0]["answers"]["angry"]["type"] == "noul"
     assert body["states"][0]["answers"]["angry"] != body["answers"]["angry"]
+
+
+def test_named_states_answer_each_entry_as_its_own_request(unshared):
+    model = unshared["llama"]
+    second = {"state": "The parcel never arrived", "questions": {"angry": NOUL, "u": SCORE}}
+    third = {"state": {"ticket": 7}, "questions": {"angry": NOUL}}
+    body = model.answer(
+        "decisions",
+        {
+            "state": STATE,
+            "questions": {"angry": NOUL},
+            "states": {"parcel": second, "ticket": third},
+            "options": {"return_meta": True},
+        },
+    )
+    assert list(body["states"]) == ["parcel", "ticket"]
+
+    def same(batched, alone):  # batched rows agree with a lone row within 1e-5
+        if isinstance(alone, dict):
+            assert list(batched) == list(alone)
+            for key, value in batched.items():
+                same(value, alone[key])
+        elif isinstance(alone, float):
+            assert batched == pytest.approx(alone, abs=1e-5)
+        else:
+            assert batched == alone
+
+    alone = model.answer("decisions", {"state": STATE, "questions": {"angry": NOUL}})
+    same(body["answers"], alone["answers"])
+    assert body["usage"] == alone["usage"]  # the request's own state only
+    for name, entry in (("parcel", second), ("ticket", third)):
+        own = model.answer("decisions", {**entry, "options": {"return_meta": True}})
+        answered = body["states"][name]
+        assert list(answered) == ["answers", "usage", "meta"]
+        same(answered["answers"], own["answers"])
+        assert answered["usage"] == own["usage"] and answered["usage"]["input_tokens"] > 0
+        assert answered["meta"] == {"questions": own["meta"]["questions"]}
 
 
 def test_identical_questions_share_one_row(unshared):
@@ -653,7 +690,8 @@ def test_a_question_over_the_models_own_limit_says_so(unshared):
         "512 (the model's limit); shorten the state or the question",
     }
     assert 0 < body["states"][0]["answers"]["q"]["noul"] < 1
-    # Only the row that ran is counted.
+    # Only the row that ran is counted, in the entry it belongs to.
+    assert body["usage"]["input_tokens"] == 0
     [row] = (
         unshared["gpt2"]
         .loaded.plan(
@@ -661,7 +699,7 @@ def test_a_question_over_the_models_own_limit_says_so(unshared):
         )
         .items
     )
-    assert body["usage"]["input_tokens"] == row.tokens
+    assert body["states"][0]["usage"]["input_tokens"] == row.tokens
 
 
 def test_meta_lists_each_questions_labels_tokens_and_temperature(unshared, packages):
@@ -704,7 +742,7 @@ def test_meta_lists_each_questions_labels_tokens_and_temperature(unshared, packa
     }
     [state] = body["states"]
     assert state["meta"] == {"questions": {"angry": questions["angry"]}}
-    assert list(state) == ["index", "answers", "meta"]
+    assert list(state) == ["index", "answers", "usage", "meta"]
     assert "meta" not in served.answer("decisions", REQUEST)
     plain = unshared["llama"].answer("decisions", {**REQUEST, "options": {"return_meta": True}})
     assert plain["meta"]["template"] == "plain"

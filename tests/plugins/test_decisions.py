@@ -396,7 +396,8 @@ REQUEST_ERRORS = {
     "not an object": (["a"], "the request must be a JSON object"),
     "unknown field": (
         {"state": "s", "questions": {"q": NOUL}, "input": "x"},
-        "input is not a field of a decisions request (model, state, questions, states, options)",
+        "input is not a field of a decisions request "
+        "(model, state, questions, states, images, options)",
     ),
     "no state": ({"questions": {"q": NOUL}}, "state is missing"),
     "blank state": ({"state": " \u200b", "questions": {"q": NOUL}}, "state is blank"),
@@ -441,9 +442,14 @@ REQUEST_ERRORS = {
         {"state": "s", "questions": {"q": NOUL}, "options": {"return_meta": "yes"}},
         "options.return_meta must be true or false",
     ),
-    "states not a list": (
+    "states neither an object nor a list": (
+        {"state": "s", "questions": {"q": NOUL}, "states": 5},
+        "states must be an object of named {state, questions} entries or an array of them, "
+        "not a number",
+    ),
+    "named states entry not an object": (
         {"state": "s", "questions": {"q": NOUL}, "states": {"state": "t"}},
-        "states must be an array of {state, questions}, not an object",
+        "states.state must be an object {state, questions}, not a string",
     ),
     "states entry not an object": (
         {"state": "s", "questions": {"q": NOUL}, "states": ["t"]},
@@ -451,7 +457,7 @@ REQUEST_ERRORS = {
     ),
     "states entry unknown field": (
         {"state": "s", "questions": {"q": NOUL}, "states": [{"state": "t", "x": 1}]},
-        "states[0].x is not a field of a state entry (state, questions)",
+        "states[0].x is not a field of a state entry (state, questions, images)",
     ),
     "states entry blank state": (
         {
@@ -928,7 +934,7 @@ def test_a_states_entry_names_itself_in_each_problem():
         (
             {"state": "s", "questions": {"q": NOUL}, "surface": "decisions"},
             "surface is not a field of a decisions request (model, state, questions, states, "
-            "options)",
+            "images, options)",
         ),
         (
             {"state": "s", "questions": {"q": NOUL}, "options": {"deadline": 5}},
@@ -968,7 +974,8 @@ def test_a_states_entry_names_itself_in_each_problem():
         ),
         (
             {"state": "s", "questions": {"q": NOUL}, "states": "t"},
-            "states must be an array of {state, questions}, not a string",
+            "states must be an object of named {state, questions} entries or an array of them, "
+            "not a string",
         ),
         (
             {"state": "s", "questions": {"q": NOUL}, "states": [None]},
@@ -980,7 +987,7 @@ def test_a_states_entry_names_itself_in_each_problem():
                 "questions": {"q": NOUL},
                 "states": [{"state": "t", "questions": {"q": NOUL}}, {"state": "u", "x": 1}],
             },
-            "states[1].x is not a field of a state entry (state, questions)",
+            "states[1].x is not a field of a state entry (state, questions, images)",
         ),
     ],
 )
@@ -1184,16 +1191,196 @@ def test_usage_and_response_bodies():
         "answers": {"q": 1},
         "usage": {"input_tokens": 5, "output_tokens": 0},
     }
+    assert response_body(plain, [{"q": 1}], [5]) == response_body(plain, [{"q": 1}], 5)
     with_states = parse_request(
         {**request(q=NOUL), "states": [{"state": "t", "questions": {"q": NOUL}}] * 2}
     )
-    assert response_body(with_states, [{"q": 1}, {"q": 2}, {"q": 3}], 9) == {
+    # every entry counts its own tokens; the top-level usage counts the request's own state
+    assert response_body(with_states, [{"q": 1}, {"q": 2}, {"q": 3}], [4, 2, 3]) == {
         "answers": {"q": 1},
-        "usage": {"input_tokens": 9, "output_tokens": 0},
-        "states": [{"index": 0, "answers": {"q": 2}}, {"index": 1, "answers": {"q": 3}}],
+        "usage": {"input_tokens": 4, "output_tokens": 0},
+        "states": [
+            {"index": 0, "answers": {"q": 2}, "usage": {"input_tokens": 2, "output_tokens": 0}},
+            {"index": 1, "answers": {"q": 3}, "usage": {"input_tokens": 3, "output_tokens": 0}},
+        ],
     }
     empty_states = parse_request({**request(q=NOUL), "states": []})
     assert response_body(empty_states, [{"q": 1}], 1)["states"] == []
+    empty_named = parse_request({**request(q=NOUL), "states": {}})
+    assert response_body(empty_named, [{"q": 1}], [1])["states"] == {}
+
+
+def test_named_states_are_answered_under_their_names_in_request_order():
+    from vllm_srun.plugins.decisions import response_body, state_answers
+
+    parsed = parse_request(
+        {
+            **request(q=NOUL),
+            "states": {
+                "zulu": {"state": "t", "questions": {"q": NOUL}},
+                "alpha": {"state": "u", "questions": {"r": NOUL}},
+            },
+        }
+    )
+    body = response_body(parsed, [{"q": 1}, {"q": 2}, {"r": 3}], [6, 2, 3])
+    assert body == {
+        "answers": {"q": 1},
+        "usage": {"input_tokens": 6, "output_tokens": 0},
+        "states": {
+            "zulu": {"answers": {"q": 2}, "usage": {"input_tokens": 2, "output_tokens": 0}},
+            "alpha": {"answers": {"r": 3}, "usage": {"input_tokens": 3, "output_tokens": 0}},
+        },
+    }
+    assert list(body["states"]) == ["zulu", "alpha"]
+    assert state_answers(body) == [body["states"]["zulu"], body["states"]["alpha"]]
+    listed = parse_request(
+        {**request(q=NOUL), "states": [{"state": "t", "questions": {"q": NOUL}}]}
+    )
+    as_list = response_body(listed, [{"q": 1}, {"q": 2}], [1, 1])
+    assert state_answers(as_list) == as_list["states"]
+    assert state_answers(response_body(parse_request(request(q=NOUL)), [{"q": 1}], 1)) == []
+
+
+@pytest.mark.parametrize(
+    ("answered", "tokens", "counts"),
+    [([{"q": 1}, {"q": 2}], 9, "2 and 1"), ([{"q": 1}], [4, 5], "1 and 2")],
+)
+def test_response_body_needs_one_answer_and_one_count_per_entry(answered, tokens, counts):
+    from vllm_srun.plugins.decisions import response_body
+
+    parsed = parse_request(
+        {**request(q=NOUL), "states": {"b": {"state": "t", "questions": {"q": NOUL}}}}
+    )
+    with pytest.raises(ValueError) as err:
+        response_body(parsed, answered, tokens)
+    assert str(err.value) == (
+        f"response_body needs one answers mapping and one token count per entry (2), not "
+        f"{counts}; pass a list of counts when the request has states"
+    )
+
+
+def test_a_states_object_names_each_entry_and_its_problems():
+    parsed = parse_request(
+        {
+            "state": "s",
+            "questions": {"q": NOUL},
+            "states": {
+                "alpha": {"state": "t", "questions": {"q1": {"type": "noul"}, "ok": NOUL}},
+                "beta": {"state": ["u"], "questions": {"r": SCORE}, "images": []},
+            },
+        }
+    )
+    assert parsed.has_states and parsed.named_states
+    assert [e.where for e in parsed.entries] == [(), ("states", "alpha"), ("states", "beta")]
+    assert [e.key for e in parsed.entries] == [None, "alpha", "beta"]
+    bad, ok = parsed.entries[1].questions
+    assert isinstance(bad, InvalidQuestion) and isinstance(ok, Question)
+    assert bad.message == "states.alpha.questions.q1.instructions is missing"
+    assert parsed.problems == ("states.alpha.questions.q1.instructions is missing",)
+    assert [q.name for q in parsed.entries[2].valid] == ["r"]
+    listed = parse_request({"state": "s", "questions": {"q": NOUL}, "states": []})
+    assert listed.has_states and not listed.named_states
+    assert not parse_request(request(q=NOUL)).named_states
+
+
+@pytest.mark.parametrize(
+    ("states", "message"),
+    [
+        (
+            {"alpha": {"state": "", "questions": {"q": NOUL}}},
+            "states.alpha.state is blank",
+        ),
+        (
+            {"alpha": {"state": "t"}},
+            "states.alpha.questions must be an object of named questions, not missing",
+        ),
+        (
+            {"alpha": {"state": "t", "questions": {"q": NOUL}, "x": 1}},
+            "states.alpha.x is not a field of a state entry (state, questions, images)",
+        ),
+        (
+            {"alpha": None},
+            "states.alpha must be an object {state, questions}, not null",
+        ),
+    ],
+)
+def test_a_bad_named_states_entry_is_refused_naming_it(states, message):
+    with pytest.raises(RequestError) as err:
+        parse_request({"state": "s", "questions": {"q": NOUL}, "states": states})
+    assert (err.value.code, err.value.message) == ("invalid_request", message)
+
+
+@pytest.mark.parametrize("name", ["", " \u200b", "\ud800"])
+def test_a_state_name_must_show_something(name):
+    states = {"ok": request(q=NOUL), name: request(q=NOUL)}
+    with pytest.raises(RequestError) as err:
+        parse_request({**request(q=NOUL), "states": states})
+    assert (err.value.code, err.value.message) == (
+        "invalid_request",
+        f"states has a blank or malformed state name {name!r}; name each entry with visible text",
+    )
+
+
+def test_duplicates_in_a_states_object_are_found_by_name():
+    raw = (
+        b'{"state": "s", "questions": {"q": {"type": "noul", "instructions": "i"}},'
+        b' "states": {"a": {"state": "t", "questions": {"r": {"type": "noul",'
+        b' "instructions": "i", "instructions": "j"},'
+        b' "ok": {"type": "noul", "instructions": "k"}}}}}'
+    )
+    parsed = parse_body(raw)
+    bad, ok = parsed.entries[1].questions
+    assert bad.message == "states.a.questions.r has the key 'instructions' more than once"
+    assert isinstance(ok, Question)
+    twice = (
+        b'{"state": "s", "questions": {"q": {"type": "noul", "instructions": "i"}},'
+        b' "states": {"a": {"state": "t", "questions": {}}, "a": {"state": "u", "questions": {}}}}'
+    )
+    with pytest.raises(RequestError) as err:
+        parse_body(twice)
+    assert err.value.message == "states has the key 'a' more than once"
+    inside = (
+        b'{"state": "s", "questions": {"q": {"type": "noul", "instructions": "i"}},'
+        b' "states": {"a": {"state": "t", "state": "u", "questions": {}}}}'
+    )
+    with pytest.raises(RequestError) as err:
+        parse_body(inside)
+    assert err.value.message == "states.a has the key 'state' more than once"
+
+
+@pytest.mark.parametrize("images", [None, []])
+def test_no_images_or_an_empty_list_is_accepted(images):
+    body = {**request(q=NOUL), "images": images, "states": {"a": {**request(q=NOUL)}}}
+    body["states"]["a"]["images"] = images
+    parsed = parse_request(body)
+    assert [len(e.valid) for e in parsed.entries] == [1, 1]
+
+
+@pytest.mark.parametrize(
+    ("where", "images", "message"),
+    [
+        (
+            "request",
+            ["data:image/png;base64,AAAA"],
+            "images holds 1 image, but this model has no image modality; describe the images "
+            "in the state as text, and send images as [] or leave it out",
+        ),
+        (
+            "entry",
+            [{"url": "x"}, {"url": "y"}],
+            "states.a.images holds 2 images, but this model has no image modality; describe "
+            "the images in the state as text, and send images as [] or leave it out",
+        ),
+        ("request", "x", "images must be an array, not a string"),
+        ("entry", {}, "states.a.images must be an array, not an object"),
+    ],
+)
+def test_images_are_refused_naming_where_they_were(where, images, message):
+    body = {**request(q=NOUL), "states": {"a": request(q=NOUL)}}
+    (body if where == "request" else body["states"]["a"])["images"] = images
+    with pytest.raises(RequestError) as err:
+        parse_request(body)
+    assert (err.value.code, err.value.message) == ("invalid_request", message)
 
 
 @pytest.mark.parametrize(("count", "tail"), [(5, "questions.q4.type"), (6, "; and 1 more")])

@@ -42,7 +42,7 @@ from ..fixtures import write_task_package
 HEADS = ("sequence", "scores", "token", "pooled", "relevance")
 SNAPSHOT = Path(__file__).with_name("openapi.json")
 MODEL_OPTIONS = {f.name for f in dataclasses.fields(ModelConfig)} - {"model", "name"}
-PHASES = ("parse", "tokenize", "queue", "forward", "post", "total")
+PHASES = ("parse", "tokenize", "queue", "forward", "post", "serialize", "total")
 
 
 # -- packages and loaded models -------------------------------------------------------------
@@ -378,3 +378,20 @@ def server_timing(response: httpx.Response) -> dict[str, float]:
         name, _, duration = part.strip().partition(";dur=")
         phases[name] = float(duration)
     return phases
+
+
+ROUNDING_MS = 0.004
+"""How far the phases may sum above ``total``: each of the seven numbers is rounded to
+0.001 ms in the header (0.0005 each at most)."""
+
+
+def timed_phases(response: httpx.Response) -> dict[str, float]:
+    """``Server-Timing`` of a response, checked: every phase of :data:`PHASES` in order,
+    none negative, and together never more than ``total`` (within rounding)."""
+    timing = server_timing(response)
+    where = f"{response.request.url.path} {response.status_code}"
+    assert tuple(timing) == PHASES, where
+    assert all(value >= 0 for value in timing.values()), (where, timing)
+    phases = sum(value for name, value in timing.items() if name != "total")
+    assert phases <= timing["total"] + ROUNDING_MS, (where, timing)
+    return timing

@@ -18,6 +18,7 @@ QUESTION = {
     "instructions": "Which team?",
     "criteria": {"billing": "refunds", "shipping": "parcels"},
 }
+NOUL = {"type": "noul", "instructions": "Is it urgent?"}
 
 
 @pytest.fixture
@@ -177,28 +178,41 @@ def test_a_model_without_decisions_answers_422(client):
     assert response.json()["error"]["code"] == "unsupported_surface"
 
 
-def test_states_are_answered_under_the_same_names(client):
+@pytest.mark.parametrize("named", [False, True])
+def test_states_are_answered_in_the_form_asked_each_as_its_own_request(client, named):
+    second = {"state": "second", "questions": {"team": QUESTION}}
+    third = {"state": {"ticket": "refund please"}, "questions": {"urgent": NOUL}}
+    states = {"second": second, "third": third} if named else [second, third]
     response = client.post(
         "/v1/decisions",
         json={
             "model": "pooled",
             "state": "first",
             "questions": {"team": QUESTION},
-            "states": [{"state": "second", "questions": {"team": QUESTION}}],
+            "states": states,
             "options": {"return_meta": True},
         },
     )
     assert response.status_code == 200, response.text
     body = response.json()
-    assert [s["index"] for s in body["states"]] == [0]
-    assert list(body["states"][0]) == ["index", "answers"]
-    # Each state answers as if asked alone.
-    for state, answers in (("first", body["answers"]), ("second", body["states"][0]["answers"])):
-        alone = client.post(
-            "/v1/decisions",
-            json={"model": "pooled", "state": state, "questions": {"team": QUESTION}},
-        ).json()
-        assert answers == alone["answers"]
+    if named:
+        assert list(body["states"]) == ["second", "third"]
+        answered = body["states"]
+        assert all(list(a) == ["model", "answers", "usage"] for a in answered.values())
+    else:
+        assert [s["index"] for s in body["states"]] == [0, 1]
+        assert all(list(a) == ["index", "model", "answers", "usage"] for a in body["states"])
+        answered = {"second": body["states"][0], "third": body["states"][1]}
+    # Each state answers as if asked alone: its answers, its model and its own usage.
+    first = {"model": "pooled", "state": "first", "questions": {"team": QUESTION}}
+    alone = client.post("/v1/decisions", json=first).json()
+    assert body["answers"] == alone["answers"] and body["usage"] == alone["usage"]
+    for name, entry in (("second", second), ("third", third)):
+        alone = client.post("/v1/decisions", json={"model": "pooled", **entry}).json()
+        assert answered[name]["model"] == "pooled"
+        assert answered[name]["answers"] == alone["answers"]
+        assert answered[name]["usage"] == alone["usage"]
+        assert answered[name]["usage"]["input_tokens"] > 0
     # the readout's own keys beside the model's identity (tests/serve/test_wire23.py)
     meta = body["meta"]
     assert {k: meta[k] for k in ("readout", "numerics", "method", "temperature")} == {
@@ -208,6 +222,56 @@ def test_states_are_answered_under_the_same_names(client):
         "temperature": shipped_calibration()["temperature"],
     }
     assert (meta["model_id"], meta["profile"]) == ("pooled", "exact")
+
+
+def test_a_named_state_is_named_in_each_problem(client):
+    bad = {"state": "x", "questions": {"q1": {"type": "choice", "instructions": "Pick"}}}
+    response = client.post(
+        "/v1/decisions",
+        json={
+            "model": "pooled",
+            "state": "first",
+            "questions": {"team": QUESTION},
+            "states": {"alpha": bad},
+        },
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["states"]["alpha"]["answers"]["q1"] == {
+        "type": "choice",
+        "error": "invalid_question",
+        "message": "states.alpha.questions.q1 needs criteria (an object of options) or choices",
+    }
+    refused = client.post(
+        "/v1/decisions",
+        json={
+            "model": "pooled",
+            "state": "first",
+            "questions": {"team": QUESTION},
+            "states": {"": bad},
+        },
+    )
+    assert refused.status_code == 400
+    assert refused.json()["error"]["message"] == (
+        "states has a blank or malformed state name ''; name each entry with visible text"
+    )
+
+
+@pytest.mark.parametrize("where", ["request", "entry"])
+def test_images_are_accepted_empty_and_refused_otherwise(client, where):
+    body = {"model": "pooled", "state": "hi", "questions": {"team": QUESTION}}
+    body["states"] = {"a": {"state": "there", "questions": {"team": QUESTION}}}
+    holder = body if where == "request" else body["states"]["a"]
+    holder["images"] = []
+    assert client.post("/v1/decisions", json=body).status_code == 200
+    holder["images"] = [{"url": "data:image/png;base64,AAAA"}]
+    refused = client.post("/v1/decisions", json=body)
+    assert refused.status_code == 400
+    prefix = "" if where == "request" else "states.a."
+    assert refused.json()["error"] == {
+        "code": "invalid_request",
+        "message": f"{prefix}images holds 1 image, but this model has no image modality; "
+        "describe the images in the state as text, and send images as [] or leave it out",
+    }
 
 
 def test_a_bundle_carries_decisions_tasks_beside_other_surfaces(client):
@@ -526,3 +590,46 @@ def test_a_refusal_lists_five_invalid_questions_and_counts_the_rest(client):
     message = response.json()["error"]["message"]
     assert response.status_code == 400 and message.endswith("; and 15 more")
     assert message.count("bogus") == 5
+
+
+def test_minilm_answers_named_states_over_http_and_in_a_bundle(make_runtime):
+    from vllm_srun.loader import load_model
+    from vllm_srun.serve.config import ModelConfig
+
+    minilm = "sentence-transformers/all-MiniLM-L6-v2"
+    runtime = make_runtime(
+        models=[ModelConfig(model=minilm, name="minilm")], loader=load_model, offline=True
+    )
+    client = make_client(runtime)
+    teams = {
+        "type": "choice",
+        "instructions": "Which team should handle this?",
+        "criteria": {
+            "billing": "Payments, charges, refunds and invoices",
+            "shipping": "Delivery, parcels and tracking",
+            "technical": "Bugs, errors, crashes and login problems",
+        },
+    }
+    parcel = {"state": "The parcel never arrived", "questions": {"team": teams}}
+    crash = {"state": "The app crashes when I log in", "questions": {"team": teams}, "images": []}
+    body = {
+        "state": "My card was charged twice for the same order",
+        "questions": {"team": teams},
+        "states": {"parcel": parcel, "crash": crash},
+    }
+    response = client.post("/v1/decisions", json=body)
+    assert response.status_code == 200, response.text
+    answered = response.json()
+    assert answered["model"] == "minilm" and answered["answers"]["team"]["choice"] == "billing"
+    assert list(answered["states"]) == ["parcel", "crash"]
+    for name, entry, team in (("parcel", parcel, "shipping"), ("crash", crash, "technical")):
+        state = answered["states"][name]
+        alone = client.post("/v1/decisions", json=entry).json()
+        assert state["model"] == "minilm" and state["answers"]["team"]["choice"] == team
+        assert state["usage"] == alone["usage"] and state["usage"]["input_tokens"] > 0
+    first = {"state": body["state"], "questions": body["questions"]}
+    assert answered["usage"] == client.post("/v1/decisions", json=first).json()["usage"]
+    bundled = client.post("/v1/bundle", json={"tasks": [{"id": "1", "decisions": body}]})
+    [task] = bundled.json()["results"]
+    assert task["status"] == 200 and task["decisions"]["states"].keys() == {"parcel", "crash"}
+    assert task["decisions"]["usage"] == answered["usage"]

@@ -240,3 +240,48 @@ def test_openapi_yaml_serves_the_same_document(catalog):
         assert list(yaml.safe_load(response.text)) == list(as_json)  # keys in the same order
     finally:
         runtime.stop()
+
+
+def test_the_bundle_documents_each_task_body_with_its_surface_request():
+    document = snapshot()
+    body = document["paths"]["/v1/bundle"]["post"]["requestBody"]
+    assert body["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/BundleRequest"
+    }
+    schemas = document["components"]["schemas"]
+    task = schemas["BundleTask"]["properties"]
+    for key, request in [
+        ("embeddings", "EmbeddingsRequest"),
+        ("classify", "ClassifyRequest"),
+        ("rerank", "RerankRequest"),
+        ("decisions", "DecisionsRequest"),
+        ("systemone_batch", "SystemOneBatchRequest"),
+    ]:
+        assert {"$ref": f"#/components/schemas/{request}"} in task[key]["anyOf"], key
+        assert request in schemas, request
+    assert task["id"] == {
+        "type": "string",
+        "minLength": 1,
+        "title": "Id",
+        "description": "Names the task's result; not empty.",
+    }
+    assert schemas["BundleRequest"]["properties"]["tasks"]["minItems"] == 1
+
+
+def test_the_document_describes_named_states_and_their_answers():
+    schemas = snapshot()["components"]["schemas"]
+    states = schemas["DecisionsRequest"]["properties"]["states"]["anyOf"]
+    entry = {"$ref": "#/components/schemas/DecisionState"}
+    assert {"type": "object", "additionalProperties": entry} in states
+    assert {"type": "array", "items": entry} in states
+    for holder in (schemas["DecisionsRequest"], schemas["DecisionState"]):
+        assert {"type": "array", "items": {}, "maxItems": 0} in holder["properties"]["images"][
+            "anyOf"
+        ]
+    answered = schemas["DecisionsResponse"]["properties"]["states"]["anyOf"]
+    named = {"$ref": "#/components/schemas/DecisionStateResponse"}
+    assert {"type": "object", "additionalProperties": named} in answered
+    response = schemas["DecisionStateResponse"]
+    assert response["required"] == ["model", "answers", "usage"]
+    assert set(response["properties"]) == {"model", "answers", "usage", "meta"}
+    assert schemas["DecisionStateAnswers"]["required"] == ["model", "answers", "usage", "index"]
