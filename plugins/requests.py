@@ -161,6 +161,11 @@ class SurfaceBody(BaseModel):
         """``options``, or the defaults when absent."""
         return self.options if self.options is not None else InputOptions()
 
+    @property
+    def input_count(self) -> int:
+        """How many inputs (rerank: documents) the request holds."""
+        raise NotImplementedError
+
     def check(self) -> None:
         """The rules a JSON Schema does not state (none here).
 
@@ -439,6 +444,12 @@ class EmbeddingsRequest(SurfaceBody):
         ]
 
     @property
+    def input_count(self) -> int:
+        """How many inputs: rows of token ids, or texts and content parts."""
+        rows = self.token_ids
+        return len(rows) if rows is not None else len(self.contents)
+
+    @property
     def plain(self) -> bool:
         """Whether the request is in OpenAI's plain form (no ``options``): an unusable
         input then fails the request with 400, as OpenAI does, instead of answering
@@ -507,6 +518,11 @@ class ClassifyRequest(SurfaceBody, Strict):
         return [p if isinstance(p, TextPair) else TextPair(text=p) for p in self.input]
 
     @property
+    def input_count(self) -> int:
+        """How many inputs (a single text is one)."""
+        return 1 if isinstance(self.input, str) else len(self.input)
+
+    @property
     def classify_options(self) -> ClassifyOptions:
         """``options``, or the defaults when absent."""
         return self.options if self.options is not None else ClassifyOptions()
@@ -541,6 +557,11 @@ class RerankRequest(SurfaceBody, Strict):
         description="The dimension of that exit (the card's rerank.exits); another is 400.",
     )
     options: InputOptions | None = None
+
+    @property
+    def input_count(self) -> int:
+        """How many documents."""
+        return len(self.documents)
 
     def check(self) -> None:
         """``documents`` is not empty: like every surface's inputs (see :func:`_non_empty`).

@@ -269,7 +269,10 @@ def build_app(runtime: Runtime) -> FastAPI:
     )
     async def model(model_id: str) -> Response:
         """One model's card (OpenAI's retrieve-model call)."""
-        return respond(200, model_card(runtime.served_state(model_id), runtime.catalog))
+        return respond(
+            200,
+            model_card(runtime.served_state(model_id), runtime.catalog, runtime.config.max_inputs),
+        )
 
     @app.get(
         "/health",

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from vllm_srun.batching import SchedulerLimits
 from vllm_srun.engine_args import (
@@ -47,13 +47,25 @@ ENTRY_TYPES: dict[str, type] = {
 }
 """The types of the entry keys that are not engine arguments."""
 
+
+class Profile(NamedTuple):
+    """A numeric profile: the ``numerics`` it gives (``exact`` or ``approximate``: a
+    card's ``profiles`` and an answer's ``meta.numerics``) and what it means."""
+
+    numerics: str
+    description: str
+
+
 PROFILES = {
-    "exact": "Bit-exact reference numerics: every kernel is the reference implementation or "
-    "one proven equal to it, so answers match the golden references within the "
-    "accelerator's tolerance.",
+    "exact": Profile(
+        "exact",
+        "Bit-exact reference numerics: every kernel is the reference implementation or "
+        "one proven equal to it, so answers match the golden references within the "
+        "accelerator's tolerance.",
+    ),
 }
-"""The numeric profiles this version serves, each with its description (the card's
-``profiles``). A models-file entry's ``profile`` must name one."""
+"""The numeric profiles this version serves (the card's ``profiles``). A models-file
+entry's ``profile`` and a request's ``options.profile`` must name one."""
 
 BLANK_FIXES = {
     "model": "give a built-in model name, owner/name@COMMIT or a package directory",
@@ -149,6 +161,12 @@ class ServeConfig:
         33_554_432, kind="count", help="request body limit (413 above it)"
     )
     max_bundle_tasks: int = option(64, kind="count", help="most tasks in one /v1/bundle request")
+    max_inputs: int = option(
+        2048,
+        kind="count",
+        help="most inputs (rerank: documents) in one classify, embeddings or rerank request; "
+        "the card's limits.max_inputs (OpenAI's embeddings take 2,048)",
+    )
     result_cache_entries: int = option(
         SchedulerLimits.result_cache_entries,
         kind="count0",

@@ -37,7 +37,7 @@ from vllm_srun.plugins.requests import SurfaceBody, SurfaceRequest
 from vllm_srun.plugins.spec import RequestError, RowOutput, clip
 from vllm_srun.scheduler import Job, ModelScheduler, Overloaded, Stopped
 
-from .config import ModelConfig, ServeConfig
+from .config import PROFILES, ModelConfig, ServeConfig
 from .metrics import Metrics
 from .requests import ApiError, ClientGone, Timing
 
@@ -56,14 +56,6 @@ IDLE_CHECK_SECONDS = 0.05
 MAX_RETRY_SECONDS = 300.0
 """Longest wait between two loads of a model (the command reference: "then doubling,
 at most 300 s")."""
-
-PROFILES: dict[str, str] = {"exact": "exact"}
-"""The numerics profiles a model can be loaded with, each with the numerics it gives
-(``meta.numerics`` unless the answering family or extension says otherwise): only
-``exact`` exists, the model's own weights at its dtype with nothing approximated."""
-
-LOADED_PROFILE = "exact"
-"""The profile every model is loaded with (the only one in :data:`PROFILES`)."""
 
 
 @dataclass
@@ -122,7 +114,7 @@ class Planned:
     job: Job | None = None
     future: asyncio.Future[dict[str, Any]] | None = None
     meta: bool = False
-    profile: str = LOADED_PROFILE
+    profile: str = "exact"
 
 
 class Runtime:
@@ -410,6 +402,22 @@ class Runtime:
             raise ApiError("not_ready", f"model {state.name} is {state.status}{why}")
         return state
 
+    def check_input_count(self, request: SurfaceBody) -> None:
+        """A classify, embeddings or rerank request holds at most ``--max-inputs`` inputs
+        (documents); the card's ``limits.max_inputs`` says so, and a client splits above it.
+
+        Raises:
+            RequestError: ``invalid_request`` naming the count, the limit and the fix.
+        """
+        count, limit = request.input_count, self.config.max_inputs
+        if count > limit:
+            what = "documents" if request.surface == "rerank" else "inputs"
+            raise RequestError(
+                "invalid_request",
+                f"the request holds {count} {what}; this server takes at most {limit} in one "
+                f"request (limits.max_inputs, --max-inputs): split it into several requests",
+            )
+
     async def plan(self, surface: str, request: SurfaceRequest, timing: Timing) -> Planned:
         """Resolve the model and plan the request off the event loop.
 
@@ -427,18 +435,20 @@ class Runtime:
         served = state.served
         assert served is not None
         meta, profile = meta_options(request)
-        if profile is not None and profile != LOADED_PROFILE:
+        loaded = state.config.profile
+        if profile is not None and profile != loaded:
             raise ApiError(
                 "invalid_request",
                 f"options.profile {clip(profile)!r} is not how model {state.name} was loaded: it "
-                f"was loaded with profile {LOADED_PROFILE}, and its profiles are "
-                f"{', '.join(PROFILES)}; send {LOADED_PROFILE} or leave options.profile out",
+                f"was loaded with profile {loaded}, and its profiles are "
+                f"{', '.join(PROFILES)}; send {loaded} or leave options.profile out",
             )
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
         try:
             if isinstance(request, SurfaceBody):
                 request.check()
+                self.check_input_count(request)
             plan = await loop.run_in_executor(state.planner, served.loaded.plan, surface, request)
         except RequestError as err:
             raise ApiError(err.code, err.message) from err
@@ -450,7 +460,7 @@ class Runtime:
             plan,
             request.deadline_ms,
             meta=meta,
-            profile=profile or LOADED_PROFILE,
+            profile=profile or loaded,
         )
 
     def submit(self, planned: list[Planned], timing: Timing) -> None:
@@ -567,7 +577,7 @@ def identity_meta(state: ModelState, profile: str) -> dict[str, Any]:
         "revision": revision,
         "model_sha256": digest,
         "profile": profile,
-        "numerics": PROFILES[profile],
+        "numerics": PROFILES[profile].numerics,
         "engine": served.engine.name,
         "accelerator": served.placement.accelerator.name,
         "device": served.placement.device.device,

@@ -567,7 +567,8 @@ class ModelLimits(BaseModel):
     max_inputs: int | None = Field(
         None,
         description="The most inputs or documents one classify, embeddings or rerank request "
-        "may carry; absent: no limit but --max-request-bytes.",
+        "may carry (--max-inputs); a larger one is 400 invalid_request, so a client splits it. "
+        "Absent on a card that serves none of those surfaces.",
     )
     max_model_len: int | None = Field(
         None, description=EXTENSION + "decision models: the --max-model-len in effect."

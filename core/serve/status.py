@@ -80,26 +80,33 @@ def _failures(runtime: Runtime) -> str:
 
 def cards(runtime: Runtime) -> list[dict[str, Any]]:
     """Every model's ``/v1/models`` card."""
-    return [model_card(state, runtime.catalog) for state in runtime.models.values()]
+    return [
+        model_card(state, runtime.catalog, runtime.config.max_inputs)
+        for state in runtime.models.values()
+    ]
 
 
 def profiles() -> list[dict[str, str]]:
     """The card's ``profiles``: every numeric profile this version serves
     (``name``, ``numerics``, ``description``)."""
     return [
-        {"name": name, "numerics": "exact", "description": description}
-        for name, description in PROFILES.items()
+        {"name": name, "numerics": profile.numerics, "description": profile.description}
+        for name, profile in PROFILES.items()
     ]
 
 
-def model_card(state: ModelState, catalog: Catalog | None = None) -> dict[str, Any]:
+def model_card(
+    state: ModelState, catalog: Catalog | None = None, max_inputs: int | None = None
+) -> dict[str, Any]:
     """One model's card (wire contract 2.3 ``ModelCard`` plus this runtime's extensions).
 
     Every field is present whatever the model's state (``null`` or empty until it
     is known); then come what the loaded model reports (kept after a failed
     self-check) and what is derived from both: ``ready``, ``plugins`` (from
     ``catalog``; empty without one), the decision limits and modalities of a
-    model answering decisions, ``accelerator_validated``.
+    model answering decisions, ``accelerator_validated``, and ``limits.max_inputs``
+    (``max_inputs``, the process's ``--max-inputs``) on a model serving classify,
+    embeddings or rerank.
     """
     card: dict[str, Any] = {
         "id": state.name,
@@ -156,6 +163,8 @@ def model_card(state: ModelState, catalog: Catalog | None = None) -> dict[str, A
             ("max_levels", MAX_LEVELS),
         ):
             card["limits"].setdefault(key, value)
+    if max_inputs is not None and set(card["surfaces"]) & {"classify", "embeddings", "rerank"}:
+        card["limits"].setdefault("max_inputs", max_inputs)
     card["ready"] = state.status == "ready"
     # Validated: this model answered its golden requests as recorded on this accelerator.
     card["accelerator_validated"] = state.golden.status == "matched"

@@ -135,3 +135,53 @@ def test_a_refused_decisions_body_is_counted_under_decisions(limited, path):
     assert 'vllm_srun_requests_total{model="pooled",status="413",surface="decisions"} 1.0' in (
         metrics
     )
+
+
+# -- --max-inputs: the card's limits.max_inputs ------------------------------------------------
+def refusal(count: int, what: str = "inputs") -> dict:
+    return {
+        "error": {
+            "code": "invalid_request",
+            "message": f"the request holds {count} {what}; this server takes at most 3 in one "
+            "request (limits.max_inputs, --max-inputs): split it into several requests",
+        }
+    }
+
+
+def test_max_inputs_is_on_the_cards_and_bounds_every_list_of_inputs(make_runtime):
+    client = make_client(make_runtime(("pooled", "sequence", "relevance"), max_inputs=3))
+    cards = {c["id"]: c for c in client.get("/v1/models").json()["data"]}
+    assert {name: card["limits"]["max_inputs"] for name, card in cards.items()} == dict.fromkeys(
+        cards, 3
+    )
+    three, four = ["good"] * 3, ["good"] * 4
+    for path, body in (
+        ("/v1/embeddings", {"model": "pooled", "input": three}),
+        ("/v1/embeddings", {"model": "pooled", "input": [[5, 6]] * 3}),
+        ("/v1/classify", {"model": "sequence", "input": three}),
+        ("/v1/rerank", {"model": "relevance", "query": "q", "documents": three}),
+    ):
+        assert client.post(path, json=body).status_code == 200, (path, body)
+    for path, body, what in (
+        ("/v1/embeddings", {"model": "pooled", "input": four}, "inputs"),
+        ("/v1/embeddings", {"model": "pooled", "input": [[5, 6]] * 4}, "inputs"),
+        (
+            "/v1/embeddings",
+            {"model": "pooled", "input": [{"type": "text", "text": "a"}] * 4},
+            "inputs",
+        ),
+        ("/v1/classify", {"model": "sequence", "input": four}, "inputs"),
+        ("/v1/rerank", {"model": "relevance", "query": "q", "documents": four}, "documents"),
+    ):
+        response = client.post(path, json=body)
+        assert (response.status_code, response.json()) == (400, refusal(4, what)), path
+    # in a bundle, only the task over the limit fails
+    bundle = {
+        "tasks": [
+            {"id": "ok", "embeddings": {"model": "pooled", "input": three}},
+            {"id": "big", "classify": {"model": "sequence", "input": four}},
+        ]
+    }
+    results = client.post("/v1/bundle", json=bundle).json()["results"]
+    assert [r["status"] for r in results] == [200, 400]
+    assert results[1]["error"] == refusal(4)["error"]
