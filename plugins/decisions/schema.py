@@ -160,9 +160,10 @@ def _choices_list(value: Any, where: str) -> list[Option]:
         assert key is not None
         if any(o.key == key for o in options):
             raise _Invalid(f"{where} has the key {key!r} twice")
-        options.append(
-            Option(key, _text(item.get("description"), f"{at}.description", nullable=True))
-        )
+        description = item.get("description")
+        if description == "":
+            description = None  # the router's Go client sends a missing description as ""
+        options.append(Option(key, _text(description, f"{at}.description", nullable=True)))
     return options
 
 

@@ -285,6 +285,10 @@ INVALID = {
         {"type": "choice", "instructions": "i", "choices": [{"key": ""}, {"key": "b"}]},
         "questions.q.choices[0].key is blank",
     ),
+    "choice item blank description": (
+        {"type": "choice", "instructions": "i", "choices": [{"key": "a", "description": " "}]},
+        "questions.q.choices[0].description is blank (use null for no description)",
+    ),
     "choice item not an object": (
         {"type": "choice", "instructions": "i", "choices": ["a", "b"]},
         "questions.q.choices[0] must be an object {key, description}, not a string",
@@ -1392,3 +1396,22 @@ def test_a_refusal_lists_five_invalid_questions_then_counts(count, tail):
     assert message.count("questions.q") == 5
     assert tail in message.rsplit("; ", 1)[-1] or message.endswith(tail)
     assert ("more" in message) == (count > 5)
+
+
+def test_an_empty_choice_description_is_no_description_as_the_router_client_sends_it():
+    # The router's Go client encodes a choice without a description as "".
+    def options(description):
+        body = {
+            "state": "s",
+            "questions": {
+                "q": {
+                    "type": "choice",
+                    "instructions": "i",
+                    "choices": [{"key": "a", "description": description}, {"key": "b"}],
+                }
+            },
+        }
+        return parse_request(body).entries[0].questions[0].options
+
+    assert options("") == options(None)
+    assert options("")[0].description is None
