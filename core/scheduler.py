@@ -166,40 +166,74 @@ class ModelScheduler:
                 the token bound is waived for a request that finds nothing queued).
             Stopped: the scheduler is shutting down.
         """
-        tokens = sum(job.tokens for job in jobs)
-        entries = sum(job.weight for job in jobs)
         with self._cond:
             if self._stopping:
                 raise Stopped(f"model {self.name} is shutting down")
-            if entries > self.limits.max_queue:
-                raise Overloaded(
-                    f"the request counts as {entries} requests (one per state) against "
-                    f"--max-queue {self.limits.max_queue} of model {self.name}; split it into "
-                    "smaller requests, or raise --max-queue"
-                )
-            busy = self._unanswered > 0
-            if busy and (
-                self._unanswered + entries > self.limits.max_queue
-                or self._unanswered_tokens + tokens > self.limits.max_queued_tokens
-            ):
-                raise Overloaded(
-                    f"model {self.name} has {self._unanswered} requests and "
-                    f"{self._unanswered_tokens} tokens queued (limits {self.limits.max_queue} "
-                    f"and {self.limits.max_queued_tokens}); retry later"
-                )
-            now = self.clock()
-            for job in jobs:
-                job.enqueued = now
-                self._unanswered += job.weight
-                self._unanswered_tokens += job.tokens
-                if not job.items:
-                    self._settle(job)
-                    continue
-                self._queue.append(job)
-                self._queued_rows += len(job.items)
-            self.metrics.queued(self._queued_rows)
-            self._cond.notify_all()
+            refusal = self._refusal(jobs)
+            if refusal is not None:
+                raise refusal
+            self._enqueue(jobs)
         self._answer_ready()
+
+    def submit_each(self, jobs: list[Job]) -> list[Overloaded | None]:
+        """Admit each job as its own request, in order (a bundle's tasks: each one is
+        admitted or refused as it would be alone, the ones before it queued).
+
+        Returns:
+            For each job, ``None`` when admitted, else why it was refused.
+
+        Raises:
+            Stopped: the scheduler is shutting down (nothing is admitted).
+        """
+        refused: list[Overloaded | None] = []
+        with self._cond:
+            if self._stopping:
+                raise Stopped(f"model {self.name} is shutting down")
+            for job in jobs:
+                refusal = self._refusal([job])
+                refused.append(refusal)
+                if refusal is None:
+                    self._enqueue([job])
+        self._answer_ready()
+        return refused
+
+    def _refusal(self, jobs: list[Job]) -> Overloaded | None:
+        """Why one request made of ``jobs`` cannot be admitted now, or ``None``; the
+        caller holds the lock."""
+        tokens = sum(job.tokens for job in jobs)
+        entries = sum(job.weight for job in jobs)
+        if entries > self.limits.max_queue:
+            return Overloaded(
+                f"the request counts as {entries} requests (a decisions `states` entry counts "
+                f"as one) against --max-queue {self.limits.max_queue} of model {self.name}; "
+                "split it into smaller requests, or raise --max-queue"
+            )
+        busy = self._unanswered > 0
+        if busy and (
+            self._unanswered + entries > self.limits.max_queue
+            or self._unanswered_tokens + tokens > self.limits.max_queued_tokens
+        ):
+            return Overloaded(
+                f"model {self.name} has {self._unanswered} requests and "
+                f"{self._unanswered_tokens} tokens queued (limits {self.limits.max_queue} "
+                f"and {self.limits.max_queued_tokens}); retry later"
+            )
+        return None
+
+    def _enqueue(self, jobs: list[Job]) -> None:
+        """Queue admitted jobs and wake the worker; the caller holds the lock."""
+        now = self.clock()
+        for job in jobs:
+            job.enqueued = now
+            self._unanswered += job.weight
+            self._unanswered_tokens += job.tokens
+            if not job.items:
+                self._settle(job)
+                continue
+            self._queue.append(job)
+            self._queued_rows += len(job.items)
+        self.metrics.queued(self._queued_rows)
+        self._cond.notify_all()
 
     def cancel(self, job: Job) -> None:
         """Drop the job's queued rows (its client went away); rows in a forward finish."""

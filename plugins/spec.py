@@ -212,6 +212,11 @@ PROBLEMS_SHOWN = 5
 """Problems an error message lists before it counts the rest."""
 
 
+MESSAGE_LIMIT = 2000
+"""Characters of an error message at most, a request's or one item's (the names it
+echoes are cut first, at :data:`ECHO_LIMIT`, so the cut rarely reaches the message)."""
+
+
 def clip(value: str, limit: int = ECHO_LIMIT) -> str:
     """``value`` cut to ``limit`` characters, saying how many were left out: an error
     message never grows with what the client sent."""

@@ -345,6 +345,21 @@ def test_a_request_counts_its_weight_against_the_queue_bound():
     assert sched.unanswered == 0
 
 
+def test_submit_each_admits_or_refuses_each_job_as_its_own_request():
+    forward = FakeForward()
+    sched = scheduler(forward, max_queue=3)
+    jobs = [job(row(f"j{i}"), weight=w)[0] for i, w in enumerate((1, 4, 2, 1))]
+    refused = sched.submit_each(jobs)
+    # j1 weighs more than the whole queue; j3 finds j0 and j2 queued (3 of 3)
+    assert [r is None for r in refused] == [True, False, True, False]
+    assert "counts as 4 requests" in str(refused[1])
+    assert str(refused[3]).startswith("model m has 3 requests and ")
+    assert sched.unanswered == 3
+    forward.gate.set()
+    for admitted in (jobs[0], jobs[2]):
+        assert admitted.wait(10)
+
+
 def test_a_request_weighing_more_than_the_queue_bound_is_refused_even_alone():
     forward = FakeForward()
     forward.gate.set()
@@ -352,8 +367,8 @@ def test_a_request_weighing_more_than_the_queue_bound_is_refused_even_alone():
     with pytest.raises(Overloaded) as refused:
         sched.submit([job(row("five"), weight=5)[0]])
     assert str(refused.value) == (
-        "the request counts as 5 requests (one per state) against --max-queue 4 of model m; "
-        "split it into smaller requests, or raise --max-queue"
+        "the request counts as 5 requests (a decisions `states` entry counts as one) against "
+        "--max-queue 4 of model m; split it into smaller requests, or raise --max-queue"
     )
     assert sched.unanswered == 0
     four, answer = job(row("four"), weight=4)

@@ -282,8 +282,9 @@ def _raw_request(
 def submit_by_model(
     runtime: Runtime, outcomes: list[Any], deadline_ms: float | None, timing: Timing
 ) -> None:
-    """Submit the planned tasks, one admission per model (all or nothing for it); a
-    model's refusal (429, 503) replaces its tasks' outcomes with the error."""
+    """Submit the planned tasks, each admitted or refused as it would be alone (one
+    scheduler call per model, so a model's tasks queue together); a refusal (429,
+    503) replaces that task's outcome with the error."""
     groups: dict[str, list[Planned]] = {}
     for outcome in outcomes:
         if isinstance(outcome, Planned):
@@ -291,11 +292,9 @@ def submit_by_model(
                 outcome.deadline_ms = deadline_ms
             groups.setdefault(outcome.state.name, []).append(outcome)
     for group in groups.values():
-        try:
-            runtime.submit(group, timing)
-        except ApiError as err:
-            for planned in group:
-                outcomes[outcomes.index(planned)] = err
+        for planned, refusal in zip(group, runtime.submit_each(group, timing), strict=True):
+            if refusal is not None:
+                outcomes[outcomes.index(planned)] = refusal
 
 
 def task_result(task: Task, outcome: Any) -> dict[str, Any]:

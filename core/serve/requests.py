@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_srun.plugins.spec import RequestErrorCode, clip
+from vllm_srun.plugins.spec import MESSAGE_LIMIT, RequestErrorCode, clip
 
 STATUS_OF_CODE: dict[RequestErrorCode, int] = {
     "invalid_request": 400,
@@ -112,10 +112,6 @@ def request_timing(request: Any) -> Timing:
         timing = Timing()
         request.state.timing = timing
     return timing
-
-
-MESSAGE_LIMIT = 2000
-"""Characters of an error message at most (problems past it are counted, not listed)."""
 
 
 def requested_model(body: Any) -> str | None:

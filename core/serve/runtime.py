@@ -469,6 +469,31 @@ class Runtime:
         Raises:
             ApiError: 429 ``overloaded`` or 503 ``not_ready``; nothing is admitted then.
         """
+        scheduler = self._jobs(planned, timing)
+        try:
+            scheduler.submit([item.job for item in planned if item.job is not None])
+        except Overloaded as err:
+            raise ApiError("overloaded", str(err)) from err
+        except Stopped as err:
+            raise ApiError("not_ready", str(err)) from err
+
+    def submit_each(self, planned: list[Planned], timing: Timing) -> list[ApiError | None]:
+        """Admit planned requests of one model each as its own request, in order (a
+        bundle's tasks: each gets the status it would have had alone).
+
+        Returns:
+            For each, ``None`` when admitted, else its 429 ``overloaded`` or 503
+            ``not_ready`` error.
+        """
+        scheduler = self._jobs(planned, timing)
+        try:
+            refused = scheduler.submit_each([item.job for item in planned if item.job is not None])
+        except Stopped as err:
+            return [ApiError("not_ready", str(err)) for _ in planned]
+        return [None if r is None else ApiError("overloaded", str(r)) for r in refused]
+
+    def _jobs(self, planned: list[Planned], timing: Timing) -> ModelScheduler:
+        """Give each planned request its future and job; the model's scheduler."""
         loop = asyncio.get_running_loop()
         for item in planned:
             deadline = (
@@ -485,12 +510,7 @@ class Runtime:
             )
         scheduler = planned[0].state.scheduler
         assert scheduler is not None
-        try:
-            scheduler.submit([item.job for item in planned if item.job is not None])
-        except Overloaded as err:
-            raise ApiError("overloaded", str(err)) from err
-        except Stopped as err:
-            raise ApiError("not_ready", str(err)) from err
+        return scheduler
 
     def _answerer(
         self, item: Planned, loop: asyncio.AbstractEventLoop, timing: Timing

@@ -277,11 +277,12 @@ NonBlank = Annotated[str, Field(pattern=r"\S")]
 
 
 NoImages = Annotated[
-    list[Any] | None,
+    list[str] | None,
     Field(
         max_length=0,
-        description="Accepted only empty (or left out): no decision model served here "
-        "reads images; a non-empty list is refused with invalid_request.",
+        description="Images as data URLs (contract 2.3); accepted only empty (or left out): "
+        "no decision model served here reads images, and a non-empty list is refused with "
+        "invalid_request.",
     ),
 ]
 

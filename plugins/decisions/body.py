@@ -18,7 +18,7 @@ import json
 import math
 from typing import Any
 
-from vllm_srun.plugins.spec import RequestError
+from vllm_srun.plugins.spec import RequestError, clip
 
 Path = tuple[str | int, ...]
 """Where a value sits in a JSON document: object keys and array indices from the root."""
@@ -107,8 +107,13 @@ def non_finite(value: Any, path: Path = ()) -> Path | None:
 
 
 def describe_path(path: Path) -> str:
-    """``("questions", "q1", "choices", 0, "key")`` as ``questions.q1.choices[0].key``."""
+    """``("questions", "q1", "choices", 0, "key")`` as ``questions.q1.choices[0].key``;
+    each name cut to :data:`~vllm_srun.plugins.spec.ECHO_LIMIT` characters (:func:`clip`),
+    so a message naming a path never grows with the names a client sent."""
     text = ""
     for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{clip(part)}" if text else clip(part)
     return text

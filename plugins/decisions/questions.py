@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_srun.plugins.spec import MESSAGE_LIMIT, clip
+
 from .body import Path
 
 QUESTION_TYPES = ("choice", "noul", "score")
@@ -175,5 +177,6 @@ def state_text(state: str | Mapping[str, Any] | Sequence[Any]) -> str:
 
 
 def failed_answer(kind: str | None, code: str, message: str) -> dict[str, Any]:
-    """A failed question ``{"type", "error", "message"}`` (``code``: :data:`QUESTION_ERRORS`)."""
-    return {"type": kind, "error": code, "message": message}
+    """A failed question ``{"type", "error", "message"}`` (``code``: :data:`QUESTION_ERRORS`;
+    ``message`` cut at :data:`~vllm_srun.plugins.spec.MESSAGE_LIMIT` characters)."""
+    return {"type": kind, "error": code, "message": clip(message, MESSAGE_LIMIT)}

@@ -37,7 +37,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from vllm_srun.plugins.spec import RequestError, listed
+from vllm_srun.plugins.spec import RequestError, clip, listed
 
 from .body import Path, describe_path, loads_checked
 from .questions import (
@@ -153,13 +153,13 @@ def _choices_list(value: Any, where: str) -> list[Option]:
             raise _Invalid(f"{at} must be an object {{key, description}}, not {_kind(item)}")
         unknown = [k for k in item if k not in CHOICE_FIELDS]
         if unknown:
-            raise _Invalid(f"{at}.{unknown[0]} is not a field of a choice (key, description)")
+            raise _Invalid(f"{at}.{clip(unknown[0])} is not a field of a choice (key, description)")
         if "key" not in item:
             raise _Invalid(f"{at}.key is missing")
         key = _text(item["key"], f"{at}.key")
         assert key is not None
         if any(o.key == key for o in options):
-            raise _Invalid(f"{where} has the key {key!r} twice")
+            raise _Invalid(f"{where} has the key {clip(key)!r} twice")
         description = item.get("description")
         if description == "":
             description = None  # the router's Go client sends a missing description as ""
@@ -175,7 +175,7 @@ def _criteria_object(value: Any, where: str) -> list[Option]:
     options = []
     for key, description in value.items():
         if is_blank(key) or not is_encodable(key):
-            raise _Invalid(f"{where} has a blank or malformed option key {key!r}")
+            raise _Invalid(f"{where} has a blank or malformed option key {clip(key)!r}")
         options.append(Option(key, _text(description, f"{where}.{key}", nullable=True)))
     return options
 
@@ -195,7 +195,8 @@ def _question(name: str, raw: Any, where: str, duplicates: Sequence[Path]) -> Qu
     unknown = [k for k in raw if k not in QUESTION_FIELDS]
     if unknown:
         raise _Invalid(
-            f"{where}.{unknown[0]} is not a field of a question ({', '.join(QUESTION_FIELDS)})"
+            f"{where}.{clip(unknown[0])} is not a field of a question "
+            f"({', '.join(QUESTION_FIELDS)})"
         )
     kind = raw.get("type")
     if kind not in QUESTION_TYPES:
@@ -302,7 +303,7 @@ def _entry(raw: Mapping[str, Any], where: Path, duplicates: Sequence[Path]) -> S
         kind = kind if kind in QUESTION_TYPES else None
         try:
             if (*where, "questions", name) in duplicates:
-                raise _Invalid(f"{prefix}questions has the question {name!r} more than once")
+                raise _Invalid(f"{prefix}questions has the question {clip(name)!r} more than once")
             if is_blank(name) or not is_encodable(name):
                 raise _Invalid(f"{prefix}questions has a blank or malformed question name")
             parsed.append(_question(name, body, label_q, _under(duplicates, where_q)))
@@ -344,7 +345,7 @@ def _state_entries(states: Any, duplicates: Sequence[Path]) -> list[StateEntry]:
             if not isinstance(name, str) or is_blank(name) or not is_encodable(name):
                 raise RequestError(
                     "invalid_request",
-                    f"states has a blank or malformed state name {name!r}; name each entry "
+                    f"states has a blank or malformed state name {clip(name)!r}; name each entry "
                     "with visible text",
                 )
     else:
@@ -366,7 +367,8 @@ def _state_entries(states: Any, duplicates: Sequence[Path]) -> list[StateEntry]:
         if unknown:
             raise RequestError(
                 "invalid_request",
-                f"{label}.{unknown[0]} is not a field of a state entry ({', '.join(ENTRY_FIELDS)})",
+                f"{label}.{clip(unknown[0])} is not a field of a state entry "
+                f"({', '.join(ENTRY_FIELDS)})",
             )
         entries.append(_entry(raw, where, duplicates))
     return entries
@@ -381,7 +383,8 @@ def _options(raw: Any) -> tuple[float | None, str, bool]:
     if unknown:
         raise RequestError(
             "invalid_request",
-            f"options.{unknown[0]} is not an option of decisions ({', '.join(OPTION_FIELDS)})",
+            f"options.{clip(unknown[0])} is not an option of decisions "
+            f"({', '.join(OPTION_FIELDS)})",
         )
     deadline = raw.get("deadline_ms")
     if deadline is not None and (
@@ -396,7 +399,7 @@ def _options(raw: Any) -> tuple[float | None, str, bool]:
     if profile not in PROFILES:
         raise RequestError(
             "invalid_request",
-            f"options.profile must be one of {', '.join(PROFILES)}, not {profile!r}",
+            f"options.profile must be one of {', '.join(PROFILES)}, not {clip(str(profile))!r}",
         )
     meta = raw.get("return_meta", False)
     if meta is None:
@@ -439,7 +442,8 @@ def parse_request(
     if unknown:
         raise RequestError(
             "invalid_request",
-            f"{unknown[0]} is not a field of a decisions request ({', '.join(REQUEST_FIELDS)})",
+            f"{clip(unknown[0])} is not a field of a decisions request "
+            f"({', '.join(REQUEST_FIELDS)})",
         )
     outside = [
         d

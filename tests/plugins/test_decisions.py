@@ -1415,3 +1415,24 @@ def test_an_empty_choice_description_is_no_description_as_the_router_client_send
 
     assert options("") == options(None)
     assert options("")[0].description is None
+
+
+def test_names_a_client_sent_are_cut_so_every_message_keeps_its_fix():
+    long = "q" * 50_000
+    body = {
+        "state": "s",
+        "questions": {long: {"type": "bogus", "instructions": "i"}, "ok": NOUL},
+        "states": {"n" * 50_000: {"state": "s", "questions": {"ok": NOUL}, "foo": 1}},
+    }
+    with pytest.raises(RequestError) as refused:
+        parse_request(body)
+    message = refused.value.message
+    assert len(message) < 600, len(message)
+    assert message.startswith("states." + "n" * 200 + "... (49800 more characters).foo is not")
+    del body["states"]
+    failed = parse_request(body).entries[0].questions[0].answer()
+    assert len(failed["message"]) < 600
+    assert failed["message"].startswith("questions." + "q" * 200 + "... (49800 more characters)")
+    wordy = {"type": "noul", "instructions": "i", "x" * 50_000: 1}
+    failed = parse_request({"state": "s", "questions": {"q": wordy, "ok": NOUL}})
+    assert len(failed.entries[0].questions[0].answer()["message"]) < 600

@@ -32,6 +32,39 @@ def close(a: list[float], b: list[float]) -> float:
 
 
 # -- admission ------------------------------------------------------------------------------
+def test_each_bundle_task_is_admitted_or_refused_as_it_would_be_alone(make_runtime):
+    """A bundle's tasks on one model are admitted one by one: a task weighing more than
+    the queue fails alone, and the queue fills task by task (the ones before queued)."""
+    runtime = make_runtime(("pooled", "sequence"), max_queue=3)
+    client = make_client(runtime)
+    heavy = {
+        "model": "pooled",
+        "state": "s",
+        "questions": {"q": {"type": "noul", "instructions": "i"}},
+        "states": {
+            f"e{i}": {"state": "s", "questions": {"q": {"type": "noul", "instructions": "i"}}}
+            for i in range(3)
+        },
+    }
+    tasks = [{"id": "heavy", "decisions": heavy}]
+    tasks += [{"id": f"t{i}", "embeddings": {"model": "pooled", "input": "okay"}} for i in range(4)]
+    tasks += [{"id": "other", "classify": {"model": "sequence", "input": "okay"}}]
+    results = client.post("/v1/bundle", json={"tasks": tasks}).json()["results"]
+    assert [(r["id"], r["status"]) for r in results] == [
+        ("heavy", 429),
+        ("t0", 200),
+        ("t1", 200),
+        ("t2", 200),
+        ("t3", 429),
+        ("other", 200),
+    ]
+    assert results[0]["error"]["message"].startswith(
+        "the request counts as 4 requests (a decisions `states` entry counts as one) against "
+        "--max-queue 3 of model pooled"
+    )
+    assert results[4]["error"]["message"].startswith("model pooled has 3 requests and ")
+
+
 @pytest.mark.slow
 def test_a_full_queue_is_429_and_nothing_admitted_is_lost(
     make_runtime, live_server, loaded_models, packages
