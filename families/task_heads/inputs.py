@@ -91,6 +91,13 @@ class EncodedInput:
         }
 
 
+PREFIX_CHARS_PER_TOKEN = 16
+"""Characters per budget token read of a huge input under ``overflow: reject`` before
+deciding it is over (:meth:`TextEncoder._over_budget`); English averages about 4
+characters per token, so a prefix this long almost always holds more tokens than
+the budget."""
+
+
 def row_key(ids: list[int], type_ids: list[int] | None) -> str:
     """Content key of a row: BLAKE2b over its token ids and segment ids."""
     digest = hashlib.blake2b(array("q", ids).tobytes(), digest_size=16)
@@ -179,6 +186,20 @@ class TextEncoder:
                 f"options.max_tokens {policy.max_tokens} leaves no room beside {special} "
                 "special tokens",
             )
+        limit = self.limit if policy.max_tokens is None else min(self.limit, policy.max_tokens)
+        if policy.overflow == "reject" and pair is None:
+            over = self._over_budget(text, limit - special)
+            if over is not None:
+                return EncodedInput(
+                    content_tokens=over,
+                    tokens=over + special,
+                    error=(
+                        "max_length_exceeded",
+                        f"input has at least {over + special} tokens (read as far as the "
+                        f"limit needs); the limit is {limit}. Shorten it, or send "
+                        "options.overflow truncate (keep the beginning) or window",
+                    ),
+                )
         # encode_batch releases the GIL while it works (a plain encode holds it), so a
         # huge input tokenising in the planning pool never stalls the event loop.
         texts = [text] if pair is None else [text, pair]
@@ -189,7 +210,6 @@ class TextEncoder:
         result = EncodedInput(content_tokens=content, tokens=content + special)
         if policy.overflow == "window":
             return self._windows(first, second, special, policy, result)
-        limit = self.limit if policy.max_tokens is None else min(self.limit, policy.max_tokens)
         if result.tokens > limit:
             if policy.overflow == "reject":
                 result.error = (
@@ -208,6 +228,25 @@ class TextEncoder:
         result.row_content = [[i for i, s in enumerate(encoding.special_tokens_mask) if not s]]
         result.processed_tokens = kept + special
         return result
+
+    def _over_budget(self, text: str, budget: int) -> int | None:
+        """The content tokens of a prefix of ``text`` when that prefix alone is over
+        ``budget`` (so the whole text is too), else ``None``.
+
+        A text many times longer than the budget in characters is tokenised only up
+        to the last white space before :data:`PREFIX_CHARS_PER_TOKEN` characters per
+        budget token: the pre-tokenisers of these models split at white space, so the
+        prefix's tokens are the first tokens of the whole text, and a huge input that
+        is refused anyway costs what its budget does, not its length.
+        """
+        cut = PREFIX_CHARS_PER_TOKEN * (budget + 1)
+        if len(text) <= cut:
+            return None
+        end = max(text.rfind(" ", 0, cut), text.rfind("\n", 0, cut))
+        if end <= 0:
+            return None
+        tokens = len(self.backend.encode_batch([text[:end]], add_special_tokens=False)[0])
+        return tokens if tokens > budget else None
 
     @staticmethod
     def _truncate(first: Any, second: Any, budget: int) -> None:

@@ -218,3 +218,24 @@ def test_each_surface_adds_its_own_meta_keys_when_asked(loaded):
     assert loaded("scores").finish(plan, loaded("scores").run(plan.items))["meta"] == {
         "head": "scores"
     }
+
+
+# -- a huge input under reject is read only as far as its budget needs ------------------------
+def test_a_huge_input_over_its_budget_is_refused_from_a_prefix(loaded):
+    pooled = loaded("pooled")
+    limit = pooled.description.max_tokens
+    huge = "good movie " * 200_000  # 2.2 million characters, 400,000 tokens
+    body = answer(pooled, "embeddings", {"input": [huge, "good"], "options": {}})
+    refused, kept = body["data"]
+    assert refused["error"] == "max_length_exceeded"
+    read = int(refused["message"].split()[4])
+    assert refused["message"].startswith(f"input has at least {read} tokens (read as far as")
+    assert limit < read < 1_000  # read in part: a prefix, not its 400,000 tokens
+    assert "embedding" in kept
+    # a text over the limit but short of the prefix is counted whole: an exact count
+    over = "good " * limit
+    body = answer(pooled, "embeddings", {"input": over, "options": {}})
+    assert body["data"][0]["message"].startswith(f"input has {limit + 2} tokens; the limit")
+    # truncate still reads the input and keeps its beginning
+    body = answer(pooled, "embeddings", {"input": huge, "options": {"overflow": "truncate"}})
+    assert body["data"][0]["input"]["truncated"] is True
