@@ -248,7 +248,9 @@ def test_rampart_window_mode_finds_an_email_in_the_last_window(rampart):
     limit = rampart.card()["limits"]["max_input_tokens"]
     rejected = rampart.answer("classify", {"input": text})["results"][0]
     assert rejected["error"] == "max_length_exceeded"
-    assert int(rejected["message"].split()[2]) >= 3 * limit
+    # read only as far as the limit needs (a prefix): at least more than the limit
+    assert rejected["message"].startswith("input has at least ")
+    assert int(rejected["message"].split()[4]) > limit
     # Rampart reads short contexts best (its own scanner uses 480-character
     # windows): with 128-token windows the span is exact.
     options = {"overflow": "window", "window": {"tokens": 128, "overlap": 32}}
