@@ -279,7 +279,6 @@ NonBlank = Annotated[str, Field(pattern=r"\S")]
 NoImages = Annotated[
     list[str] | None,
     Field(
-        max_length=0,
         description="Images as data URLs (contract 2.3); accepted only empty (or left out): "
         "no decision model served here reads images, and a non-empty list is refused with "
         "invalid_request.",

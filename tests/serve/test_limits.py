@@ -61,13 +61,15 @@ def test_a_body_at_the_limit_is_served(limited):
     )
     assert response.status_code == 200
     # 1000 words "a" between [CLS] and [SEP]: over the model's 48 tokens, answered per item
+    # (refused from a prefix: tokenised only as far as the limit needs)
     assert response.json()["data"] == [
         {
             "object": "embedding",
             "index": 0,
             "error": "max_length_exceeded",
-            "message": "input has 1002 tokens; the limit is 48. Shorten it, or send "
-            "options.overflow truncate (keep the beginning) or window",
+            "message": "input has at least 378 tokens (read as far as the limit needs); the "
+            "limit is 48. Shorten it, or send options.overflow truncate (keep the beginning) "
+            "or window",
         }
     ]
     assert response.json()["usage"] == {"prompt_tokens": 0, "total_tokens": 0}
