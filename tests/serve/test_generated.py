@@ -13,6 +13,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
+from schemathesis.core.errors import InvalidSchema
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from vllm_srun.serve.app import build_app
@@ -100,7 +101,15 @@ def test_generated_requests_never_answer_5xx_and_match_their_schema(
         response = case.call_and_validate(checks=[not_a_server_error, response_schema_conformance])
         statuses.append(response.status_code)
 
-    check()
+    try:
+        check()
+    except InvalidSchema as err:
+        # Negative generation cannot negate an array of any JSON value (a decisions
+        # ``state`` may be one): in some runs its mutation draws one and gives up. That is
+        # the generator's limit, not a server answer; every positive case still runs.
+        if mode is GenerationMode.POSITIVE or "Cannot generate an array" not in str(err):
+            raise
+        pytest.skip(f"schemathesis could not generate this negative case: {err}")
     assert statuses, "no request was generated"
     # a bundle's tasks each need exactly one surface, which its schema cannot say:
     # generated bundles are refused whole, rightly
