@@ -150,6 +150,9 @@ class HealthPoller:
         return None, ("missing", "the runtime does not serve this model")
 
     def _no_answer(self, err: Exception) -> str:
+        self._was_ready = False
+        if self.worker.card is not None and not self.worker.managed:
+            self.worker.forget_card()
         if not self.answered:
             return self._set("starting", "")
         return self._set("unreachable", unreachable_reason(err, self.timeout))

@@ -244,7 +244,7 @@ class Supervisor:
             return  # :attr:`fatal` says so already
         if how.startswith("every model failed"):
             self.failed_loads += 1
-            if self.failed_loads >= FAILED_LOADS:
+            if self.failed_loads >= FAILED_LOADS and self.fatal is None:
                 failures = ", ".join(f"{m}: {r}" for m, r in self._failed.items())
                 self.fatal = (
                     f"every model failed to load {self.failed_loads} times in a row: {{{failures}}}"
@@ -253,7 +253,7 @@ class Supervisor:
         self.failed_loads = 0
         if not self.ever_ready and ran < QUICK_EXIT:
             self.quick_exits += 1
-            if self.quick_exits >= QUICK_EXITS:
+            if self.quick_exits >= QUICK_EXITS and self.fatal is None:
                 last = next((line for line in reversed(self.tail) if line.strip()), "")
                 detail = f"{how}: {last}" if last else how
                 self.fatal = (
