@@ -213,22 +213,13 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .config.flags import apply_serve_options
     from .frontend import LOOPBACK, MANAGEMENT_PORT, METRICS_PORT, Frontend
     from .workers.devices import Devices
-    from .workers.plan import RuntimeEnvironment
+    from .workers.plan import RuntimeEnvironment, worker_command
 
-    level = LOG_LEVELS[args.log_level]
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("httpcore").setLevel(logging.WARNING)
     environ = dict(os.environ)
     try:
         document = read_document(args.config) if args.config else None
         offset = port_offset(environ)
-        env = RuntimeEnvironment.from_environ(environ, log_level=args.log_level)
-        devices = Devices(env.command)
+        devices = Devices(worker_command(environ))
         engine_args = {
             name: getattr(args, name)
             for name in ENGINE_FLAGS
@@ -254,10 +245,18 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         )
         config = parse_config(document, args.config or "")
         timeout, source = ready_timeout(environ, args.startup_timeout)
+        env = RuntimeEnvironment.from_environ(environ, log_level=args.log_level)
     except FlagError as err:
         parser.exit(2, f"vllm-sr serve: {err}\n")
     except (ConfigError, PlanError, ValueError) as err:
         return _fail(str(err))
+    logging.basicConfig(
+        level=LOG_LEVELS[args.log_level].upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpcore").setLevel(logging.WARNING)
     published = environ.get("VLLM_SR_PUBLISH_MANAGEMENT_API", "").strip().lower() == "true"
     frontend = Frontend(
         config,

@@ -72,6 +72,12 @@ def default_command() -> list[str]:
     return ["vllm-srun"]
 
 
+def worker_command(environ: dict[str, str]) -> tuple[str, ...]:
+    """``VLLM_SRUN_COMMAND`` split on spaces, else :func:`default_command`."""
+    text = environ.get("VLLM_SRUN_COMMAND", "").strip()
+    return tuple(text.split()) if text else tuple(default_command())
+
+
 def cpu_budget() -> int:
     """CPUs this process may use: its affinity mask, capped by a cgroup CPU quota."""
     try:
@@ -168,8 +174,7 @@ class RuntimeEnvironment:
                 ``VLLM_SRUN_DIR`` that is a symlink or not ours.
         """
         env = dict(os.environ if environ is None else environ)
-        text = env.get("VLLM_SRUN_COMMAND", "").strip()
-        command = tuple(text.split()) if text else tuple(default_command())
+        command = worker_command(env)
         override = None
         threads = env.get("VLLM_SRUN_CPU_THREADS", "").strip()
         if threads:
