@@ -192,6 +192,8 @@ def test_the_environment(tmp_path):
     RuntimeEnvironment.from_environ({"VLLM_SRUN_DIR": str(directory)})
     assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700  # tightened
     default = RuntimeEnvironment.from_environ({})
+    if default.created:
+        default.directory.rmdir()
     assert default.directory.name == f"vllm-srun-{os.getpid()}"
     assert Path(default.command[0]).name == "vllm-srun"
     for bad in ("0", "-2", "two"):
