@@ -41,7 +41,7 @@ from .config.schema import Config, Listener
 from .startup import DeploymentView, StartupFailed, StartupStatus, wait_for_deployments
 from .workers.devices import Devices
 from .workers.health import HealthPoller
-from .workers.plan import RuntimeEnvironment, needs_auto, plan_workers
+from .workers.plan import PlanError, RuntimeEnvironment, needs_auto, plan_workers
 from .workers.supervisor import Clock, RealClock, Supervisor
 from .workers.worker import Worker
 
@@ -281,9 +281,11 @@ class Frontend:
         }
 
     # -- composing -----------------------------------------------------------------------------
-    def _plan(self) -> None:
+    async def _plan(self) -> None:
         names = deployments_in_use(self.config)
-        auto = self.devices.auto() if needs_auto(self.config, names) else None
+        auto = None
+        if needs_auto(self.config, names):  # asked once; /health answers meanwhile
+            auto = await asyncio.to_thread(self.devices.auto)
         plans = plan_workers(self.config, names, self.env, auto)
         metrics = self.parts.metrics
         on_restart = getattr(metrics, "restarted", None)
@@ -391,9 +393,9 @@ class Frontend:
     async def _run(self) -> int:
         try:
             self.parts.resolve()
-            self._plan()
             host, port = self.management
             self._serve(build_management_app(self), bind(host, port, "the management API"), "mgmt")
+            await self._plan()
             if self.metrics_address is not None:
                 from prometheus_client import make_asgi_app
 
@@ -423,7 +425,7 @@ class Frontend:
             self.status.set("initializing_models", "checking bindings and opening the listeners")
             self._check_bindings()
             self._open_listeners()
-        except StartupFailed as err:
+        except (StartupFailed, PlanError) as err:
             message = str(err)
             self.status.set("error", message)
             print(f"Router startup failed: {message}", file=sys.stderr, flush=True)
