@@ -71,15 +71,16 @@ PLUGIN_FOLDERS := plugins families engines extensions accelerators
 
 .PHONY: typed-tree
 typed-tree:
-	@rm -rf $(TYPED) && mkdir -p $(TYPED)/vllm_srun
+	@rm -rf $(TYPED) && mkdir -p $(TYPED)/vllm_srun $(TYPED)/vllm_sr
 	@cp -rs $(CURDIR)/core/. $(TYPED)/vllm_srun/
+	@cp -rs $(CURDIR)/frontend/. $(TYPED)/vllm_sr/
 	@for d in $(PLUGIN_FOLDERS); do cp -rs $(CURDIR)/$$d $(TYPED)/vllm_srun/$$d; done
 	@find $(TYPED) -name __pycache__ -prune -exec rm -rf {} +
 
 lint: install typed-tree
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy -p vllm_srun
+	$(VENV)/bin/mypy -p vllm_srun -p vllm_sr
 	PYTHONPATH=$(TYPED) $(VENV)/bin/lint-imports
 
 clean:

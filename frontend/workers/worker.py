@@ -133,6 +133,16 @@ class Worker:
             self._changed = asyncio.Event()
         return changed
 
+    def forget_card(self) -> None:
+        """Drop the card and the limits (a restarted or replaced worker must report them
+        again before it counts as ready); wakes the waiters."""
+        if self.card is None and not self.limits:
+            return
+        self.card = None
+        self.limits = {}
+        self._changed.set()
+        self._changed = asyncio.Event()
+
     async def changed(self) -> None:
         """Wait for the next :meth:`update` that changes something."""
         await self._changed.wait()
