@@ -1,0 +1,1 @@
+"""The frontend's HTTP apps: a listener's native API (:mod:`.native`)."""
