@@ -50,8 +50,9 @@ DEFAULT_BUNDLE_TASKS = 64
 IGNORED_CARD_KEYS = frozenset(
     {"id", "device", "accelerator", "engine", "dtype", "status", "reason", "ready"}
     # Beyond the digest's list: what differs between two workers of the same model by
-    # the clock or by the hardware they run on, never by what they answer.
-    | {"created", "accelerator_validated", "golden", "plugins"}
+    # the clock or by the hardware they run on (``forward_cost`` is measured at load),
+    # never by what they answer.
+    | {"created", "accelerator_validated", "golden", "plugins", "forward_cost"}
 )
 """Card keys two replicas of one pool may differ in."""
 

@@ -400,7 +400,12 @@ def test_hardware_and_clock_fields_may_differ_between_replicas():
         async with fake_workers("a", "b") as (a, b):
             workers = [a.worker(), b.worker()]
             other = card(
-                id="other", device="cuda:1", accelerator="cuda", engine="onnxruntime", created=99
+                id="other",
+                device="cuda:1",
+                accelerator="cuda",
+                engine="onnxruntime",
+                created=99,
+                forward_cost={"fixed_ms": 0.8},
             )
             workers[1].update("ready", "", other)
             pool = make_pool(workers)
