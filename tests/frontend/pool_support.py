@@ -14,6 +14,7 @@ import contextlib
 import copy
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -245,6 +246,8 @@ async def fake_workers(*names: str) -> AsyncIterator[list[FakeWorker]]:
         for server in servers:
             server.should_exit = True
         await asyncio.gather(*tasks, return_exceptions=True)
+        for fake in fakes:
+            shutil.rmtree(fake.path.parent, ignore_errors=True)
 
 
 async def close_all(*workers: Worker) -> None:
@@ -291,6 +294,7 @@ class RealWorker:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(5)
+        shutil.rmtree(self.socket.parent, ignore_errors=True)
 
 
 def wait_ready(workers: list[RealWorker], timeout: float = 180.0) -> None:
