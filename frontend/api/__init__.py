@@ -1,1 +1,2 @@
-"""The frontend's HTTP APIs: the listeners' native API and the management API."""
+"""The frontend's HTTP apps: a listener's native API (:mod:`.native`) and the management API
+(:mod:`.management`)."""

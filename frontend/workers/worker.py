@@ -79,6 +79,8 @@ class Worker:
         card: the worker's ``/v1/models`` card for ``served_name``, once seen.
         limits: the worker's process ``limits`` (``max_bundle_tasks``, ``max_request_bytes``).
         restarts: how many times the managed process was restarted.
+        changes: how many :meth:`update` calls changed something (a cheap way to tell
+            that the state, reason or card moved since last looked at).
     """
 
     deployment: str
@@ -93,6 +95,7 @@ class Worker:
     card: dict[str, Any] | None = None
     limits: dict[str, Any] = field(default_factory=dict)
     restarts: int = 0
+    changes: int = 0
     _changed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _probe: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _client: httpx.AsyncClient | None = field(default=None, repr=False)
@@ -129,6 +132,7 @@ class Worker:
         if card is not None:
             self.card = card
         if changed:
+            self.changes += 1
             self._changed.set()
             self._changed = asyncio.Event()
         return changed
