@@ -86,8 +86,10 @@ def _add_serve(commands: Any) -> None:
         epilog="Environment: VLLM_SRUN_COMMAND (worker command, default vllm-srun), "
         "VLLM_SRUN_DIR (sockets and models files, 0700), VLLM_SRUN_CACHE_DIR (model cache "
         "of managed workers), VLLM_SRUN_CPU_THREADS (threads per CPU worker), "
-        "VLLM_SRUN_READY_TIMEOUT (Go duration, default 10m), VLLM_SR_PORT_OFFSET (added to "
-        "the default ports), VLLM_SR_PUBLISH_MANAGEMENT_API=true (management API on 0.0.0.0).",
+        "VLLM_SRUN_READY_TIMEOUT (Go duration, default 10m), VLLM_SRUN_RESULT_CACHE (entries "
+        "of a single-worker deployment's result cache, default 4096, 0 disables it), "
+        "VLLM_SR_PORT_OFFSET (added to the default ports), "
+        "VLLM_SR_PUBLISH_MANAGEMENT_API=true (management API on 0.0.0.0).",
     )
     serve.add_argument(
         "model",
@@ -131,6 +133,13 @@ def _add_serve(commands: Any) -> None:
     engine.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"))
     engine.add_argument(
         "--enable-shared-context", action=argparse.BooleanOptionalAction, default=None
+    )
+    serve.add_argument(
+        "--offline",
+        action="store_true",
+        help="managed workers load only installed or cached models and never download "
+        f"(always so for the built-in default {DEFAULT_MODEL}, which comes from its "
+        "installed mirror, when neither MODEL nor --config is given)",
     )
     serve.add_argument(
         "--startup-timeout",
@@ -212,6 +221,7 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return 2
     from .config.flags import apply_serve_options
     from .frontend import LOOPBACK, MANAGEMENT_PORT, METRICS_PORT, Frontend
+    from .pool.cache import entries_from_environment
     from .workers.devices import Devices
     from .workers.plan import RuntimeEnvironment, worker_command
 
@@ -245,7 +255,10 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         )
         config = parse_config(document, args.config or "")
         timeout, source = ready_timeout(environ, args.startup_timeout)
-        env = RuntimeEnvironment.from_environ(environ, log_level=args.log_level)
+        result_cache = entries_from_environment(environ)
+        # The built-in default is served from its installed mirror: nothing to download.
+        offline = args.offline or (args.model is None and args.config is None)
+        env = RuntimeEnvironment.from_environ(environ, log_level=args.log_level, offline=offline)
     except FlagError as err:
         parser.exit(2, f"vllm-sr serve: {err}\n")
     except (ConfigError, PlanError, ValueError) as err:
@@ -266,6 +279,7 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         ready_timeout=timeout,
         timeout_source=source,
         devices=devices,
+        result_cache=result_cache,
     )
     logging.getLogger("vllm_sr").info(
         "engine mode: deployments in use %s (managed: %s); ready within %s (%s)",

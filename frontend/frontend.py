@@ -2,42 +2,39 @@
 
 :class:`Frontend` composes the parts. It plans the workers of the deployments in
 use, starts a :class:`~.workers.supervisor.Supervisor` per managed worker and a
-health poller per attached one, serves the management API at once (``/health``
+health poller per attached one, puts each deployment's workers in a
+:class:`~.pool.ReplicaPool`, serves the management API at once (``/health``
 answers while models load) and the metrics, waits for every managed deployment
 (printing the progress line on each change, bounded by ``VLLM_SRUN_READY_TIMEOUT``),
-checks the bindings against the cards, then serves the listeners.
+checks the bindings against the cards, then opens the listeners (one
+:class:`~.api.native.Listener` each, over the pools by public model id).
 
-SIGTERM or SIGINT starts the shutdown: new listener requests get 503 and
+SIGTERM or SIGINT starts the shutdown: the listeners answer new requests 503 and
 ``/ready`` says 503, requests in flight finish, every worker gets SIGTERM (SIGKILL
 10 s later), the servers close and the process exits 0.
-
-The replica pools, the listeners' native API and the metrics are built by
-factories (:class:`Parts`); by default they are imported from
-:mod:`vllm_sr.pool`, :mod:`vllm_sr.api.native` and :mod:`vllm_sr.metrics`, and
-where one is not there the frontend runs without it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
-import json
 import logging
 import shutil
 import signal
 import socket
 import sys
-from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Generator
 from typing import Any
 
 import uvicorn
 
-from .api.management import build_management_app, inventory_entry
+from .api.management import build_management_app
+from .api.native import Grant, Listener
 from .config.bindings import binding_problem
 from .config.in_use import deployments_in_use
-from .config.schema import Config, Listener
+from .config.schema import Config, Deployment
+from .metrics import Metrics, metrics_app
+from .pool import ReplicaPool
 from .startup import DeploymentView, StartupFailed, StartupStatus, wait_for_deployments
 from .workers.devices import Devices
 from .workers.health import HealthPoller
@@ -61,142 +58,54 @@ ASGIApp = Callable[..., Any]
 
 
 class Server(uvicorn.Server):
-    """A uvicorn server inside the frontend's event loop: the frontend takes the signals."""
+    """A uvicorn server inside the frontend's event loop. It binds its own address
+    (uvicorn's sockets get ``TCP_NODELAY`` on every event loop), the frontend takes the
+    signals, and a failed bind is kept in :attr:`failed` instead of ending the process.
+    """
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.bound = asyncio.Event()
+        self.failed = False
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
 
-
-def bind(host: str, port: int, what: str) -> socket.socket:
-    """A listening TCP socket on ``host:port``.
-
-    Raises:
-        StartupFailed: the address is in use or cannot be bound (``what`` names the
-            server in the message).
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-        sock.listen(2048)
-    except OSError as err:
-        sock.close()
-        raise StartupFailed(
-            f"{what} cannot listen on {host}:{port}: {err.strerror or err}"
-        ) from None
-    sock.setblocking(False)
-    return sock
-
-
-class Gate:
-    """An ASGI wrapper that counts requests in flight and, once closed, answers new ones
-    503 (the native API's ``systemone_unavailable``)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        self.closed = False
-        self.inflight = 0
-        self.idle = asyncio.Event()
-        self.idle.set()
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        if self.closed:
-            body = json.dumps(
-                {
-                    "error": {
-                        "code": "systemone_unavailable",
-                        "type": "systemone_error",
-                        "message": "systemone unavailable",
-                    }
-                }
-            ).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 503,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"retry-after", b"1"),
-                        (b"connection", b"close"),
-                        (b"cache-control", b"no-store"),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
-            return
-        self.inflight += 1
-        self.idle.clear()
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         try:
-            await self.app(scope, receive, send)
+            await super().startup(sockets=sockets)
+        except SystemExit:  # uvicorn's answer to an address it cannot bind
+            self.failed = True
+            self.should_exit = True
         finally:
-            self.inflight -= 1
-            if self.inflight == 0:
-                self.idle.set()
+            self.bound.set()
 
 
-class FallbackMetrics:
-    """The restarts counter alone, on its own registry: what the frontend exports when
-    :mod:`vllm_sr.metrics` is not there."""
-
-    def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry, Counter
-
-        self.registry = CollectorRegistry()
-        self._restarts = Counter(
-            "vsr_model_runtime_restarts",
-            "Managed runtime process restarts.",
-            ["deployment"],
-            registry=self.registry,
-        )
-
-    def restarted(self, deployment: str) -> None:
-        self._restarts.labels(deployment).inc()
+def bind_problem(host: str, port: int) -> str:
+    """Why ``host:port`` cannot be bound (asked again after uvicorn could not)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as err:
+            return str(err.strerror or err)
+    return "the address could not be bound"
 
 
-def _optional(module: str, name: str) -> Any:
-    """``module.name``, or ``None`` when that module is not part of this build."""
-    try:
-        found = importlib.import_module(module)
-    except ModuleNotFoundError as err:
-        if err.name is not None and module.startswith(err.name):
-            return None
-        raise
-    return getattr(found, name)
-
-
-@dataclass
-class Parts:
-    """What the frontend builds on the workers; each ``None`` is imported by default.
-
-    Attributes:
-        metrics: the metrics object: ``registry`` and ``restarted(deployment)``.
-        pool_factory: ``ReplicaPool(deployment, workers, metrics, *, public_name,
-            served_name)``.
-        listener_app: ``build_listener_app(listener, pools)``: an ASGI app for one
-            listener, given the pools by public model id.
-    """
-
-    metrics: Any = None
-    pool_factory: Callable[..., Any] | None = None
-    listener_app: Callable[[Listener, Mapping[str, Any]], ASGIApp] | None = None
-    imported: bool = field(default=False, repr=False)
-
-    def resolve(self) -> None:
-        if self.imported:
-            return
-        self.imported = True
-        if self.metrics is None:
-            factory = _optional("vllm_sr.metrics", "Metrics")
-            self.metrics = factory() if factory is not None else FallbackMetrics()
-        if self.pool_factory is None:
-            self.pool_factory = _optional("vllm_sr.pool", "ReplicaPool")
-        if self.listener_app is None:
-            self.listener_app = _optional("vllm_sr.api.native", "build_listener_app")
+def input_defaults(deployment: Deployment) -> dict[str, Any]:
+    """A deployment's ``input`` as the ``options`` its pool gives requests that choose
+    none (``max_tokens: 0`` leaves the model's own limit)."""
+    given = deployment.input
+    if given is None:
+        return {}
+    defaults: dict[str, Any] = {}
+    if given.max_tokens:
+        defaults["max_tokens"] = given.max_tokens
+    if given.overflow is not None:
+        defaults["overflow"] = given.overflow
+    return defaults
 
 
 class Frontend:
@@ -212,7 +121,9 @@ class Frontend:
         devices: the worker command's ``devices`` answer (``auto`` resolution).
         clock: time of the supervisors' back-off and of the wait.
         out: where the progress lines go.
-        parts: the pools, listeners' app and metrics.
+        result_cache: entries of a single-worker deployment's result cache (``None``:
+            ``VLLM_SRUN_RESULT_CACHE``; 0 disables it).
+        request_timeout: seconds a listener request waits for its worker.
         supervisor_options: further :class:`~.workers.supervisor.Supervisor` arguments.
     """
 
@@ -228,7 +139,8 @@ class Frontend:
         devices: Devices | None = None,
         clock: Clock | None = None,
         out: Callable[[str], None] | None = None,
-        parts: Parts | None = None,
+        result_cache: int | None = None,
+        request_timeout: float | None = None,
         supervisor_options: dict[str, Any] | None = None,
     ) -> None:
         self.config = config
@@ -240,12 +152,14 @@ class Frontend:
         self.devices = devices or Devices(env.command)
         self.clock = clock or RealClock()
         self.out = out or (lambda line: print(line, flush=True))
-        self.parts = parts or Parts()
+        self.result_cache = result_cache
+        self.request_timeout = request_timeout
         self.supervisor_options = supervisor_options or {}
+        self.metrics = Metrics()
         self.views: list[DeploymentView] = []
         self.status = StartupStatus([])
-        self.pools: dict[str, Any] = {}
-        self.gates: list[Gate] = []
+        self.pools: dict[str, ReplicaPool] = {}
+        self.listeners: list[Listener] = []
         self.servers: list[tuple[Server, asyncio.Task[None]]] = []
         self.pollers: list[asyncio.Task[None]] = []
         self.stopping = asyncio.Event()
@@ -258,15 +172,8 @@ class Frontend:
         return self._draining
 
     def inventory(self) -> list[dict[str, Any]]:
-        entries = []
-        deployments = self.config.catalog.deployments
-        for view in self.views:
-            pool = self.pools.get(view.name)
-            if pool is not None and hasattr(pool, "inventory"):
-                entries.append(pool.inventory())
-            else:
-                entries.append(inventory_entry(view, deployments[view.name]))
-        return entries
+        """Each deployment in use: its pool's inventory entry."""
+        return [pool.inventory() for pool in self.pools.values()]
 
     def instance_status(self) -> dict[str, Any]:
         catalog = self.config.catalog
@@ -287,16 +194,11 @@ class Frontend:
         if needs_auto(self.config, names):  # asked once; /health answers meanwhile
             auto = await asyncio.to_thread(self.devices.auto)
         plans = plan_workers(self.config, names, self.env, auto)
-        metrics = self.parts.metrics
-        on_restart = getattr(metrics, "restarted", None)
         deployments = self.config.catalog.deployments
         for name in names:
-            view = DeploymentView(
-                name=name,
-                artifact=deployments[name].artifact or "",
-                managed=deployments[name].managed,
-                workers=[],
-            )
+            deployment = deployments[name]
+            workers: list[Worker] = []
+            supervisors: list[Supervisor] = []
             for plan in (p for p in plans if p.deployment == name):
                 worker = Worker(
                     deployment=name,
@@ -307,28 +209,33 @@ class Frontend:
                     process=plan.process,
                     device=plan.device,
                 )
-                view.workers.append(worker)
+                workers.append(worker)
                 if plan.managed:
-                    view.supervisors.append(
-                        Supervisor(
-                            plan,
-                            worker,
-                            clock=self.clock,
-                            on_restart=on_restart,
-                            **self.supervisor_options,
-                        )
+                    supervisors.append(
+                        Supervisor(plan, worker, clock=self.clock, **self.supervisor_options)
                     )
-            self.views.append(view)
-        self.status = StartupStatus(self.views)
-        if self.parts.pool_factory is not None:
-            for view in self.views:
-                self.pools[view.name] = self.parts.pool_factory(
-                    view.name,
-                    view.workers,
-                    metrics,
-                    public_name=deployments[view.name].public_id(),
-                    served_name=view.name,
+            pool = ReplicaPool(
+                name,
+                workers,
+                self.metrics,
+                public_name=deployment.public_id() or name,
+                artifact=deployment.artifact,
+                revision=deployment.revision,
+                profile=deployment.profile,
+                input_defaults=input_defaults(deployment),
+                cache_entries=self.result_cache,
+            )
+            self.pools[name] = pool
+            self.views.append(
+                DeploymentView(
+                    name=name,
+                    artifact=deployment.artifact or "",
+                    managed=deployment.managed,
+                    pool=pool,
+                    supervisors=supervisors,
                 )
+            )
+        self.status = StartupStatus(self.views)
 
     def _start_workers(self) -> None:
         for view in self.views:
@@ -341,12 +248,30 @@ class Frontend:
                         asyncio.create_task(poller.run(), name=f"health {worker.deployment}")
                     )
 
-    def _serve(self, app: ASGIApp, sock: socket.socket, name: str) -> None:
+    async def _serve(self, app: ASGIApp, host: str, port: int, what: str) -> None:
+        """Serve ``app`` on ``host:port`` once it is bound.
+
+        Raises:
+            StartupFailed: the address is in use or cannot be bound (``what`` names the
+                server in the message).
+        """
         config = uvicorn.Config(
-            app, log_level="warning", lifespan="off", access_log=False, timeout_keep_alive=5
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+            timeout_keep_alive=5,
+            backlog=2048,
         )
         server = Server(config)
-        task = asyncio.create_task(server.serve(sockets=[sock]), name=f"serve {name}")
+        task = asyncio.create_task(server.serve(), name=f"serve {what}")
+        await server.bound.wait()
+        if server.failed:
+            await asyncio.gather(task, return_exceptions=True)
+            problem = bind_problem(host, port)
+            raise StartupFailed(f"{what} cannot listen on {host}:{port}: {problem}")
         self.servers.append((server, task))
 
     def _check_bindings(self) -> None:
@@ -356,14 +281,14 @@ class Frontend:
             view = in_use.get(binding.deployment)
             if view is None:
                 continue
-            card = next((w.card for w in view.workers if w.ready and w.card), None)
+            card = view.pool.card
             if card is None:
                 continue  # an attached runtime not ready yet: checked once its card is seen
             problem = binding_problem(name, binding, catalog.deployments[view.name], card)
             if problem:
                 raise StartupFailed(problem)
 
-    def _pools_by_public_id(self) -> dict[str, Any]:
+    def _pools_by_public_id(self) -> dict[str, ReplicaPool]:
         deployments = self.config.catalog.deployments
         found = {}
         for name, pool in self.pools.items():
@@ -392,16 +317,12 @@ class Frontend:
 
     async def _run(self) -> int:
         try:
-            self.parts.resolve()
             host, port = self.management
-            self._serve(build_management_app(self), bind(host, port, "the management API"), "mgmt")
+            await self._serve(build_management_app(self), host, port, "the management API")
             await self._plan()
             if self.metrics_address is not None:
-                from prometheus_client import make_asgi_app
-
                 host, port = self.metrics_address
-                app = make_asgi_app(self.parts.metrics.registry)
-                self._serve(app, bind(host, port, "the metrics endpoint"), "metrics")
+                await self._serve(metrics_app(self.metrics), host, port, "the metrics endpoint")
             self._start_workers()
             waited = asyncio.create_task(
                 wait_for_deployments(
@@ -424,7 +345,7 @@ class Frontend:
             waited.result()
             self.status.set("initializing_models", "checking bindings and opening the listeners")
             self._check_bindings()
-            self._open_listeners()
+            await self._open_listeners()
         except (StartupFailed, PlanError) as err:
             message = str(err)
             self.status.set("error", message)
@@ -437,32 +358,33 @@ class Frontend:
         await self._shutdown()
         return 0
 
-    def _open_listeners(self) -> None:
-        factory = self.parts.listener_app
-        if factory is None:
-            if self.config.listeners:
-                log.warning("this build has no native API: the listeners are not opened")
-            return
+    async def _open_listeners(self) -> None:
         pools = self._pools_by_public_id()
-        sockets = [
-            (li, bind(li.address, li.port, f"listener {li.name}")) for li in self.config.listeners
-        ]
-        for listener, sock in sockets:
-            gate = Gate(factory(listener, pools))
-            self.gates.append(gate)
-            self._serve(gate, sock, f"listener {listener.name}")
-            log.info("listener %s serves on %s:%d", listener.name, listener.address, listener.port)
+        options: dict[str, Any] = {}
+        if self.request_timeout is not None:
+            options["timeout"] = self.request_timeout
+        for config in self.config.listeners:
+            grant = Grant(
+                listener=config.name,
+                api_keys=tuple(config.api_keys),
+                systemone=tuple(config.systemone.models),
+                runtime=tuple(config.runtime.models),
+            )
+            listener = Listener(grant, pools, **options)
+            await self._serve(listener.app, config.address, config.port, f"listener {config.name}")
+            self.listeners.append(listener)
+            log.info("listener %s serves on %s:%d", config.name, config.address, config.port)
 
     async def _drained(self) -> None:
-        for gate in self.gates:
-            await gate.idle.wait()
+        for listener in self.listeners:
+            await listener.drained()
 
     async def _shutdown(self) -> None:
         """Drain the listeners, stop the workers, close the servers."""
         self._draining = True
-        for gate in self.gates:
-            gate.closed = True
-        if self.gates and not self.forced.is_set():
+        for listener in self.listeners:
+            listener.stop()
+        if self.listeners and not self.forced.is_set():
             drained = asyncio.ensure_future(self._drained())
             forced = asyncio.ensure_future(self.forced.wait())
             await asyncio.wait(
@@ -476,12 +398,8 @@ class Frontend:
         await asyncio.gather(*self.pollers, return_exceptions=True)
         await asyncio.gather(*(s.stop() for v in self.views for s in v.supervisors))
         for pool in self.pools.values():
-            closing = getattr(pool, "aclose", None)
-            if closing is not None:
-                with contextlib.suppress(Exception):
-                    await closing()
-        for view in self.views:
-            for worker in view.workers:
+            self.metrics.forget(pool)
+            for worker in pool.workers:
                 await worker.aclose()
         for server, _ in self.servers:
             server.should_exit = True

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .config.durations import format_duration
+from .pool import ReplicaPool
 from .workers.supervisor import Clock, RealClock, Supervisor
 from .workers.worker import Worker
 
@@ -36,21 +37,26 @@ class StartupFailed(Exception):
 
 @dataclass
 class DeploymentView:
-    """One deployment in use, with its workers.
+    """One deployment in use: its pool (its workers and its state) and the supervisors
+    of its managed workers.
 
     Attributes:
         name: the deployment.
         artifact: what it serves (``""`` for an attached deployment that does not say).
         managed: whether any worker is managed (only those are waited for).
-        workers: its replicas, in declaration order.
+        pool: its replica pool (the workers, in declaration order, and their state).
         supervisors: the supervisors of its managed workers.
     """
 
     name: str
     artifact: str
     managed: bool
-    workers: list[Worker]
+    pool: ReplicaPool
     supervisors: list[Supervisor] = field(default_factory=list)
+
+    @property
+    def workers(self) -> tuple[Worker, ...]:
+        return self.pool.workers
 
     @property
     def ready(self) -> bool:
@@ -61,21 +67,8 @@ class DeploymentView:
         return any(w.ready for w in self.workers)
 
     def state(self) -> tuple[str, str]:
-        """The deployment's state and reason: ``ready`` (all), ``degraded`` (some), the
-        single worker's state, the state every worker shares, or ``unavailable``."""
-        workers = self.workers
-        ready = [w for w in workers if w.ready]
-        reason = next((w.reason for w in workers if not w.ready and w.reason), "")
-        if ready and len(ready) == len(workers):
-            return "ready", ""
-        if ready:
-            return "degraded", f"{len(ready)} of {len(workers)} replicas ready" + (
-                f"; {reason}" if reason else ""
-            )
-        states = {w.state for w in workers}
-        if len(states) == 1:
-            return workers[0].state, reason
-        return "unavailable", reason
+        """The deployment's state and reason, as its pool says them."""
+        return self.pool.state, self.pool.reason
 
     def processes(self) -> str:
         return ", ".join(w.process for w in self.workers if w.process)

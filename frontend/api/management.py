@@ -10,14 +10,12 @@ credential: an endpoint is ``unix`` or ``scheme://host:port``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from ..config.schema import Deployment
-from ..startup import DeploymentView, StartupStatus
+from ..startup import StartupStatus
 
 
 class ManagementSource(Protocol):
@@ -28,7 +26,9 @@ class ManagementSource(Protocol):
     @property
     def draining(self) -> bool: ...
 
-    def inventory(self) -> list[dict[str, Any]]: ...
+    def inventory(self) -> list[dict[str, Any]]:
+        """Each deployment's inventory entry (its pool's), in any order."""
+        ...
 
     def instance_status(self) -> dict[str, Any]: ...
 
@@ -77,93 +77,3 @@ def build_management_app(source: ManagementSource) -> FastAPI:
         return _json(200, {"deployments": entries, "count": len(entries)})
 
     return app
-
-
-CARD_STRINGS = ("family", "repo", "revision", "device", "profile", "engine")
-"""Card fields the inventory shows as text (empty until a card is seen)."""
-
-
-def card_summary(card: dict[str, Any] | None) -> dict[str, Any]:
-    """The card fields an inventory entry shows: empty until the model is ready."""
-    card = card or {}
-    heads = [
-        {"name": h.get("name"), "kind": h.get("kind"), "labels": list(h.get("labels") or [])}
-        for h in card.get("heads") or []
-        if isinstance(h, dict)
-    ]
-    embedding = card.get("embedding")
-    rerank = card.get("rerank")
-    summary: dict[str, Any] = {k: str(card.get(k) or "") for k in CARD_STRINGS}
-    summary.update(
-        surfaces=list(card.get("surfaces") or []),
-        heads=heads,
-        embedding=None
-        if not isinstance(embedding, dict)
-        else {
-            "dimensions": list(embedding.get("dimensions") or []),
-            "layers": list(embedding.get("layers") or []),
-            "modalities": list(embedding.get("modalities") or []),
-        },
-        rerank=None
-        if not isinstance(rerank, dict)
-        else {
-            "default_layer": (rerank.get("default") or {}).get("layer"),
-            "layers": [e.get("layer") for e in rerank.get("exits") or [] if isinstance(e, dict)],
-        },
-    )
-    return summary
-
-
-def inventory_entry(
-    view: DeploymentView,
-    deployment: Deployment,
-    replica_load: Callable[[str], tuple[int, int]] | None = None,
-) -> dict[str, Any]:
-    """A deployment's inventory entry built from its workers (the shape of §1.8).
-
-    Args:
-        replica_load: a replica id's in-flight count and estimated work (bytes
-            outstanding); zero without it.
-    """
-    workers = view.workers
-    state, reason = view.state()
-    ready_workers = [w for w in workers if w.ready]
-    card = ready_workers[0].card if ready_workers else None
-    first = workers[0]
-    replicas = []
-    for worker in workers:
-        inflight, work = replica_load(worker.replica_id) if replica_load else (0, 0)
-        replicas.append(
-            {
-                "id": worker.replica_id,
-                "managed": worker.managed,
-                "device": (worker.card or {}).get("device") or worker.device or "",
-                "ready": worker.ready,
-                "state": worker.state,
-                "reason": worker.reason,
-                "inflight": inflight,
-                "estimated_work": work,
-                "restarts": worker.restarts,
-            }
-        )
-    entry: dict[str, Any] = {
-        "name": view.name,
-        "managed": first.managed,
-        "process": first.process,
-        "served_name": first.served_name,
-        "endpoint": first.shown_endpoint(),
-        "ready": bool(ready_workers),
-        "state": state,
-        "reason": reason,
-        "restarts": sum(w.restarts for w in workers),
-        "desired_replicas": len(workers),
-        "ready_replicas": len(ready_workers),
-        **card_summary(card),
-    }
-    if not entry["profile"]:
-        entry["profile"] = deployment.profile
-    if not entry["device"]:
-        entry["device"] = first.device or ""
-    if replicas:
-        entry["replicas"] = replicas
-    return entry

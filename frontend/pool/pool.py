@@ -163,6 +163,9 @@ class ReplicaPool:
         artifact: the declared artifact; an attached replica's card ``repo`` must equal it.
         revision: the declared revision, if any; every replica's card must report it.
         profile: the declared profile; every replica's card must report it.
+        input_defaults: the deployment's ``input`` (``max_tokens``, ``overflow``): the
+            ``options`` a classify, embeddings or rerank request (or bundle task) gets
+            when it chooses neither (:func:`.transport.request_for`).
         cache_entries: the result cache's size for a single worker (``None``: from
             ``VLLM_SRUN_RESULT_CACHE``; 0 disables it). Pools of several bypass it.
         clock: monotonic seconds (back-off); tests inject their own.
@@ -183,6 +186,7 @@ class ReplicaPool:
         artifact: str | None = None,
         revision: str | None = None,
         profile: str = "exact",
+        input_defaults: Mapping[str, Any] | None = None,
         cache_entries: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -197,6 +201,7 @@ class ReplicaPool:
         self.artifact = artifact
         self.revision = revision
         self.profile = profile
+        self.input_defaults = dict(input_defaults or {})
         self.metrics = metrics
         self.clock = clock
         self._replicas = [_Replica(w) for w in workers]
@@ -330,14 +335,16 @@ class ReplicaPool:
                 if not r["ready"]
             ]
             return "degraded", f"{ready} of {len(replicas)} replicas ready; " + "; ".join(missing)
-        if len(replicas) == 1:
-            return str(replicas[0]["state"]), str(replicas[0]["reason"])
+        states = {r["state"] for r in replicas}
+        if len(states) == 1:  # one replica, or all of them in the same state
+            reason = next((r["reason"] for r in replicas if r["reason"]), "")
+            return str(replicas[0]["state"]), str(reason)
         return "unavailable", "no replica is ready"
 
     @property
     def state(self) -> str:
-        """``ready`` (every replica), ``degraded`` (some), else the single replica's own
-        state, or ``unavailable``."""
+        """``ready`` (every replica), ``degraded`` (some), else the state every replica
+        is in (the single replica's own), or ``unavailable``."""
         return self._summary(self._replica_states())[0]
 
     @property
@@ -513,7 +520,9 @@ class ReplicaPool:
         Raises:
             ValueError: ``raw`` is not a JSON object (before anything is admitted).
         """
-        payload = transport.request_for(surface, raw, replica.worker.served_name)
+        payload = transport.request_for(
+            surface, raw, replica.worker.served_name, self.input_defaults
+        )
         replica.inflight += 1
         replica.outstanding += cost
         replica.assigned = next_assignment()

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,13 @@ TASK_SURFACES = {
 }
 """A bundle task's surface key and the surface that answers it (a ``systemone_batch``
 task is a ``/v1/systemone/batch`` body, answered by the decisions surface)."""
+
+INPUT_SURFACES = ("classify", "embeddings", "rerank")
+"""The surfaces whose ``options`` take ``max_tokens`` and ``overflow`` (a deployment's
+``input`` defaults go to these)."""
+
+INPUT_CHOICES = ("max_tokens", "overflow")
+"""The ``options`` a request may choose its input handling with."""
 
 KEPT_HEADERS = ("content-type", "retry-after")
 """The worker's response headers an answer keeps (nothing else of the worker shows)."""
@@ -102,9 +110,55 @@ def _bundle_objects(text: str, found: list[tuple[str, int, int]], key: str) -> l
     return starts
 
 
-def request_for(surface: str, raw: bytes, name: str) -> bytes:
+def _bundle_tasks(text: str, found: list[tuple[str, int, int]]) -> list[tuple[str, int]]:
+    """Each bundle task's surface (``TASK_SURFACES``' value) and where its object starts."""
+    span = jsontext.member(found, "tasks")
+    if span is None or text[span[0] : span[0] + 1] != "[":
+        return []
+    tasks = []
+    for start, _ in jsontext.elements(text, span[0])[0]:
+        if not jsontext.is_object(text, start):
+            continue
+        for name, value, _ in jsontext.members(text, start)[0]:
+            if name in TASK_SURFACES and jsontext.is_object(text, value):
+                tasks.append((TASK_SURFACES[name], value))
+    return tasks
+
+
+def input_edits(text: str, start: int, defaults: Mapping[str, Any]) -> list[jsontext.Edit]:
+    """Edits that give the request object at ``start`` the ``options`` of ``defaults``
+    (``max_tokens``, ``overflow``), only when it chooses none of them itself: no
+    ``options.max_tokens``, no ``options.overflow`` and no ``truncate`` (the embeddings
+    spelling of overflow). An ``options`` that is not an object is left to the worker.
+    """
+    given = {k: v for k, v in defaults.items() if k in INPUT_CHOICES}
+    found, _ = jsontext.members(text, start)
+    if not given or not found or jsontext.member(found, "truncate") is not None:
+        return []
+    pieces = ",".join(
+        f"{json.dumps(k)}:{json.dumps(v, ensure_ascii=False)}" for k, v in given.items()
+    )
+    span = jsontext.member(found, "options")
+    if span is None:
+        return [(start + 1, start + 1, f'"options":{{{pieces}}},')]
+    if text[span[0] : span[1]] == "null":
+        return [(span[0], span[1], f"{{{pieces}}}")]
+    if not jsontext.is_object(text, span[0]):
+        return []
+    options, _ = jsontext.members(text, span[0])
+    if any(jsontext.member(options, k) is not None for k in INPUT_CHOICES):
+        return []
+    at = span[0] + 1
+    return [(at, at, pieces + ("," if options else ""))]
+
+
+def request_for(
+    surface: str, raw: bytes, name: str, input_defaults: Mapping[str, Any] | None = None
+) -> bytes:
     """The request ``raw`` with its ``model`` selector(s) set to ``name`` (added where
-    missing); a bundle's tasks each get ``name`` under their surface key.
+    missing); a bundle's tasks each get ``name`` under their surface key. A classify,
+    embeddings or rerank request (or bundle task) that chooses no input handling gets
+    ``input_defaults`` as its ``options`` (:func:`input_edits`).
 
     Raises:
         ValueError: not a JSON object (or not UTF-8).
@@ -112,14 +166,12 @@ def request_for(surface: str, raw: bytes, name: str) -> bytes:
     text = raw.decode()
     found = jsontext.document(text)
     start = len(text) - len(text.lstrip())
-    if surface == "bundle":
-        edits = [
-            edit
-            for at in _bundle_objects(text, found, "tasks")
-            for edit in jsontext.model_edits(text, at, name, insert=True)
-        ]
-    else:
-        edits = jsontext.model_edits(text, start, name, insert=True)
+    objects = _bundle_tasks(text, found) if surface == "bundle" else [(surface, start)]
+    edits: list[jsontext.Edit] = []
+    for task_surface, at in objects:
+        if input_defaults and task_surface in INPUT_SURFACES:
+            edits += input_edits(text, at, input_defaults)
+        edits += jsontext.model_edits(text, at, name, insert=True)
     return jsontext.apply(text, edits).encode()
 
 

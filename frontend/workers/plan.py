@@ -153,6 +153,8 @@ class RuntimeEnvironment:
         thread_override: ``VLLM_SRUN_CPU_THREADS``.
         cores: the CPU budget of this process.
         log_level: the runtime log level workers get.
+        offline: managed workers get ``--offline``: they load only what is installed
+            (a built-in model's mirror) or cached, and never download.
     """
 
     command: tuple[str, ...]
@@ -162,10 +164,15 @@ class RuntimeEnvironment:
     thread_override: int | None = None
     cores: int = 1
     log_level: str = "info"
+    offline: bool = False
 
     @classmethod
     def from_environ(
-        cls, environ: dict[str, str] | None = None, *, log_level: str = "info"
+        cls,
+        environ: dict[str, str] | None = None,
+        *,
+        log_level: str = "info",
+        offline: bool = False,
     ) -> RuntimeEnvironment:
         """Read and check the environment; creates the worker directory.
 
@@ -203,6 +210,7 @@ class RuntimeEnvironment:
             thread_override=override,
             cores=cpu_budget(),
             log_level=level,
+            offline=offline,
         )
 
 
@@ -354,6 +362,7 @@ def _managed(
                 "command": list(env.command),
                 "cache_dir": env.cache_dir,
                 "threads": threads,
+                "offline": env.offline,
             },
             sort_keys=True,
         ).encode()
@@ -382,6 +391,8 @@ def _managed(
         argv += ["--cache-dir", env.cache_dir]
     if threads is not None:
         argv += ["--threads", str(threads)]
+    if env.offline:
+        argv.append("--offline")
     argv += [
         "--shutdown-grace-seconds",
         f"{WORKER_SHUTDOWN_GRACE:g}",

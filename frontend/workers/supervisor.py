@@ -156,7 +156,6 @@ class Supervisor:
         plan: the worker's plan (command line, socket, models file).
         worker: the :class:`~.worker.Worker` its state and card go to.
         clock: time and sleeps of the back-off.
-        on_restart: called with the deployment name on each restart (the restarts metric).
         recycle: restart a process whose every model failed (upstream does; off, a
             failed model ends a readiness wait at once).
         kill_grace: seconds between SIGTERM and SIGKILL.
@@ -170,7 +169,6 @@ class Supervisor:
         worker: Worker,
         *,
         clock: Clock | None = None,
-        on_restart: Callable[[str], None] | None = None,
         recycle: bool = True,
         kill_grace: float = KILL_GRACE,
         poller: dict[str, Any] | None = None,
@@ -179,7 +177,6 @@ class Supervisor:
         self.plan = plan
         self.worker = worker
         self.clock = clock or RealClock()
-        self.on_restart = on_restart
         self.recycle = recycle
         self.kill_grace = kill_grace
         self.poller_options = poller or {}
@@ -223,8 +220,6 @@ class Supervisor:
             log.warning(
                 "runtime_process_exited: %s %s; restarting in %g s", self.plan.process, how, wait
             )
-            if self.on_restart is not None:
-                self.on_restart(self.plan.deployment)
             await self._sleep_unless_stopped(wait)
         self.worker.update("stopped", "")
 

@@ -8,7 +8,9 @@ and ``devices``; what it does is chosen by ``FAKE_WORKER_MODE``:
 - ``never``: serve ``/health`` as ``loading`` forever;
 - ``failed``: serve ``/health`` with every model ``failed``;
 - ``incompatible``: a ready model under wire contract 3.0.0;
-- ``ready``: a ready model with a card (``/v1/models``), answering ``POST`` with 200;
+- ``ready``: a ready model with a card (``/v1/models``), answering ``POST`` with 200
+  (``{"model", "ok", "echo"}``: the model it was asked for and the body's ``echo``); a
+  body with ``"hold": true`` is answered only after a ``POST /release``;
 - ``crash``: ready, but exits (status 9) on the first ``POST``;
 - ``stubborn``: ready, and ignores SIGTERM.
 
@@ -24,6 +26,7 @@ import os
 import signal
 import socketserver
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler
 
 MODE = os.environ.get("FAKE_WORKER_MODE", "ready")
@@ -75,6 +78,8 @@ def main(argv: list[str]) -> int:
     if path and os.path.exists(path):
         os.unlink(path)
 
+    released = threading.Event()
+
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: object) -> None:
             pass
@@ -122,7 +127,11 @@ def main(argv: list[str]) -> int:
                 os._exit(9)
             length = int(self.headers.get("content-length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
-            self.answer(200, {"model": body.get("model"), "ok": True})
+            if self.path == "/release":
+                released.set()
+            elif body.get("hold"):
+                released.wait(60)
+            self.answer(200, {"model": body.get("model"), "ok": True, "echo": body.get("echo")})
 
     class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         daemon_threads = True

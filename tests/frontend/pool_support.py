@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 import uvicorn
+
 from vllm_sr.workers.worker import Worker
 
 SHA = "a" * 64

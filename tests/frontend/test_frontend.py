@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from typing import Any
 
 import httpx
 import pytest
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from vllm_sr.config.schema import parse_config
-from vllm_sr.frontend import Frontend, Parts
+from vllm_sr.frontend import Frontend
 from vllm_sr.workers.plan import RuntimeEnvironment
 
 from .conftest import FAKE_COMMAND, free_ports, run
@@ -39,8 +36,6 @@ INVENTORY_KEYS = {
     "revision",
     "surfaces",
     "heads",
-    "embedding",
-    "rerank",
     "device",
     "profile",
     "engine",
@@ -48,6 +43,7 @@ INVENTORY_KEYS = {
     "ready_replicas",
     "replicas",
 }
+"""Every inventory entry's keys (``embedding`` and ``rerank`` too when the card has them)."""
 REPLICA_KEYS = {
     "id",
     "managed",
@@ -105,42 +101,24 @@ def document(listener_port: int, **catalog: Any) -> dict[str, Any]:
 
 
 class Harness:
-    """A :class:`Frontend` on the fake worker command, with a listener app that can hold a
-    request, and the pools it was given."""
+    """A :class:`Frontend` on the fake worker command (its real pools, listeners and
+    metrics), its management API and its listener."""
 
     def __init__(self, rundir, mode: str, monkeypatch, **catalog: Any) -> None:
         monkeypatch.setenv("FAKE_WORKER_MODE", mode)
-        self.mgmt, self.listener = free_ports(2)
+        self.rundir = rundir
+        self.mgmt, self.listener, self.metrics = free_ports(3)
         self.config = parse_config(document(self.listener, **catalog))
         self.env = RuntimeEnvironment(command=FAKE_COMMAND, directory=rundir, cores=2)
-        self.release = asyncio.Event()
-        self.entered = asyncio.Event()
-        self.pools: dict[str, Any] = {}
         self.lines: list[str] = []
-
-        async def slow(request: Request) -> JSONResponse:
-            self.entered.set()
-            await self.release.wait()
-            return JSONResponse({"answered": True})
-
-        async def pools(request: Request) -> JSONResponse:
-            return JSONResponse(sorted(self.pools))
-
-        def listener_app(listener, by_public_id):
-            self.pools = dict(by_public_id)
-            return Starlette(routes=[Route("/slow", slow), Route("/pools", pools)])
-
-        def pool_factory(name, workers, metrics, *, public_name, served_name):
-            return {"name": name, "replicas": len(workers), "public_name": public_name}
-
         self.frontend = Frontend(
             self.config,
             self.env,
             management=("127.0.0.1", self.mgmt),
-            metrics_address=None,
+            metrics_address=("127.0.0.1", self.metrics),
             ready_timeout=30,
             out=self.lines.append,
-            parts=Parts(pool_factory=pool_factory, listener_app=listener_app),
+            result_cache=0,
             supervisor_options={"poller": {"fast": 0.05}},
         )
 
@@ -149,6 +127,16 @@ class Harness:
 
     def listener_client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=f"http://127.0.0.1:{self.listener}", timeout=10)
+
+    def metrics_client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=f"http://127.0.0.1:{self.metrics}", timeout=5)
+
+    async def release(self) -> None:
+        """Answer every held request: ``POST /release`` to each fake worker's socket."""
+        for path in self.rundir.glob("*.sock"):
+            transport = httpx.AsyncHTTPTransport(uds=str(path))
+            async with httpx.AsyncClient(transport=transport, base_url="http://w") as worker:
+                await worker.post("/release", json={})
 
 
 async def answered(client: httpx.AsyncClient, path: str, timeout: float = 20) -> httpx.Response:
@@ -169,6 +157,16 @@ async def until_ready(client: httpx.AsyncClient, timeout: float = 20) -> None:
         await asyncio.sleep(0.05)
 
 
+async def until(predicate: Any, timeout: float = 10) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "timed out waiting"
+        await asyncio.sleep(0.01)
+
+
+QUESTION = {"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}}
+
+
 def test_waiting_ready_inventory_and_drain(rundir, monkeypatch):
     harness = Harness(rundir, "ready", monkeypatch)
     frontend = harness.frontend
@@ -182,20 +180,47 @@ def test_waiting_ready_inventory_and_drain(rundir, monkeypatch):
             ready_status = (await mgmt.get("/startup-status")).json()
             inventory = (await mgmt.get("/api/v1/inventory/model-runtime")).json()
             instance = (await mgmt.get("/api/v1/status")).json()
-            assert (await listener.get("/pools")).json() == ["fake/model", "fake/remote"]
+            models = (await listener.get("/v1/systemone/models")).json()
+            asked = await listener.post("/v1/systemone", json={"model": "fake/model", **QUESTION})
+            remote = await listener.post("/v1/embeddings", json={"model": "fake/remote"})
+            async with harness.metrics_client() as scraper:
+                metrics = (await scraper.get("/metrics")).text
             # SIGTERM: the request in flight finishes, a new one gets 503, /ready says 503.
-            held = asyncio.create_task(listener.get("/slow"))
-            await asyncio.wait_for(harness.entered.wait(), 10)
+            held = asyncio.create_task(
+                listener.post("/v1/systemone", json={"model": "fake/model", "hold": True})
+            )
+            [opened] = frontend.listeners
+            await until(lambda: opened.inflight == 1)
             frontend.request_shutdown()
-            await asyncio.sleep(0.1)
-            refused = await listener.get("/pools")
+            await until(lambda: frontend.draining)
+            refused = await listener.post("/v1/systemone", json={"model": "fake/model"})
             not_ready = await mgmt.get("/ready")
-            harness.release.set()
+            await harness.release()
             finished = await held
         code = await running
-        return status, ready_status, inventory, instance, refused, not_ready, finished, code
+        return (
+            status,
+            ready_status,
+            inventory,
+            instance,
+            (models, asked, remote, metrics),
+            refused,
+            not_ready,
+            finished,
+            code,
+        )
 
-    status, ready_status, inventory, instance, refused, not_ready, finished, code = run(scenario())
+    (
+        status,
+        ready_status,
+        inventory,
+        instance,
+        (models, asked, remote, metrics),
+        refused,
+        not_ready,
+        finished,
+        code,
+    ) = run(scenario())
     assert code == 0
     assert set(status) == STARTUP_KEYS
     assert status["total_models"] == 1  # only managed deployments in use are waited for
@@ -211,9 +236,11 @@ def test_waiting_ready_inventory_and_drain(rundir, monkeypatch):
         "Waiting for Router-managed model deployments, 0 of 1 ready: primary (fake/model) "
     )
 
+    # The inventory is the pools' own: one entry per deployment in use, sorted by name.
     assert inventory["count"] == 2
-    primary, remote = inventory["deployments"]  # sorted by name; `unused` is not in use
-    assert set(primary) == INVENTORY_KEYS and set(remote) == INVENTORY_KEYS
+    primary, remote_entry = inventory["deployments"]  # `unused` is not in use
+    assert set(primary) == INVENTORY_KEYS | {"embedding"}  # the fake card has no rerank
+    assert set(remote_entry) == INVENTORY_KEYS  # no card seen: no embedding, no rerank
     assert primary["name"] == "primary" and primary["endpoint"] == "unix"
     assert (primary["desired_replicas"], primary["ready_replicas"]) == (2, 2)
     assert primary["ready"] is True and primary["state"] == "ready"
@@ -222,22 +249,50 @@ def test_waiting_ready_inventory_and_drain(rundir, monkeypatch):
     assert primary["heads"] == [{"name": "spans", "kind": "token", "labels": ["EMAIL"]}]
     assert primary["embedding"] == {"dimensions": [8], "layers": [1], "modalities": ["text"]}
     assert primary["profile"] == "exact" and primary["restarts"] == 0
+    assert primary["device"] == "cpu" and primary["served_name"] == "primary"
     for replica in primary["replicas"]:
         assert set(replica) == REPLICA_KEYS
         assert replica["id"].startswith("r-") and len(replica["id"]) == 14
         assert replica["state"] == "ready" and replica["device"] == "cpu"
-    assert remote["managed"] is False and remote["endpoint"] == "unix"
-    assert remote["state"] == "unreachable" and remote["ready"] is False
-    assert remote["family"] == "" and remote["surfaces"] == [] and remote["heads"] == []
+        assert (replica["inflight"], replica["estimated_work"]) == (0, 0)
+    assert remote_entry["managed"] is False and remote_entry["endpoint"] == "unix"
+    assert remote_entry["state"] == "unreachable" and remote_entry["ready"] is False
+    assert remote_entry["family"] == "" and remote_entry["surfaces"] == []
     text = json.dumps(inventory)
     assert str(rundir) not in text and "nobody-listens" not in text  # never a socket path
+
+    # The listener publishes its grants through the pools, under the public ids.
+    assert models == {
+        "object": "list",
+        "data": [{"id": "fake/model", "object": "model", "api": "systemone", "routing": False}],
+    }
+    assert asked.status_code == 200 and asked.json()["model"] == "fake/model"
+    assert remote.status_code == 503 and remote.json()["error"]["code"] == "runtime_unavailable"
+    assert 'vsr_model_runtime_ready{deployment="primary"} 1.0' in metrics
+    assert 'vsr_model_runtime_ready{deployment="remote"} 0.0' in metrics
+    assert 'vsr_model_runtime_restarts_total{deployment="primary"} 0.0' in metrics
 
     assert instance["mode"] == "engine" and instance["decision_deployment"] == "primary"
     assert refused.status_code == 503
     assert refused.json()["error"]["code"] == "systemone_unavailable"
     assert not_ready.status_code == 503 and not_ready.json()["phase"] == "draining"
-    assert finished.status_code == 200 and finished.json() == {"answered": True}
+    assert finished.status_code == 200 and finished.json()["model"] == "fake/model"
     assert not list(rundir.glob("*.sock"))  # the workers are gone
+
+
+def test_an_address_in_use_fails_startup_with_its_name(rundir, monkeypatch, capsys):
+    harness = Harness(rundir, "ready", monkeypatch)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", harness.listener))
+        taken.listen()
+        code = run(harness.frontend.run())
+    assert code == 1
+    err = capsys.readouterr().err
+    assert (
+        f"Router startup failed: listener http cannot listen on 127.0.0.1:{harness.listener}: "
+        "Address already in use"
+    ) in err
+    assert not list(rundir.glob("*.sock"))  # the workers it started are gone
 
 
 def test_while_waiting_and_the_readiness_timeout(rundir, monkeypatch, capsys):
@@ -256,7 +311,7 @@ def test_while_waiting_and_the_readiness_timeout(rundir, monkeypatch, capsys):
             health = await mgmt.get("/health")
             status = (await mgmt.get("/startup-status")).json()
             with pytest.raises(httpx.TransportError):  # listeners open only once ready
-                await listener.get("/pools")
+                await listener.get("/v1/systemone/models")
         return ready, health, status, await running
 
     ready, health, status, code = run(scenario())

@@ -10,6 +10,7 @@ import httpx
 import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
+
 from vllm_sr.api.native import Grant, Listener
 from vllm_sr.metrics import (
     CACHE_RESULTS,

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+
 from vllm_sr.api import native
 from vllm_sr.api.native import Grant, Listener
 from vllm_sr.pool.pool import MAX_INFLIGHT, ReplicaPool

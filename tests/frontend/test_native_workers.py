@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from vllm_sr.api.native import Grant, Listener
 from vllm_sr.metrics import Metrics
 from vllm_sr.pool.pool import DIFFERENT, ReplicaPool
@@ -251,6 +252,36 @@ def test_a_single_real_worker_answers_repeats_from_the_cache(real):
         await worker.aclose()
 
     run(scenario(), timeout=120)
+
+
+def test_a_deployments_input_settings_reach_a_real_worker(real):
+    """``input: {max_tokens: 4, overflow: truncate}``: a long input the worker would
+    refuse on its own is truncated as if the client had asked for it."""
+    long_text = " ".join(["word"] * 400)
+
+    async def scenario():
+        worker = worker_for(real, "emb-1", "emb", "r-000000000001")
+        await refresh(worker)
+        settings = {"max_tokens": 4, "overflow": "truncate"}
+        pool = ReplicaPool(
+            "emb", [worker], public_name=EMB, input_defaults=settings, cache_entries=0
+        )
+        raw = json.dumps({"model": EMB, "input": [long_text]}).encode()
+        reply = await pool.exchange("embeddings", "/v1/embeddings", raw, timeout=60)
+        await worker.aclose()
+        return reply, settings
+
+    reply, settings = run(scenario(), timeout=120)
+    assert reply.status == 200, reply.content
+    answer = json.loads(reply.content)
+    assert answer["model"] == EMB
+    asked = {"model": "emb-1", "input": [long_text], "options": settings}
+    explicit = direct(real["emb-1"], "/v1/embeddings", asked)
+    assert explicit.status_code == 200
+    assert answer["data"] == explicit.json()["data"]
+    assert answer["usage"] == explicit.json()["usage"]
+    plain = direct(real["emb-1"], "/v1/embeddings", {"model": "emb-1", "input": [long_text]})
+    assert plain.status_code == 400  # the worker's own default refuses it
 
 
 def test_module_layout_keeps_the_frontend_off_the_runtime():

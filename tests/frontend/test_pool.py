@@ -9,6 +9,7 @@ import json
 import math
 
 import pytest
+
 from vllm_sr.metrics import Metrics
 from vllm_sr.pool import pool as pool_module
 from vllm_sr.pool.pool import (
@@ -619,3 +620,70 @@ def test_a_pool_refuses_workers_of_another_deployment():
         ReplicaPool("dep", [worker], public_name="pub")
     with pytest.raises(ValueError, match="at least one worker"):
         ReplicaPool("dep", [], public_name="pub")
+
+
+# -- a deployment's input settings -----------------------------------------------------------
+INPUT = {"max_tokens": 8, "overflow": "truncate"}
+
+
+@pytest.mark.parametrize(
+    ("surface", "raw", "options"),
+    [
+        # No choice of its own: the deployment's input settings.
+        ("embeddings", b'{"model":"pub","input":["a"]}', INPUT),
+        ("classify", b'{"input":["a"],"options":{"threshold":0.5}}', {"threshold": 0.5, **INPUT}),
+        ("rerank", b'{"query":"q","documents":["d"],"options":null}', INPUT),
+        # A request that chooses either keeps its own (max_tokens means another thing
+        # under another overflow), as does one saying TEI's truncate.
+        ("embeddings", b'{"input":["a"],"options":{"overflow":"window"}}', {"overflow": "window"}),
+        ("classify", b'{"input":["a"],"options":{"max_tokens":3}}', {"max_tokens": 3}),
+        ("embeddings", b'{"input":["a"],"truncate":false}', None),
+        # Decisions take no input options.
+        ("decisions", QUESTION, None),
+    ],
+)
+def test_input_settings_are_the_options_of_requests_that_choose_none(surface, raw, options):
+    sent = json.loads(pool_module.transport.request_for(surface, raw, "served", INPUT))
+    assert sent["model"] == "served"
+    assert sent.get("options") == options
+    # Nothing else of the request changes.
+    rest = {k: v for k, v in json.loads(raw).items() if k not in ("model", "options")}
+    assert {k: v for k, v in sent.items() if k not in ("model", "options")} == rest
+
+
+def test_a_bundles_text_tasks_get_the_input_settings():
+    raw = json.dumps(
+        {
+            "tasks": [
+                {"id": "e", "embeddings": {"model": "pub", "input": ["a"]}},
+                {"id": "c", "classify": {"input": ["a"], "options": {"overflow": "reject"}}},
+                {"id": "d", "decisions": {"model": "pub", "state": "x", "questions": {}}},
+            ]
+        }
+    ).encode()
+    sent = json.loads(pool_module.transport.request_for("bundle", raw, "served", INPUT))
+    e, c, d = (
+        task[key]
+        for task, key in zip(sent["tasks"], ("embeddings", "classify", "decisions"), strict=True)
+    )
+    assert e == {"model": "served", "input": ["a"], "options": INPUT}
+    assert c == {"model": "served", "input": ["a"], "options": {"overflow": "reject"}}
+    assert "options" not in d and d["model"] == "served"
+
+
+def test_a_pool_sends_its_input_settings_to_every_replica():
+    async def scenario():
+        async with fake_workers("a", "b") as fakes:
+            workers = [f.worker() for f in fakes]
+            pool = make_pool(workers, input_defaults=INPUT)
+            raw = b'{"model":"pub","input":["a long text"]}'
+            for _ in range(2):
+                reply = await ask(pool, raw, "/v1/embeddings", "embeddings")
+                assert reply.status == 200
+            assert [f.bodies() for f in fakes] == [
+                [{"model": f"served-{f.name}", "input": ["a long text"], "options": INPUT}]
+                for f in fakes
+            ]
+            await close_all(*workers)
+
+    run(scenario())
