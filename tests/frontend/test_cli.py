@@ -130,6 +130,7 @@ def test_sigterm_stops_the_workers_and_exits_0(tmp_path, rundir):
     try:
         server.wait_ready(30)
         [worker] = server.workers()
+        assert "--offline" not in worker.cmdline()  # a configured model may be downloaded
         started = time.monotonic()
         server.process.send_signal(signal.SIGTERM)
         assert server.process.wait(30) == 0, server.output()
@@ -138,6 +139,27 @@ def test_sigterm_stops_the_workers_and_exits_0(tmp_path, rundir):
         assert list(rundir.iterdir()) == []  # sockets and models files removed
     finally:
         server.close()
+
+
+@pytest.mark.slow
+def test_the_builtin_default_is_served_offline(tmp_path, rundir):
+    """No MODEL, no --config: the built-in MiniLM comes from its installed mirror, so the
+    workers never try a download (``--offline``); ``--offline`` asks it for any model."""
+    env = {
+        "VLLM_SRUN_DIR": str(rundir),
+        "VLLM_SRUN_COMMAND": " ".join(FAKE_COMMAND),
+        "FAKE_WORKER_MODE": "ready",
+    }
+    for args in ([], ["some/model", "--offline"]):
+        server = Served(tmp_path, args, env)
+        try:
+            server.wait_ready(30)
+            [worker] = server.workers()
+            assert "--offline" in worker.cmdline()
+            server.process.send_signal(signal.SIGTERM)
+            assert server.process.wait(30) == 0, server.output()
+        finally:
+            server.close()
 
 
 @pytest.mark.slow
