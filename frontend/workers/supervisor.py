@@ -324,7 +324,8 @@ class Supervisor:
                 task.cancel()
             await asyncio.gather(exited, recycle, stop, *tasks[1:], return_exceptions=True)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(tasks[0], timeout=2.0)  # the last lines of output
+                async with asyncio.timeout(2.0):  # the last lines of output
+                    await asyncio.shield(tasks[0])
             tasks[0].cancel()
             await asyncio.gather(tasks[0], return_exceptions=True)
             self.process = None
@@ -378,7 +379,8 @@ class Supervisor:
             return
         self._signal(signal.SIGTERM)
         try:
-            await asyncio.wait_for(process.wait(), self.kill_grace)
+            async with asyncio.timeout(self.kill_grace):
+                await process.wait()
         except TimeoutError:
             log.warning(
                 "runtime_process_killed: %s did not stop within %g s of SIGTERM",

@@ -156,9 +156,15 @@ class Worker:
         self._probe.set()
 
     async def probe_requested(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for :meth:`request_probe`; clears the request."""
+        """Wait up to ``timeout`` seconds for :meth:`request_probe`; clears the request.
+
+        A cancellation is never lost, not even one that comes with a probe request
+        (``asyncio.wait_for`` of Python 3.11 returns the result then, and a poller being
+        stopped would poll on).
+        """
         try:
-            await asyncio.wait_for(self._probe.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._probe.wait()
         except TimeoutError:
             return False
         self._probe.clear()

@@ -314,3 +314,28 @@ def test_health_states(rundir):
 
     run(scenario())
     assert (other.state, other.reason) == ("missing", "the runtime does not serve this model")
+
+
+def test_a_poller_stopped_as_a_probe_is_asked_for_stops():
+    """A cancellation that comes with a probe request is not lost (Python 3.11's
+    ``asyncio.wait_for`` returns the result then): during a burst, failed dispatches ask
+    for probes all the time, and a poller that polled on kept its supervisor from ever
+    seeing its process exit."""
+    worker = Worker("primary", "r-000000000000", True, "unix:///tmp/vsrt-nobody.sock", "p")
+
+    async def scenario():
+        waiting = asyncio.create_task(worker.probe_requested(10))
+        await asyncio.sleep(0)
+        worker.request_probe()
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        poller = asyncio.create_task(HealthPoller(worker, fast=10, timeout=0.5).run())
+        await worker.changed()  # its first probe found nothing listening
+        worker.request_probe()
+        poller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await poller
+        await worker.aclose()
+
+    run(scenario(), timeout=10)
