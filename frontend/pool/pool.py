@@ -328,18 +328,18 @@ class ReplicaPool:
         ready = sum(1 for r in replicas if r["ready"])
         if ready == len(replicas):
             return "ready", ""
+        missing = "; ".join(
+            f"{r['id']} {r['state']}" + (f": {r['reason']}" if r["reason"] else "")
+            for r in replicas
+            if not r["ready"]
+        )
         if ready:
-            missing = [
-                f"{r['id']} {r['state']}" + (f": {r['reason']}" if r["reason"] else "")
-                for r in replicas
-                if not r["ready"]
-            ]
-            return "degraded", f"{ready} of {len(replicas)} replicas ready; " + "; ".join(missing)
+            return "degraded", f"{ready} of {len(replicas)} replicas ready; {missing}"
         states = {r["state"] for r in replicas}
         if len(states) == 1:  # one replica, or all of them in the same state
             reason = next((r["reason"] for r in replicas if r["reason"]), "")
             return str(replicas[0]["state"]), str(reason)
-        return "unavailable", "no replica is ready"
+        return "unavailable", f"no replica is ready; {missing}"
 
     @property
     def state(self) -> str:

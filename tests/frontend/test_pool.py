@@ -153,6 +153,12 @@ def test_none_ready_is_unavailable_with_retry_after():
             assert (refused.value.status, refused.value.retry_after) == (503, 1)
             assert a.received == b.received == []
             assert (pool.state, pool.ready) == ("unavailable", False)
+            assert pool.reason == (
+                f"no replica is ready; {workers[0].replica_id} loading: reading weights; "
+                f"{workers[1].replica_id} restarting: exited"
+            )
+            workers[1].update("loading", "")
+            assert (pool.state, pool.reason) == ("loading", "reading weights")  # all alike
             workers[1].update("ready", "")
             assert (await ask(pool)).status == 200
             assert pool.state == "degraded"
