@@ -330,8 +330,12 @@ def test_sigterm_answers_every_request_received_while_tokenising(served, package
     # One request of 6,000 texts occupies the model's planning thread for seconds; 120
     # requests of 16 texts wait behind it to be tokenised. Before the fix, planning still
     # to come was cancelled (500) and a request planned after the signal found its
-    # scheduler stopped (503).
-    server = served({"emb": (packages["pooled"], "")}, args=("--shutdown-grace-seconds", "120"))
+    # scheduler stopped (503). (--max-inputs lets the one request carry its 6,000 texts:
+    # the default, 2,048, would refuse it with 400 before it is planned.)
+    server = served(
+        {"emb": (packages["pooled"], "")},
+        args=("--shutdown-grace-seconds", "120", "--max-inputs", "6000"),
+    )
     try:
         server.wait_ready()
         big = texts(0, 6000)
