@@ -187,3 +187,46 @@ def test_a_worker_killed_during_a_burst(package: Path, tmp_path: Path) -> None:
         for path in rundir.iterdir():
             path.unlink()
         rundir.rmdir()
+
+
+def test_the_builtin_minilm_answers_a_choice_question(tmp_path: Path, rundir: Path) -> None:
+    """``vllm-sr serve -e`` with nothing else: the built-in MiniLM from its installed
+    mirror (``--offline``), published on ``http-8899`` under its Hub id."""
+    server = Served(tmp_path, [], {"VLLM_SRUN_DIR": str(rundir), "VLLM_SRUN_COMMAND": VLLM_SRUN})
+    listener = f"http://127.0.0.1:{8899 + server.offset}"
+    minilm = "sentence-transformers/all-MiniLM-L6-v2"
+    try:
+        server.wait_ready(120)
+        [worker] = server.workers()
+        assert "--offline" in worker.cmdline()
+        models = httpx.get(f"{listener}/v1/systemone/models", timeout=10).json()
+        assert [m["id"] for m in models["data"]] == [minilm]
+        asked = httpx.post(
+            f"{listener}/v1/systemone",
+            json={
+                "model": minilm,
+                "state": "My card was charged twice",
+                "questions": {
+                    "team": {
+                        "type": "choice",
+                        "instructions": "Which team should handle this?",
+                        "criteria": {
+                            "billing": "Payments, charges and refunds",
+                            "shipping": "Parcels and delivery",
+                        },
+                    }
+                },
+            },
+            timeout=30,
+        )
+        assert asked.status_code == 200, asked.text
+        assert asked.json()["model"] == minilm
+        assert asked.json()["answers"]["team"]["choice"] == "billing"
+        [entry] = server.inventory()["deployments"]
+        assert (entry["name"], entry["repo"], entry["state"]) == ("primary", minilm, "ready")
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(30) == 0, server.output()
+        _, alive = psutil.wait_procs([worker], timeout=15)
+        assert not alive
+    finally:
+        server.close()
