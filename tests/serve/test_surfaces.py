@@ -802,6 +802,7 @@ def test_models_lists_limits_plugins_and_a_card_per_model(make_runtime):
     assert pooled["modalities"] == ["text"]  # it answers decisions (similarity_readout)
     assert pooled["limits"] == {
         "max_input_tokens": 48,
+        "max_inputs": 2048,
         "min_options": 2,
         "max_options": 255,
         "min_levels": 2,
