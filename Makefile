@@ -44,7 +44,8 @@ serve: install
 
 # The serving benchmark (bench/run.py) loads HTTP with wrk, installed from
 # Debian when missing (as root); without it bench/run.py falls back to its own
-# Python load generator and says so. `make bench-startup` is the startup one.
+# Python load generator and says so. Its frontend section (bench/frontend_section.py)
+# measures vllm-sr serve -e against the worker alone. `make bench-startup` is the startup one.
 bench: install
 	@command -v wrk >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
 		{ apt-get install -y wrk || { apt-get update -qq && apt-get install -y wrk; }; }; } || \
