@@ -44,7 +44,8 @@ serve: install
 
 # The serving benchmark (bench/run.py) loads HTTP with wrk, installed from
 # Debian when missing (as root); without it bench/run.py falls back to its own
-# Python load generator and says so. `make bench-startup` is the startup one.
+# Python load generator and says so. Its frontend section (bench/frontend_section.py)
+# measures vllm-sr serve -e against the worker alone. `make bench-startup` is the startup one.
 bench: install
 	@command -v wrk >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
 		{ apt-get install -y wrk || { apt-get update -qq && apt-get install -y wrk; }; }; } || \
@@ -71,15 +72,16 @@ PLUGIN_FOLDERS := plugins families engines extensions accelerators
 
 .PHONY: typed-tree
 typed-tree:
-	@rm -rf $(TYPED) && mkdir -p $(TYPED)/vllm_srun
+	@rm -rf $(TYPED) && mkdir -p $(TYPED)/vllm_srun $(TYPED)/vllm_sr
 	@cp -rs $(CURDIR)/core/. $(TYPED)/vllm_srun/
+	@cp -rs $(CURDIR)/frontend/. $(TYPED)/vllm_sr/
 	@for d in $(PLUGIN_FOLDERS); do cp -rs $(CURDIR)/$$d $(TYPED)/vllm_srun/$$d; done
 	@find $(TYPED) -name __pycache__ -prune -exec rm -rf {} +
 
 lint: install typed-tree
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy -p vllm_srun
+	$(VENV)/bin/mypy -p vllm_srun -p vllm_sr
 	PYTHONPATH=$(TYPED) $(VENV)/bin/lint-imports
 
 clean:

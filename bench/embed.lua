@@ -1,9 +1,11 @@
--- wrk script of the serving benchmark: POST /v1/embeddings, one text per request.
+-- wrk script of the serving benchmark: POST /v1/embeddings (or PATH), one text per request.
 --
--- wrk -t T ... -s bench/embed.lua URL -- BODIES FIRST COUNT T
+-- wrk -t T ... -s bench/embed.lua URL -- BODIES FIRST COUNT T [PATH]
 --   BODIES: a file with one JSON request body per line (bench/run.py writes it)
 --   FIRST, COUNT: this measurement's slice of lines (1-based FIRST)
 --   T: wrk's thread count (-t)
+--   PATH: the route posted to (default /v1/embeddings; the frontend section posts
+--   System One questions to /v1/systemone)
 -- wrk thread t (0-based) of T takes lines FIRST+t, FIRST+t+T, ... of the slice, so
 -- no two threads and no two connections ever send the same sentence. Past the
 -- end of its share a thread starts over (counted as "wrapped": repeats would be
@@ -21,6 +23,7 @@ end
 function init(args)
   local path, first, count = args[1], tonumber(args[2]), tonumber(args[3])
   local nthreads = tonumber(args[4]) or 1
+  local route = args[5] or "/v1/embeddings"
   requests_ = {}
   local index = 0
   for line in io.lines(path) do
@@ -28,7 +31,7 @@ function init(args)
     if index >= first + count then break end
     if index >= first and (index - first) % nthreads == tid then
       requests_[#requests_ + 1] = wrk.format(
-        "POST", "/v1/embeddings", { ["Content-Type"] = "application/json" }, line)
+        "POST", route, { ["Content-Type"] = "application/json" }, line)
     end
   end
   sent = 0

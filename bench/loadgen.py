@@ -38,14 +38,15 @@ def request_bodies(texts: list[str]) -> list[bytes]:
 
 def run_wrk(
     port: int, bodies_file: Path, first: int, count: int, connections: int, threads: int,
-    duration: float,
+    duration: float, path: str = "/v1/embeddings",
 ) -> dict[str, Any]:  # fmt: skip
-    """One wrk measurement over lines ``first .. first+count-1`` (0-based) of the bodies file."""
+    """One wrk measurement over lines ``first .. first+count-1`` (0-based) of the bodies file,
+    each a ``POST path``."""
     threads = max(1, min(threads, connections))
     cmd = [
         "wrk", "-t", str(threads), "-c", str(connections), "-d", f"{duration:g}s",
         "--timeout", "30s", "-s", str(HERE / "embed.lua"), f"http://127.0.0.1:{port}",
-        "--", str(bodies_file), str(first + 1), str(count), str(threads),
+        "--", str(bodies_file), str(first + 1), str(count), str(threads), path,
     ]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("WRKJSON ")), None)
@@ -74,7 +75,12 @@ def run_wrk(
 
 
 async def _python_load(
-    port: int, bodies: list[bytes], connections: int, duration: float, timing: bool
+    port: int,
+    bodies: list[bytes],
+    connections: int,
+    duration: float,
+    timing: bool,
+    path: str = "/v1/embeddings",
 ) -> dict[str, Any]:
     """Closed loop over raw HTTP/1.1 keep-alive connections (asyncio streams)."""
     latencies: list[float] = []
@@ -92,7 +98,8 @@ async def _python_load(
         return body
 
     head = (
-        "POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"POST {path} HTTP/1.1\r\n"
+        "Host: 127.0.0.1:{port}\r\n"
         "Content-Type: application/json\r\nContent-Length: {n}\r\n\r\n"
     )
     started = time.perf_counter()
@@ -151,10 +158,15 @@ async def _python_load(
 
 
 def run_python(
-    port: int, bodies: list[bytes], connections: int, duration: float, timing: bool = False
+    port: int,
+    bodies: list[bytes],
+    connections: int,
+    duration: float,
+    timing: bool = False,
+    path: str = "/v1/embeddings",
 ) -> dict[str, Any]:
     """The Python load generator (fallback to wrk, and the Server-Timing sampler)."""
-    return asyncio.run(_python_load(port, bodies, connections, duration, timing))
+    return asyncio.run(_python_load(port, bodies, connections, duration, timing, path))
 
 
 def parse_server_timing(header: str) -> dict[str, float]:
@@ -191,12 +203,18 @@ def http_client(port: int) -> http.client.HTTPConnection:
 
 
 def measure(
-    generator: str, server: Server, bodies: list[bytes], bodies_file: Path, first: int,
+    generator: str, server: Server | Any, bodies: list[bytes], bodies_file: Path, first: int,
     count: int, connections: int, wrk_threads: int, duration: float,
+    path: str = "/v1/embeddings",
 ) -> dict[str, Any]:  # fmt: skip
-    """One closed-loop measurement with the chosen load generator."""
+    """One closed-loop measurement with the chosen load generator (``server``: anything
+    with a ``port``), each request a ``POST path``."""
     if generator == "wrk":
-        return run_wrk(server.port, bodies_file, first, count, connections, wrk_threads, duration)
-    result = run_python(server.port, bodies[first : first + count], connections, duration)
+        return run_wrk(
+            server.port, bodies_file, first, count, connections, wrk_threads, duration, path
+        )
+    result = run_python(
+        server.port, bodies[first : first + count], connections, duration, path=path
+    )
     result.pop("server_timing", None)
     return result

@@ -25,8 +25,15 @@ retried (``--tries``) while other processes take CPU; the report says how much
 they took. A short diagnostic pass at the end reads ``Server-Timing`` phases
 (parse, tokenize, queue, forward, post) at 1 and 32 connections.
 
-Writes bench/results/serving.md and bench/results/serving.json and prints, as
-the last line, one JSON object with the figures.
+Then the frontend section (bench/frontend_section.py): decisions straight to one worker vs
+through ``vllm-sr serve -e`` attached to it (the p50 the frontend adds at c1, the c32
+throughput ratio), and embeddings through a ``runtime`` grant over ``-dp 2`` workers of
+one thread each vs one worker with ``--threads`` threads. ``--sections`` runs either
+part alone.
+
+Writes bench/results/serving.md and serving.json (and frontend.md and frontend.json
+for the frontend section) and prints, as the last line, one JSON object with the
+figures.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ sys.path.insert(0, str(HERE))
 # metering, the cleanest try), inprocess.py and server.py (the two sides measured),
 # loadgen.py (wrk, the Python generator, Server-Timing), report.py (serving.md).
 import corpus  # noqa: E402
+import frontend_section  # noqa: E402
 from inprocess import InProcess  # noqa: E402
 from loadgen import (  # noqa: E402
     PHASES,
@@ -86,11 +94,20 @@ def options(argv: list[str] | None) -> tuple[argparse.Namespace, list[int]]:
     parser.add_argument(
         "--tries", type=int, default=2, help="tries per measurement while other processes are busy"
     )
+    parser.add_argument(
+        "--sections",
+        default="serving,frontend",
+        help="what to measure: serving (HTTP vs in process), frontend (vllm-sr serve -e), "
+        "or both (default)",
+    )
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("server_args", nargs="*", help="extra `vllm-srun serve` options (after --)")
     args = parser.parse_args(argv)
     if args.duration < 8:
         log(f"warning: --duration {args.duration:g} is under the 8 s a measurement should last")
+    args.sections = {s.strip() for s in args.sections.split(",") if s.strip()}
+    if not args.sections or args.sections - {"serving", "frontend"}:
+        parser.error("--sections takes serving, frontend or both")
     connections = [int(c) for c in args.connections.split(",")]
     for needed in (1, 32):
         if needed not in connections:
@@ -296,16 +313,34 @@ def summarise(
 
 
 def write_results(results: Path, details: dict[str, Any], connections: list[int]) -> None:
-    """serving.json and serving.md in ``results``; the report and the figures on stdout."""
+    """serving.json and serving.md (the serving section), frontend.json and frontend.md (the
+    frontend section) in ``results``; the reports and the figures on stdout."""
     results.mkdir(parents=True, exist_ok=True)
-    (results / "serving.json").write_text(json.dumps(details, indent=2) + "\n")
-    report = markdown(details, connections)
-    (results / "serving.md").write_text(report)
-    print(report)
-    print(json.dumps(details["figures"]))
+    figures: dict[str, Any] = {}
+    common = {k: details[k] for k in ("date", "machine", "loadavg_after", "wrk")}
+    if "serving" in details:
+        serving_details = {**common, **details["serving"]}
+        (results / "serving.json").write_text(json.dumps(serving_details, indent=2) + "\n")
+        report = markdown(serving_details, connections)
+        (results / "serving.md").write_text(report)
+        print(report)
+        figures.update(serving_details["figures"])
+    if "frontend" in details:
+        section = {**common, **details["frontend"]}
+        (results / "frontend.json").write_text(json.dumps(section, indent=2) + "\n")
+        report = "\n".join(frontend_section.markdown(section)) + "\n"
+        (results / "frontend.md").write_text(report)
+        print(report)
+        figures["frontend"] = section["figures"]
+    print(json.dumps(figures))
 
 
 # -- the run --------------------------------------------------------------------------------
+FRONTEND_MEASUREMENTS = 8
+"""HTTP measurements per round of the frontend section (decisions and embeddings, worker
+and frontend, c32 and c1)."""
+
+
 def main(argv: list[str] | None = None) -> int:
     args, connections = options(argv)
     model_dir = args.model or default_model_dir()
@@ -314,6 +349,35 @@ def main(argv: list[str] | None = None) -> int:
     generator, wrk_version = load_generator(args.load_generator)
 
     texts = corpus.Corpus()
+    details: dict[str, Any] = {"date": started_at.isoformat(timespec="seconds"), "machine": host}
+    slice_size = 3000
+    if "serving" in args.sections:
+        details["serving"] = serving(args, connections, model_dir, generator, texts)
+        slice_size = max(slice_size, details["serving"]["slice_size"])
+    if "frontend" in args.sections:
+        texts.ensure(texts.cursor + slice_size * FRONTEND_MEASUREMENTS * args.rounds * args.tries)
+        bodies = request_bodies(texts.texts)
+        bodies_file = Path(tempfile.mkstemp(prefix="vllm-srun-bench-", suffix=".jsonl")[1])
+        bodies_file.write_bytes(b"\n".join(bodies) + b"\n")
+        try:
+            details["frontend"] = frontend_section.run_section(
+                args, model_dir, texts.take, texts.texts, slice_size, generator, measure,
+                bodies, bodies_file,
+            )  # fmt: skip
+        finally:
+            bodies_file.unlink(missing_ok=True)
+        log("frontend section: " + json.dumps(details["frontend"]["figures"]))
+    details["loadavg_after"] = os.getloadavg()[0]
+    details["wrk"] = wrk_version
+    write_results(args.results, details, connections)
+    return 0
+
+
+def serving(
+    args: argparse.Namespace, connections: list[int], model_dir: Path, generator: str,
+    texts: corpus.Corpus,
+) -> dict[str, Any]:  # fmt: skip
+    """The serving section: HTTP vs in process."""
     log(f"in process: loading SentenceTransformer, torch threads {args.threads}")
     inproc = InProcess(model_dir, args.threads)
     plan = plan_corpus(texts, inproc, args, connections)
@@ -339,12 +403,8 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
         bodies_file.unlink(missing_ok=True)
         log("server stopped")
-
-    details = {
+    return {
         "figures": summarise(rounds, args, connections, generator, texts),
-        "date": started_at.isoformat(timespec="seconds"),
-        "machine": host,
-        "loadavg_after": os.getloadavg()[0],
         "st_attention": inproc.attention,
         "st_torch_threads": inproc.threads,
         "rounds": rounds,
@@ -353,10 +413,8 @@ def main(argv: list[str] | None = None) -> int:
         "server_ready_s": ready_s,
         "tries": args.tries,
         "sentences_used": texts.cursor,
-        "wrk": wrk_version,
+        "slice_size": plan.slice_size,
     }
-    write_results(args.results, details, connections)
-    return 0
 
 
 if __name__ == "__main__":

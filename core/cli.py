@@ -300,6 +300,10 @@ def _probe(name: str, acc: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 def devices_json(catalog: Catalog) -> dict[str, Any]:
     """The ``vllm-srun devices`` document: devices, auto order and every accelerator's state.
 
+    ``auto`` is the device ``--device auto`` picks (the first of ``auto_order``, or
+    ``None`` when no device is usable): a frontend planning managed workers reads it
+    once instead of letting each worker resolve ``auto`` on its own.
+
     An accelerator whose probes raise or return malformed data is listed with
     an ``error`` and contributes no device; the document stays valid JSON.
     """
@@ -316,7 +320,12 @@ def devices_json(catalog: Catalog) -> dict[str, Any]:
     rank = {acc.name: i for i, acc in enumerate(ranked)}
     devices.sort(key=lambda d: (rank.get(d["accelerator"], len(rank)), d["accelerator"]))
     order = [d["device"] for d in devices if d["accelerator"] in rank]
-    return {"devices": devices, "auto_order": order, "accelerators": accelerators}
+    return {
+        "devices": devices,
+        "auto": order[0] if order else None,
+        "auto_order": order,
+        "accelerators": accelerators,
+    }
 
 
 def run_devices(catalog: Catalog, out: TextIO) -> int:

@@ -1,8 +1,426 @@
-"""The ``vllm-sr`` command (being built: issue 14)."""
+"""The ``vllm-sr`` command: ``serve``, ``config validate|migrate`` and ``instance``.
+
+``vllm-sr serve [MODEL] -e`` starts the frontend in Engine mode: it applies the
+serve flags to the configuration (``--config``, or a fresh one whose default
+decision deployment serves the runtime's built-in MiniLM), starts one worker per
+replica and serves the native API on the ``http-8899`` listener, the management
+API on 127.0.0.1:8080 and the metrics on 127.0.0.1:9190. Router mode (``serve``
+without ``-e``) does not exist in this project yet and is refused.
+"""
 
 from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+
+from . import __version__
+from .config.durations import format_duration, parse_duration
+from .config.flags import ENGINE_FLAGS, PLATFORMS, FlagError, ServeOptions, port_offset
+from .config.in_use import deployments_in_use, managed_in_use
+from .config.schema import (
+    DEFAULT_MODEL,
+    Config,
+    ConfigError,
+    load_config,
+    migrate_document,
+    parse_config,
+    read_document,
+)
+from .workers.plan import LOG_LEVELS, PlanError
+
+ROUTER_MODE_REFUSED = (
+    "vllm-sr serve without -e would start Router mode (signals, decisions and Chat "
+    "routing), which this version of vllm-sr does not have yet; -e (--engine) starts "
+    "Engine mode, which serves the native System One API: vllm-sr serve [MODEL] -e"
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vllm-sr",
+        description="The vllm-sr frontend: listeners, API keys and configuration in front of "
+        "vllm-srun workers it starts and supervises (one process per replica).",
+    )
+    parser.add_argument("--version", action="version", version=f"vllm-sr {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_serve(commands)
+    config = commands.add_parser("config", help="check or migrate a config.yaml")
+    config_commands = config.add_subparsers(dest="config_command", metavar="ACTION")
+    validate = config_commands.add_parser("validate", help="check a config.yaml; exit 1 if bad")
+    validate.add_argument("file", metavar="FILE")
+    migrate = config_commands.add_parser(
+        "migrate", help="print a config.yaml without the removed model execution fields"
+    )
+    migrate.add_argument("file", metavar="FILE")
+    migrate.add_argument("--write", action="store_true", help="rewrite FILE in place")
+    instance = commands.add_parser(
+        "instance", help="ask a running frontend (its management API) about itself"
+    )
+    instance.add_argument("--config", required=True, metavar="FILE", help="its config.yaml")
+    instance.add_argument(
+        "action",
+        choices=("status", "models"),
+        help="status: mode, default deployment and phase; models: the published models' "
+        "cards and readiness",
+    )
+    return parser
+
+
+def _add_serve(commands: Any) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="start the frontend (-e: Engine mode)",
+        description="Start the frontend. -e (--engine) starts Engine mode: the native System "
+        "One API on the listeners, answered by managed or attached vllm-srun workers. "
+        f"Without MODEL and without --config the default decision deployment `primary` "
+        f"serves {DEFAULT_MODEL}, the runtime's built-in MiniLM, which answers System One "
+        "questions through its similarity readout; a fresh setup publishes it on the "
+        "listener http-8899 (127.0.0.1:8899).",
+        epilog="Environment: VLLM_SRUN_COMMAND (worker command, default vllm-srun), "
+        "VLLM_SRUN_DIR (sockets and models files, 0700), VLLM_SRUN_CACHE_DIR (model cache "
+        "of managed workers), VLLM_SRUN_CPU_THREADS (threads per CPU worker), "
+        "VLLM_SRUN_READY_TIMEOUT (Go duration, default 10m), VLLM_SRUN_RESULT_CACHE (entries "
+        "of a single-worker deployment's result cache, default 4096, 0 disables it), "
+        "VLLM_SR_PORT_OFFSET (added to the default ports), "
+        "VLLM_SR_PUBLISH_MANAGEMENT_API=true (management API on 0.0.0.0).",
+    )
+    serve.add_argument(
+        "model",
+        nargs="?",
+        metavar="MODEL",
+        help="the default decision deployment's artifact: a Hub repository owner/name or a "
+        f"local package directory (default: the configured one, else {DEFAULT_MODEL})",
+    )
+    serve.add_argument(
+        "-e", "--engine", action="store_true", help="start Engine mode (required for now)"
+    )
+    serve.add_argument("--config", metavar="FILE", help="the config.yaml to serve")
+    serve.add_argument(
+        "-dp",
+        dest="replicas",
+        type=_positive_int,
+        metavar="N",
+        help="independent workers of the default deployment (writes its replicas)",
+    )
+    serve.add_argument(
+        "--device-ids",
+        metavar="IDS",
+        help="host GPU indices for the workers (0 or 0,1); one index with -dp N puts every "
+        "worker on that GPU",
+    )
+    serve.add_argument(
+        "--platform",
+        default="cpu",
+        choices=tuple(PLATFORMS),
+        help="the host's accelerators: cpu, amd/rocm or nvidia/cuda (default: cpu)",
+    )
+    serve.add_argument("--device", help="the default deployment's device: auto, cpu, cuda:N ...")
+    serve.add_argument("--revision", metavar="SHA", help="the 40-hex commit of MODEL")
+    serve.add_argument(
+        "--runtime-profile", dest="profile", metavar="NAME", help="numeric profile (exact)"
+    )
+    engine = serve.add_argument_group("engine arguments of the default deployment")
+    engine.add_argument("--max-num-seqs", type=_positive_int, metavar="N")
+    engine.add_argument("--max-num-batched-tokens", type=_positive_int, metavar="N")
+    engine.add_argument("--batch-window-ms", type=_non_negative_float, metavar="MS")
+    engine.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"))
+    engine.add_argument(
+        "--enable-shared-context", action=argparse.BooleanOptionalAction, default=None
+    )
+    serve.add_argument(
+        "--offline",
+        action="store_true",
+        help="managed workers load only installed or cached models and never download "
+        f"(always so for the built-in default {DEFAULT_MODEL}, which comes from its "
+        "installed mirror, when neither MODEL nor --config is given)",
+    )
+    serve.add_argument(
+        "--startup-timeout",
+        type=_positive_int,
+        metavar="SECONDS",
+        help="bound of the readiness wait (default: VLLM_SRUN_READY_TIMEOUT, else 10m)",
+    )
+    serve.add_argument(
+        "--log-level",
+        default="info",
+        choices=tuple(LOG_LEVELS),
+        help="log level of the frontend and its workers (default: info)",
+    )
+
+
+def _positive_int(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}")
+    return int(text)
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, not {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, not {text!r}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``vllm-sr``; the exit status."""
-    raise SystemExit("vllm-sr: the frontend is not built yet")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        return serve(args, parser)
+    if args.command == "config":
+        if args.config_command == "validate":
+            return validate(args.file)
+        if args.config_command == "migrate":
+            return migrate(args.file, args.write)
+        parser.parse_args(["config", "--help"])
+    if args.command == "instance":
+        return instance(args.config, args.action)
+    parser.print_help()
+    return 2
+
+
+def _fail(message: str) -> int:
+    print(f"vllm-sr: {message}", file=sys.stderr, flush=True)
+    return 1
+
+
+def ready_timeout(environ: dict[str, str], startup_timeout: int | None) -> tuple[float, str]:
+    """The readiness bound in seconds and what set it.
+
+    Raises:
+        ValueError: ``VLLM_SRUN_READY_TIMEOUT`` is not a positive Go duration.
+    """
+    if startup_timeout is not None:
+        return float(startup_timeout), "--startup-timeout"
+    text = environ.get("VLLM_SRUN_READY_TIMEOUT", "").strip()
+    if not text:
+        return 600.0, "VLLM_SRUN_READY_TIMEOUT"
+    try:
+        seconds = parse_duration(text)
+    except ValueError as err:
+        raise ValueError(f"VLLM_SRUN_READY_TIMEOUT: {err}") from None
+    if seconds <= 0:
+        raise ValueError(f"VLLM_SRUN_READY_TIMEOUT must be positive, not {text!r}")
+    return seconds, "VLLM_SRUN_READY_TIMEOUT"
+
+
+def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``vllm-sr serve``: the frontend until a signal (0) or a failed startup (1)."""
+    if not args.engine:
+        print(f"vllm-sr: {ROUTER_MODE_REFUSED}", file=sys.stderr)
+        return 2
+    from .config.flags import apply_serve_options
+    from .frontend import LOOPBACK, MANAGEMENT_PORT, METRICS_PORT, Frontend
+    from .pool.cache import entries_from_environment
+    from .workers.devices import Devices
+    from .workers.plan import RuntimeEnvironment, worker_command
+
+    environ = dict(os.environ)
+    try:
+        document = read_document(args.config) if args.config else None
+        offset = port_offset(environ)
+        devices = Devices(worker_command(environ))
+        engine_args = {
+            name: getattr(args, name)
+            for name in ENGINE_FLAGS
+            if getattr(args, name, None) is not None
+        }
+        options = ServeOptions(
+            model=args.model,
+            engine=True,
+            replicas=args.replicas,
+            device_ids=args.device_ids,
+            platform=args.platform,
+            device=args.device,
+            revision=args.revision,
+            profile=args.profile,
+            engine_args=engine_args or None,
+        )
+        document = apply_serve_options(
+            document,
+            options,
+            bootstrap=True,
+            listener_port=8899 + offset,
+            gpu_count=devices.count,
+        )
+        config = parse_config(document, args.config or "")
+        timeout, source = ready_timeout(environ, args.startup_timeout)
+        result_cache = entries_from_environment(environ)
+        # The built-in default is served from its installed mirror: nothing to download.
+        offline = args.offline or (args.model is None and args.config is None)
+        env = RuntimeEnvironment.from_environ(environ, log_level=args.log_level, offline=offline)
+    except FlagError as err:
+        parser.exit(2, f"vllm-sr serve: {err}\n")
+    except (ConfigError, PlanError, ValueError) as err:
+        return _fail(str(err))
+    logging.basicConfig(
+        level=LOG_LEVELS[args.log_level].upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpcore").setLevel(logging.WARNING)
+    published = environ.get("VLLM_SR_PUBLISH_MANAGEMENT_API", "").strip().lower() == "true"
+    frontend = Frontend(
+        config,
+        env,
+        management=("0.0.0.0" if published else LOOPBACK, MANAGEMENT_PORT + offset),
+        metrics_address=(LOOPBACK, METRICS_PORT + offset),
+        ready_timeout=timeout,
+        timeout_source=source,
+        devices=devices,
+        result_cache=result_cache,
+    )
+    logging.getLogger("vllm_sr").info(
+        "engine mode: deployments in use %s (managed: %s); ready within %s (%s)",
+        ", ".join(deployments_in_use(config)) or "none",
+        ", ".join(managed_in_use(config)) or "none",
+        format_duration(timeout),
+        source,
+    )
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        return runner.run(frontend.run())
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop where it is installed (uvicorn's ``standard`` extra brings it:
+    less CPU per request than asyncio's own), else asyncio's (``None``)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvicorn[standard] installs it on Linux
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def validate(path: str) -> int:
+    """``vllm-sr config validate FILE``: 0 and a summary, or 1 and every problem."""
+    try:
+        config = load_config(path)
+    except ConfigError as err:
+        return _fail(str(err))
+    used = deployments_in_use(config)
+    print(
+        f"{path}: valid: {len(config.catalog.deployments)} deployment(s), "
+        f"{len(config.listeners)} listener(s); in use: {', '.join(used) or 'none'}"
+    )
+    return 0
+
+
+def migrate(path: str, write: bool) -> int:
+    """``vllm-sr config migrate FILE``: the file without the removed fields."""
+    try:
+        document = read_document(path)
+    except ConfigError as err:
+        return _fail(str(err))
+    migrated, removed = migrate_document(document)
+    text = yaml.safe_dump(migrated, sort_keys=False, allow_unicode=True)
+    for key in removed:
+        print(f"removed {key}", file=sys.stderr)
+    if write:
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(text)
+    else:
+        sys.stdout.write(text)
+    try:
+        parse_config(migrated, path)
+    except ConfigError as err:
+        return _fail(f"migrated, but still not valid: {err}")
+    return 0
+
+
+def management_url(environ: dict[str, str] | None = None) -> str:
+    """Where this host's frontend answers management calls (port 8080 + offset)."""
+    from .frontend import MANAGEMENT_PORT
+
+    return f"http://127.0.0.1:{MANAGEMENT_PORT + port_offset(environ)}"
+
+
+def instance(path: str, action: str) -> int:
+    """``vllm-sr instance --config FILE status|models``."""
+    import httpx
+
+    try:
+        config = load_config(path)
+        base = management_url()
+    except (ConfigError, FlagError) as err:
+        return _fail(str(err))
+    try:
+        with httpx.Client(base_url=base, timeout=5.0) as client:
+            if action == "status":
+                observed: dict[str, Any] | None = client.get("/api/v1/status").json()
+            else:
+                inventory = client.get("/api/v1/inventory/model-runtime").json()
+    except (httpx.HTTPError, ValueError) as err:
+        if action == "models":
+            return _fail(f"Instance model inventory is unavailable: {base}: {err}")
+        observed = None
+    if action == "status":
+        print(json.dumps(_status(config, observed), indent=2))
+        return 0 if observed is not None else 1
+    print(json.dumps(_models(config, inventory), indent=2))
+    return 0
+
+
+def _status(config: Config, observed: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "desired_mode": "router" if config.router_enabled else "engine",
+        "observed_mode": observed.get("mode") if observed else None,
+        "active_deployment": config.catalog.decision_deployment,
+        "state": (observed or {}).get("phase", "stopped"),
+        "ready": bool((observed or {}).get("ready")),
+        "message": (observed or {}).get("message", "the instance's management API does not answer"),
+    }
+
+
+def _models(config: Config, inventory: dict[str, Any]) -> dict[str, Any]:
+    entries = {e.get("name"): e for e in inventory.get("deployments") or []}
+    data = []
+    seen: set[tuple[str, str]] = set()
+    for listener in config.listeners:
+        for api, grant in (("systemone", listener.systemone), ("runtime", listener.runtime)):
+            for public_id in grant.models:
+                name = config.deployment_for_public_id(public_id)
+                if name is None or (public_id, api) in seen:
+                    continue
+                seen.add((public_id, api))
+                entry = entries.get(name, {})
+                data.append(
+                    {
+                        "id": public_id,
+                        "object": "model",
+                        "api": api,
+                        "deployment": name,
+                        "ready": bool(entry.get("ready")),
+                        "state": entry.get("state", "unavailable"),
+                        "reason": entry.get("reason", ""),
+                        **{
+                            k: entry.get(k)
+                            for k in (
+                                "family",
+                                "repo",
+                                "revision",
+                                "surfaces",
+                                "heads",
+                                "embedding",
+                                "rerank",
+                                "device",
+                                "profile",
+                                "engine",
+                            )
+                            if k in entry
+                        },
+                    }
+                )
+    return {"object": "list", "data": data}

@@ -75,6 +75,7 @@ def test_devices_lists_the_cpu_with_its_isa_key_first(capsys):
     assert code == 0
     document = json.loads(out)
     assert document["auto_order"] == ["cpu"]
+    assert document["auto"] == "cpu"  # what a frontend plans `auto` placements on
     [cpu] = [d for d in document["devices"] if d["accelerator"] == "cpu"]
     assert cpu["device"] == "cpu"
     caps = cpu["capabilities"]

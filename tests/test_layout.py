@@ -45,6 +45,7 @@ def typed_tree(root: Path) -> Path:
                     (here / name).symlink_to(Path(folder) / name)
 
     link_tree(REPO / "core", package)
+    link_tree(REPO / "frontend", root / "vllm_sr")
     for folder, name in PLUGIN_FOLDERS.items():
         link_tree(REPO / folder, root / name.replace(".", "/"))
     return root
@@ -66,7 +67,7 @@ def core_modules() -> set[str]:
 
 
 def test_layout_folders_exist():
-    for folder in (*PLUGIN_FOLDERS, "core", "tests", "examples", "docs", "bench"):
+    for folder in (*PLUGIN_FOLDERS, "core", "frontend", "tests", "examples", "docs", "bench"):
         assert (REPO / folder).is_dir(), folder
 
 
@@ -95,7 +96,7 @@ def test_the_contracts_list_every_builtin_plugin():
 def test_the_import_contracts_hold(tmp_path):
     result = lint_imports(typed_tree(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "5 kept, 0 broken" in result.stdout
+    assert "6 kept, 0 broken" in result.stdout
 
 
 @pytest.mark.slow
@@ -112,12 +113,15 @@ def test_the_import_contracts_hold(tmp_path):
         ),
         ("core/serve/_leak.py", "import vllm_srun.engines.native\n", "never by import"),
         ("core/registry/_leak.py", "import vllm_srun.loader\n", "No import cycles"),
+        ("frontend/workers/_leak.py", "import vllm_srun.serve.app\n", "nothing of the runtime"),
+        ("frontend/_leak.py", "from vllm_srun import errors\n", "nothing of the runtime"),
     ],
 )
 def test_a_broken_rule_is_caught(tmp_path, where, source, contract):
     tree = typed_tree(tmp_path)
     top, _, rest = where.partition("/")
-    target = tree / (PLUGIN_FOLDERS.get(top, "vllm_srun").replace(".", "/")) / rest
+    package = {"frontend": "vllm_sr", **PLUGIN_FOLDERS}.get(top, "vllm_srun")
+    target = tree / package.replace(".", "/") / rest
     target.write_text(source)
     result = lint_imports(tree)
     assert result.returncode == 1

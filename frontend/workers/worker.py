@@ -79,6 +79,8 @@ class Worker:
         card: the worker's ``/v1/models`` card for ``served_name``, once seen.
         limits: the worker's process ``limits`` (``max_bundle_tasks``, ``max_request_bytes``).
         restarts: how many times the managed process was restarted.
+        changes: how many :meth:`update` calls changed something (a cheap way to tell
+            that the state, reason or card moved since last looked at).
     """
 
     deployment: str
@@ -93,6 +95,7 @@ class Worker:
     card: dict[str, Any] | None = None
     limits: dict[str, Any] = field(default_factory=dict)
     restarts: int = 0
+    changes: int = 0
     _changed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _probe: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _client: httpx.AsyncClient | None = field(default=None, repr=False)
@@ -129,9 +132,20 @@ class Worker:
         if card is not None:
             self.card = card
         if changed:
+            self.changes += 1
             self._changed.set()
             self._changed = asyncio.Event()
         return changed
+
+    def forget_card(self) -> None:
+        """Drop the card and the limits (a restarted or replaced worker must report them
+        again before it counts as ready); wakes the waiters."""
+        if self.card is None and not self.limits:
+            return
+        self.card = None
+        self.limits = {}
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     async def changed(self) -> None:
         """Wait for the next :meth:`update` that changes something."""
@@ -142,9 +156,15 @@ class Worker:
         self._probe.set()
 
     async def probe_requested(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for :meth:`request_probe`; clears the request."""
+        """Wait up to ``timeout`` seconds for :meth:`request_probe`; clears the request.
+
+        A cancellation is never lost, not even one that comes with a probe request
+        (``asyncio.wait_for`` of Python 3.11 returns the result then, and a poller being
+        stopped would poll on).
+        """
         try:
-            await asyncio.wait_for(self._probe.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._probe.wait()
         except TimeoutError:
             return False
         self._probe.clear()

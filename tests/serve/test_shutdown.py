@@ -330,7 +330,8 @@ def test_sigterm_answers_every_request_received_while_tokenising(served, package
     # One request of 6,000 texts occupies the model's planning thread for seconds; 120
     # requests of 16 texts wait behind it to be tokenised. Before the fix, planning still
     # to come was cancelled (500) and a request planned after the signal found its
-    # scheduler stopped (503).
+    # scheduler stopped (503). (--max-inputs lets the one request carry its 6,000 texts:
+    # the default, 2,048, would refuse it with 400 before it is planned.)
     server = served(
         {"emb": (packages["pooled"], "")},
         args=("--shutdown-grace-seconds", "120", "--max-inputs", "6000"),
@@ -360,7 +361,8 @@ def test_sigterm_answers_every_request_received_while_tokenising(served, package
 
 def test_when_the_grace_period_runs_out_the_rest_get_503_and_the_exit_is_1(served, packages):
     # Seconds of work and a grace period of 1 s. Before the fix: 200s whose every item was
-    # internal_error, 500s, or an abort (SIGABRT) while a forward still ran.
+    # internal_error, 500s, or an abort (SIGABRT) while a forward still ran. (--max-inputs
+    # lets the 6,000 texts in: the default, 2,048, refuses them with 400.)
     server = served(
         {"emb": (packages["pooled"], "")},
         args=("--shutdown-grace-seconds", "1", "--max-inputs", "6000"),

@@ -1,0 +1,79 @@
+"""The management API (default ``127.0.0.1:8080``): what operators ask the frontend.
+
+``GET /health`` answers while the process runs; ``GET /ready`` is 503 until every
+managed deployment in use is ready (and again once shutdown starts);
+``GET /startup-status`` is upstream's startup document; ``GET /api/v1/status`` the
+instance's mode and phase; ``GET /api/v1/inventory/model-runtime`` lists each
+deployment in use with its replicas. Nothing here shows a socket path or a
+credential: an endpoint is ``unix`` or ``scheme://host:port``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+
+from ..startup import StartupStatus
+
+
+class ManagementSource(Protocol):
+    """What the management API reads (the :class:`~vllm_sr.frontend.Frontend`)."""
+
+    status: StartupStatus
+
+    @property
+    def draining(self) -> bool: ...
+
+    def inventory(self) -> list[dict[str, Any]]:
+        """Each deployment's inventory entry (its pool's), in any order."""
+        ...
+
+    def instance_status(self) -> dict[str, Any]: ...
+
+
+def _json(status: int, body: dict[str, Any]) -> JSONResponse:
+    return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
+
+
+def build_management_app(source: ManagementSource) -> FastAPI:
+    """The management API's application, reading ``source`` on each request."""
+    app = FastAPI(
+        title="vllm-sr management API",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        """200 while the frontend runs (also while it waits for its models)."""
+        return _json(200, {"status": "draining" if source.draining else "ok"})
+
+    @app.get("/ready")
+    async def ready() -> JSONResponse:
+        """200 once every managed deployment in use is ready and serving; else 503."""
+        status = source.status
+        if status.ready and not source.draining:
+            return _json(200, {"ready": True, "phase": status.phase})
+        phase = "draining" if source.draining else status.phase
+        return _json(503, {"ready": False, "phase": phase, "message": status.message})
+
+    @app.get("/startup-status")
+    async def startup_status() -> JSONResponse:
+        """Phase, message and each managed deployment's state."""
+        return _json(200, source.status.document())
+
+    @app.get("/api/v1/status")
+    async def instance_status() -> JSONResponse:
+        """This instance's mode, default deployment and phase."""
+        return _json(200, source.instance_status())
+
+    @app.get("/api/v1/inventory/model-runtime")
+    async def inventory() -> JSONResponse:
+        """Each deployment in use, sorted by name, with its replicas."""
+        entries = sorted(source.inventory(), key=lambda entry: str(entry.get("name")))
+        return _json(200, {"deployments": entries, "count": len(entries)})
+
+    return app

@@ -1,0 +1,165 @@
+"""Health polling: what state a worker's model is in, and its card once it is ready.
+
+A poller asks ``GET /health`` every 500 ms while the model is not ready and every
+5 s once it is, each call bounded by 2 s; a caller that saw a transport failure asks
+for an early probe (:meth:`~.worker.Worker.request_probe`). A ready model's card
+comes from ``GET /v1/models``. A worker whose ``api_version`` major is not the
+frontend's is ``incompatible``; one that does not list the model is ``missing``;
+one that does not answer is ``unreachable`` (a managed worker that never answered
+yet is still ``starting``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from .. import API_MAJOR
+from .worker import STATES, Worker
+
+log = logging.getLogger("vllm_sr.workers")
+
+FAST_INTERVAL = 0.5
+"""Seconds between probes while the model is not ready."""
+
+SLOW_INTERVAL = 5.0
+"""Seconds between probes once it is."""
+
+PROBE_TIMEOUT = 2.0
+"""Longest wait for one ``/health`` or ``/v1/models`` answer, in seconds."""
+
+HealthHook = Callable[[dict[str, Any]], None]
+
+
+def unreachable_reason(err: Exception, timeout: float = PROBE_TIMEOUT) -> str:
+    """Why a worker did not answer, without its address (a socket path is never shown)."""
+    if isinstance(err, httpx.TimeoutException):
+        return f"the runtime did not answer within {timeout:g} s"
+    if isinstance(err, httpx.ConnectError):
+        return "nothing accepts connections at the endpoint"
+    return f"the connection to the runtime failed ({type(err).__name__})"
+
+
+class HealthPoller:
+    """Keeps one worker's ``state``, ``reason``, ``card`` and ``limits`` current.
+
+    Args:
+        worker: the worker observed.
+        fast: seconds between probes while not ready.
+        slow: seconds between probes once ready.
+        timeout: seconds one call may take.
+        on_health: called with every ``/health`` document received (the supervisor
+            recycles a process whose every model failed).
+        starting: the worker is a managed process that has not answered yet: a
+            connection failure leaves it ``starting`` until it first answers.
+    """
+
+    def __init__(
+        self,
+        worker: Worker,
+        *,
+        fast: float = FAST_INTERVAL,
+        slow: float = SLOW_INTERVAL,
+        timeout: float = PROBE_TIMEOUT,
+        on_health: HealthHook | None = None,
+        starting: bool = False,
+    ) -> None:
+        self.worker = worker
+        self.fast = fast
+        self.slow = slow
+        self.timeout = timeout
+        self.on_health = on_health
+        self.answered = not starting
+        self._was_ready = False
+
+    async def run(self) -> None:
+        """Probe until cancelled."""
+        while True:
+            await self.probe()
+            interval = self.slow if self.worker.ready else self.fast
+            await self.worker.probe_requested(interval)
+
+    async def probe(self) -> str:
+        """One probe: update the worker; returns its state."""
+        worker = self.worker
+        try:
+            response = await worker.client.get("/health", timeout=self.timeout)
+            document = response.json()
+        except httpx.TransportError as err:
+            return self._no_answer(err)
+        except ValueError:
+            return self._set("unreachable", "the runtime answered /health without its JSON")
+        self.answered = True
+        if not isinstance(document, dict):
+            return self._set("unreachable", "the runtime answered /health without its JSON")
+        version = str(document.get("api_version") or "")
+        if version.split(".", 1)[0] != API_MAJOR:
+            return self._set(
+                "incompatible",
+                f"the runtime speaks contract {version or 'of no version'}; this frontend "
+                f"speaks {API_MAJOR}.x: run a vllm-srun of contract {API_MAJOR}",
+            )
+        if self.on_health is not None:
+            self.on_health(document)
+        state, reason = self._model_state(document)
+        card = None
+        if state == "ready" and (worker.card is None or not self._was_ready):
+            card, problem = await self._card()
+            if card is None:
+                state, reason = problem
+        self._was_ready = state == "ready"
+        if state != "ready" and worker.card is not None and not worker.managed:
+            worker.forget_card()  # an attached runtime may come back as another model
+        return self._set(state, reason, card)
+
+    def _model_state(self, document: dict[str, Any]) -> tuple[str, str]:
+        served = self.worker.served_name
+        models = document.get("models")
+        entry = models.get(served) if isinstance(models, dict) else None
+        if document.get("status") == "failed" and document.get("reason") == "shutting down":
+            return "stopped", "the runtime is shutting down"
+        if isinstance(entry, dict):
+            state, reason = entry.get("status"), entry.get("reason")
+        elif document.get("model") == served:
+            state, reason = document.get("status"), document.get("reason")
+        else:
+            return "missing", "the runtime does not serve this model"
+        if state not in STATES:
+            return "failed", f"the runtime reports an unknown state {state!r}"
+        return str(state), str(reason or "")
+
+    async def _card(self) -> tuple[dict[str, Any] | None, tuple[str, str]]:
+        """The worker's card for its model (and its limits), or why there is none."""
+        worker = self.worker
+        try:
+            response = await worker.client.get("/v1/models", timeout=self.timeout)
+            document = response.json()
+        except httpx.TransportError as err:
+            return None, ("unreachable", unreachable_reason(err, self.timeout))
+        except ValueError:
+            return None, ("unreachable", "the runtime answered /v1/models without its JSON")
+        cards = document.get("data") if isinstance(document, dict) else None
+        for card in cards if isinstance(cards, list) else ():
+            if isinstance(card, dict) and card.get("id") == worker.served_name:
+                limits = document.get("limits")
+                worker.limits = dict(limits) if isinstance(limits, dict) else {}
+                return card, ("ready", "")
+        return None, ("missing", "the runtime does not serve this model")
+
+    def _no_answer(self, err: Exception) -> str:
+        self._was_ready = False
+        if self.worker.card is not None and not self.worker.managed:
+            self.worker.forget_card()
+        if not self.answered:
+            return self._set("starting", "")
+        return self._set("unreachable", unreachable_reason(err, self.timeout))
+
+    def _set(self, state: str, reason: str, card: dict[str, Any] | None = None) -> str:
+        before = self.worker.state
+        if self.worker.update(state, reason, card) and before != state:
+            name = self.worker.process or f"{self.worker.deployment} {self.worker.replica_id}"
+            log.info("%s: %s%s", name, state, f": {reason}" if reason else "")
+        return state

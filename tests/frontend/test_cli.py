@@ -1,0 +1,180 @@
+"""The ``vllm-sr`` command line: Router mode refused, help, ``config validate|migrate``,
+flag and environment refusals, and a whole run on the misbehaving worker command
+(SIGTERM exits 0, leaving nothing behind; a readiness timeout exits 1)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from vllm_sr.cli import ROUTER_MODE_REFUSED, main, ready_timeout
+
+from .conftest import FAKE_COMMAND, free_ports
+from .test_serve import Served, wait_for
+
+VALID = """
+global:
+  model_catalog:
+    deployments:
+      primary: {provider: model_runtime, artifact: fake/model, device: cpu}
+listeners:
+  - {name: http, address: 127.0.0.1, port: 8899, systemone: {models: [fake/model]}}
+"""
+
+
+def test_serve_without_engine_mode_is_refused(capsys):
+    assert main(["serve", "some/model"]) == 2
+    err = capsys.readouterr().err
+    assert ROUTER_MODE_REFUSED in err
+    assert "Router mode" in err and "does not have yet" in err and "-e (--engine)" in err
+
+
+def test_help_names_the_default_model(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "sentence-transformers/all-MiniLM-L6-v2" in out
+    assert "-dp N" in out and "--device-ids" in out and "--startup-timeout" in out
+
+
+def test_config_validate(tmp_path, capsys):
+    good = tmp_path / "good.yaml"
+    good.write_text(VALID)
+    assert main(["config", "validate", str(good)]) == 0
+    assert "valid: 1 deployment(s), 1 listener(s); in use: primary" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(VALID.replace("device: cpu", "device: cpu, replicas: [{device: cpu}]"))
+    assert main(["config", "validate", str(bad)]) == 1
+    assert capsys.readouterr().err == (
+        f"vllm-sr: {bad}: global.model_catalog.deployments.primary: replicas cannot be combined "
+        "with deployment device, endpoint or served_name\n"
+    )
+
+
+def test_config_migrate(tmp_path, capsys):
+    old = tmp_path / "old.yaml"
+    old.write_text(VALID.replace("device: cpu}", "device: cpu, candle: true}"))
+    assert main(["config", "validate", str(old)]) == 1
+    assert "run `vllm-sr config migrate FILE`" in capsys.readouterr().err
+    assert main(["config", "migrate", "--write", str(old)]) == 0
+    assert "removed global.model_catalog.deployments.primary.candle" in capsys.readouterr().err
+    assert main(["config", "validate", str(old)]) == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-e", "--device-ids", "0"], "--device-ids requires a cuda or rocm execution platform"),
+        (["-e", " x/y"], "MODEL must be a non-empty, trimmed artifact"),
+    ],
+)
+def test_serve_flag_refusals(argv, message, capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("VLLM_SRUN_DIR", str(tmp_path / "run"))
+    with pytest.raises(SystemExit) as caught:
+        main(["serve", *argv])
+    assert caught.value.code == 2
+    assert capsys.readouterr().err == f"vllm-sr serve: {message}\n"
+
+
+def test_the_ready_timeout():
+    assert ready_timeout({}, None) == (600.0, "VLLM_SRUN_READY_TIMEOUT")
+    assert ready_timeout({"VLLM_SRUN_READY_TIMEOUT": "1h30m"}, None) == (
+        5400.0,
+        "VLLM_SRUN_READY_TIMEOUT",
+    )
+    assert ready_timeout({"VLLM_SRUN_READY_TIMEOUT": "1h"}, 30) == (30.0, "--startup-timeout")
+    with pytest.raises(ValueError, match="VLLM_SRUN_READY_TIMEOUT: '10' is not a Go duration"):
+        ready_timeout({"VLLM_SRUN_READY_TIMEOUT": "10"}, None)
+
+
+@pytest.mark.slow
+def test_a_bad_environment_is_refused_before_anything_starts(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "vllm_sr", "serve", "-e"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "VLLM_SRUN_CPU_THREADS": "0", "VLLM_SRUN_DIR": str(tmp_path)},
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "VLLM_SRUN_CPU_THREADS must be a positive integer" in done.stderr
+
+
+def fake_served(tmp_path: Path, rundir: Path, mode: str, **env: str) -> Served:
+    config = tmp_path / "config.yaml"
+    [port] = free_ports(1)
+    config.write_text(VALID.replace("port: 8899", f"port: {port}"))
+    return Served(
+        tmp_path,
+        ["--config", str(config)],
+        {
+            "VLLM_SRUN_DIR": str(rundir),
+            "VLLM_SRUN_COMMAND": " ".join(FAKE_COMMAND),
+            "FAKE_WORKER_MODE": mode,
+            **env,
+        },
+    )
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_workers_and_exits_0(tmp_path, rundir):
+    server = fake_served(tmp_path, rundir, "ready")
+    try:
+        server.wait_ready(30)
+        [worker] = server.workers()
+        assert "--offline" not in worker.cmdline()  # a configured model may be downloaded
+        started = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(30) == 0, server.output()
+        assert time.monotonic() - started < 15
+        assert not psutil.pid_exists(worker.pid) or worker.status() == psutil.STATUS_ZOMBIE
+        assert list(rundir.iterdir()) == []  # sockets and models files removed
+    finally:
+        server.close()
+
+
+@pytest.mark.slow
+def test_the_builtin_default_is_served_offline(tmp_path, rundir):
+    """No MODEL, no --config: the built-in MiniLM comes from its installed mirror, so the
+    workers never try a download (``--offline``); ``--offline`` asks it for any model."""
+    env = {
+        "VLLM_SRUN_DIR": str(rundir),
+        "VLLM_SRUN_COMMAND": " ".join(FAKE_COMMAND),
+        "FAKE_WORKER_MODE": "ready",
+    }
+    for args in ([], ["some/model", "--offline"]):
+        server = Served(tmp_path, args, env)
+        try:
+            server.wait_ready(30)
+            [worker] = server.workers()
+            assert "--offline" in worker.cmdline()
+            server.process.send_signal(signal.SIGTERM)
+            assert server.process.wait(30) == 0, server.output()
+        finally:
+            server.close()
+
+
+@pytest.mark.slow
+def test_the_readiness_timeout_exits_1(tmp_path, rundir):
+    server = fake_served(tmp_path, rundir, "never", VLLM_SRUN_READY_TIMEOUT="1s")
+    try:
+        assert server.process.wait(30) == 1
+        err = server.err.read_text()
+        assert (
+            'Router startup failed: model_runtime deployment "primary" did not become ready '
+            "within 1s (VLLM_SRUN_READY_TIMEOUT): loading"
+        ) in err
+        assert "Waiting for Router-managed model deployments, 0 of 1 ready: primary " in (
+            server.out.read_text()
+        )
+        wait_for(lambda: list(rundir.glob("*.sock")) == [], 5, "the sockets removed")
+    finally:
+        server.close()

@@ -1,0 +1,232 @@
+"""Issue 14's end-to-end story with real processes: ``vllm-sr serve -e --config ... -dp 2``
+starts two managed ``vllm-srun serve --uds`` workers (a tiny fixture package stands in
+for MiniLM, which is too slow to start twice here), a Choice question is answered on the
+listener under the public id, one worker is SIGKILLed during a burst of requests (the pool
+reads ``degraded``; every request is answered 200, 429 or 503, each 200 with its own
+request's answer), the worker comes back after its back-off (the inventory and
+``vsr_model_runtime_restarts_total`` say 1 restart), and SIGTERM ends ``vllm-sr`` with
+exit 0 and no worker left."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from ..fixtures import write_task_package
+from .test_serve import VLLM_SRUN, Served, config_file
+
+pytestmark = pytest.mark.slow
+
+PUBLIC = "tiny"
+CONCURRENCY = 8
+
+
+def question(index: int) -> dict[str, Any]:
+    """A Choice question only request ``index`` asks: its own question and option names."""
+    return {
+        "model": PUBLIC,
+        "state": f"charged twice {index}",
+        "questions": {
+            f"team{index}": {
+                "type": "choice",
+                "instructions": "Which team?",
+                "criteria": {f"billing{index}": "refunds", f"shipping{index}": "parcels"},
+            }
+        },
+    }
+
+
+def its_own(index: int, answer: dict[str, Any]) -> bool:
+    """Whether ``answer`` answers request ``index`` (and no other)."""
+    answers = answer.get("answers") or {}
+    choice = (answers.get(f"team{index}") or {}).get("choice")
+    return (
+        answer.get("model") == PUBLIC
+        and list(answers) == [f"team{index}"]
+        and choice in (f"billing{index}", f"shipping{index}")
+    )
+
+
+class Burst:
+    """``CONCURRENCY`` clients asking one question after another until stopped; every
+    outcome kept by request number (an exception counts as a lost request)."""
+
+    def __init__(self, listener: str) -> None:
+        self.listener = listener
+        self.outcomes: dict[int, tuple[int, Any]] = {}
+        self.lost: dict[int, str] = {}
+        self.stopped = asyncio.Event()
+        self.answered = asyncio.Condition()
+        self._next = 0
+
+    async def client(self) -> None:
+        async with httpx.AsyncClient(base_url=self.listener, timeout=30) as client:
+            while not self.stopped.is_set():
+                index = self._next
+                self._next += 1
+                try:
+                    response = await client.post("/v1/systemone", json=question(index))
+                    self.outcomes[index] = (response.status_code, response.json())
+                except (httpx.HTTPError, ValueError) as err:
+                    self.lost[index] = repr(err)
+                async with self.answered:
+                    self.answered.notify_all()
+
+    async def until_answered(self, count: int) -> None:
+        async with self.answered:
+            await asyncio.wait_for(
+                self.answered.wait_for(lambda: len(self.outcomes) + len(self.lost) >= count),
+                60,
+            )
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_task_package(tmp_path_factory.mktemp("e2e-packages"), "bert", "pooled")
+
+
+def test_a_worker_killed_during_a_burst(package: Path, tmp_path: Path) -> None:
+    config = config_file(tmp_path, package)
+    rundir = Path(tempfile.mkdtemp(prefix="vsrt-", dir="/tmp"))
+    server = Served(
+        tmp_path,
+        ["--config", str(config), "-dp", "2"],
+        {"VLLM_SRUN_DIR": str(rundir), "VLLM_SRUN_COMMAND": VLLM_SRUN},
+    )
+    listener = f"http://127.0.0.1:{8899 + server.offset}"
+    try:
+        server.wait_ready()
+        # What a curl to the listener gets: the Choice question answered under the public id.
+        asked = httpx.post(f"{listener}/v1/systemone", json=question(0), timeout=30)
+        assert asked.status_code == 200, asked.text
+        assert its_own(0, asked.json()), asked.text
+        [before] = server.inventory()["deployments"]
+        assert (before["state"], before["ready_replicas"], before["restarts"]) == ("ready", 2, 0)
+        started = server.workers()
+        assert len(started) == 2
+        victim = started[0]
+
+        async def burst_through_a_kill() -> tuple[Burst, set[str]]:
+            burst = Burst(listener)
+            clients = [asyncio.create_task(burst.client()) for _ in range(CONCURRENCY)]
+            seen: set[str] = set()
+            try:
+                await burst.until_answered(32)
+                victim.send_signal(signal.SIGKILL)
+                async with httpx.AsyncClient(base_url=server.mgmt.base_url, timeout=5) as mgmt:
+
+                    async def entry() -> dict[str, Any]:
+                        inventory = await mgmt.get("/api/v1/inventory/model-runtime")
+                        [found] = inventory.json()["deployments"]
+                        seen.add(found["state"])
+                        return found
+
+                    loop = asyncio.get_running_loop()
+                    deadline = loop.time() + 45
+                    while True:
+                        found = await entry()
+                        if found["restarts"] == 1 and found["ready_replicas"] == 2:
+                            break
+                        assert loop.time() < deadline, f"not back: {found}"
+                        await asyncio.sleep(0.1)
+                # A few more answers from the two of them again.
+                await burst.until_answered(len(burst.outcomes) + len(burst.lost) + 32)
+            finally:
+                burst.stopped.set()
+                await asyncio.gather(*clients)
+            return burst, seen
+
+        burst, seen = asyncio.run(burst_through_a_kill())
+        assert not burst.lost, f"requests without an answer: {burst.lost}"
+        statuses = {status for status, _ in burst.outcomes.values()}
+        assert statuses <= {200, 429, 503}, statuses
+        mixed = [
+            i
+            for i, (status, body) in burst.outcomes.items()
+            if status == 200 and not its_own(i, body)
+        ]
+        assert not mixed, f"answers to another request: {mixed[:5]}"
+        refused = {
+            body["error"]["code"] for status, body in burst.outcomes.values() if status != 200
+        }
+        assert refused <= {"overloaded", "systemone_unavailable"}, refused
+        assert "degraded" in seen  # the pool kept serving on one worker meanwhile
+
+        [after] = server.inventory()["deployments"]
+        assert (after["state"], after["ready_replicas"], after["restarts"]) == ("ready", 2, 1)
+        assert sorted(r["restarts"] for r in after["replicas"]) == [0, 1]
+        metrics = httpx.get(server.metrics_url, timeout=5).text
+        assert 'vsr_model_runtime_restarts_total{deployment="primary"} 1.0' in metrics
+        assert "killed by SIGKILL" in server.err.read_text()  # the exit, logged
+
+        # SIGTERM: exit 0, and no worker left behind.
+        workers = server.workers()
+        assert len(workers) == 2 and victim.pid not in {w.pid for w in workers}
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(30) == 0, server.output()
+        _, alive = psutil.wait_procs(workers, timeout=15)
+        assert not alive, f"workers outlived vllm-sr: {[w.pid for w in alive]}"
+        assert not list(rundir.glob("*.sock"))
+        print(
+            f"\nburst: {len(burst.outcomes)} requests; "
+            + ", ".join(
+                f"{s}: {sum(1 for st, _ in burst.outcomes.values() if st == s)}"
+                for s in sorted(statuses)
+            )
+            + f"; states seen {sorted(seen)}"
+        )
+    finally:
+        server.close()
+        for path in rundir.iterdir():
+            path.unlink()
+        rundir.rmdir()
+
+
+def test_the_builtin_minilm_answers_a_choice_question(tmp_path: Path, rundir: Path) -> None:
+    """``vllm-sr serve -e`` with nothing else: the built-in MiniLM from its installed
+    mirror (``--offline``), published on ``http-8899`` under its Hub id."""
+    server = Served(tmp_path, [], {"VLLM_SRUN_DIR": str(rundir), "VLLM_SRUN_COMMAND": VLLM_SRUN})
+    listener = f"http://127.0.0.1:{8899 + server.offset}"
+    minilm = "sentence-transformers/all-MiniLM-L6-v2"
+    try:
+        server.wait_ready(120)
+        [worker] = server.workers()
+        assert "--offline" in worker.cmdline()
+        models = httpx.get(f"{listener}/v1/systemone/models", timeout=10).json()
+        assert [m["id"] for m in models["data"]] == [minilm]
+        asked = httpx.post(
+            f"{listener}/v1/systemone",
+            json={
+                "model": minilm,
+                "state": "My card was charged twice",
+                "questions": {
+                    "team": {
+                        "type": "choice",
+                        "instructions": "Which team should handle this?",
+                        "criteria": {
+                            "billing": "Payments, charges and refunds",
+                            "shipping": "Parcels and delivery",
+                        },
+                    }
+                },
+            },
+            timeout=30,
+        )
+        assert asked.status_code == 200, asked.text
+        assert asked.json()["model"] == minilm
+        assert asked.json()["answers"]["team"]["choice"] == "billing"
+        [entry] = server.inventory()["deployments"]
+        assert (entry["name"], entry["repo"], entry["state"]) == ("primary", minilm, "ready")
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(30) == 0, server.output()
+        _, alive = psutil.wait_procs([worker], timeout=15)
+        assert not alive
+    finally:
+        server.close()
