@@ -345,8 +345,8 @@ def _state_entries(states: Any, duplicates: Sequence[Path]) -> list[StateEntry]:
             if not isinstance(name, str) or is_blank(name) or not is_encodable(name):
                 raise RequestError(
                     "invalid_request",
-                    f"states has a blank or malformed state name {clip(name)!r}; name each entry "
-                    "with visible text",
+                    f"states has a blank or malformed state name {clip(str(name))!r}; name each "
+                    "entry with visible text",
                 )
     else:
         raise RequestError(
