@@ -57,8 +57,10 @@ def build_management_app(source: ManagementSource) -> FastAPI:
         status = source.status
         if status.ready and not source.draining:
             return _json(200, {"ready": True, "phase": status.phase})
-        phase = "draining" if source.draining else status.phase
-        return _json(503, {"ready": False, "phase": phase, "message": status.message})
+        if source.draining:
+            message = "shutting down: new requests get 503 while those in flight finish"
+            return _json(503, {"ready": False, "phase": "draining", "message": message})
+        return _json(503, {"ready": False, "phase": status.phase, "message": status.message})
 
     @app.get("/startup-status")
     async def startup_status() -> JSONResponse:

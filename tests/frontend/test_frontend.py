@@ -276,6 +276,7 @@ def test_waiting_ready_inventory_and_drain(rundir, monkeypatch):
     assert refused.status_code == 503
     assert refused.json()["error"]["code"] == "systemone_unavailable"
     assert not_ready.status_code == 503 and not_ready.json()["phase"] == "draining"
+    assert not_ready.json()["message"].startswith("shutting down")
     assert finished.status_code == 200 and finished.json()["model"] == "fake/model"
     assert not list(rundir.glob("*.sock"))  # the workers are gone
 
