@@ -269,8 +269,6 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("httpcore").setLevel(logging.WARNING)
     published = environ.get("VLLM_SR_PUBLISH_MANAGEMENT_API", "").strip().lower() == "true"
     frontend = Frontend(
         config,
@@ -349,7 +347,11 @@ def management_url(environ: dict[str, str] | None = None) -> str:
 
 def instance(path: str, action: str) -> int:
     """``vllm-sr instance --config FILE status|models``."""
-    import httpx
+    import urllib.request
+
+    def fetch(route: str) -> Any:
+        with urllib.request.urlopen(base + route, timeout=5.0) as answer:
+            return json.loads(answer.read())
 
     try:
         config = load_config(path)
@@ -357,12 +359,11 @@ def instance(path: str, action: str) -> int:
     except (ConfigError, FlagError) as err:
         return _fail(str(err))
     try:
-        with httpx.Client(base_url=base, timeout=5.0) as client:
-            if action == "status":
-                observed: dict[str, Any] | None = client.get("/api/v1/status").json()
-            else:
-                inventory = client.get("/api/v1/inventory/model-runtime").json()
-    except (httpx.HTTPError, ValueError) as err:
+        if action == "status":
+            observed: dict[str, Any] | None = fetch("/api/v1/status")
+        else:
+            inventory = fetch("/api/v1/inventory/model-runtime")
+    except (OSError, ValueError) as err:
         if action == "models":
             return _fail(f"Instance model inventory is unavailable: {base}: {err}")
         observed = None

@@ -11,7 +11,6 @@ result of a bundle (per task surface).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import time
@@ -19,8 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
+from ..workers.client import ConnectFailed, ExchangeBroken, ExchangeTimedOut
 from ..workers.worker import Worker
 from . import jsontext
 
@@ -40,6 +38,9 @@ INPUT_SURFACES = ("classify", "embeddings", "rerank")
 
 INPUT_CHOICES = ("max_tokens", "overflow")
 """The ``options`` a request may choose its input handling with."""
+
+JSON_HEADERS = {"content-type": "application/json"}
+"""The headers every forwarded request carries."""
 
 KEPT_HEADERS = ("content-type", "retry-after")
 """The worker's response headers an answer keeps (nothing else of the worker shows)."""
@@ -247,26 +248,23 @@ async def send(
     """
     started = time.perf_counter()
     try:
-        async with asyncio.timeout(timeout):
-            response = await worker.client.post(
-                path, content=payload, headers={"content-type": "application/json"}
-            )
-    except TimeoutError as err:
-        raise ExchangeTimeout(f"no answer within {timeout:g} s") from err
-    except (httpx.ConnectError, httpx.ConnectTimeout) as err:
+        response = await worker.client.post(path, payload, headers=JSON_HEADERS, timeout=timeout)
+    except ExchangeTimedOut as err:
+        raise ExchangeTimeout(str(err)) from err
+    except ConnectFailed as err:
         raise TransportError("the worker was not reached", sent=False) from err
-    except httpx.HTTPError as err:
+    except ExchangeBroken as err:
         raise TransportError("the worker's answer broke off", sent=True) from err
     seconds = time.perf_counter() - started
     content = response.content
-    if 200 <= response.status_code < 300:
+    if 200 <= response.status < 300:
         try:
             content = answer_for(surface, content, public_name)
         except ValueError as err:
             raise InvalidReply("the worker's answer is not a JSON object") from err
     headers = {k: response.headers[k] for k in KEPT_HEADERS if k in response.headers}
     return Reply(
-        status=response.status_code,
+        status=response.status,
         content=content,
         headers=headers,
         seconds=seconds,

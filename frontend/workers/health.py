@@ -15,9 +15,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import httpx
-
 from .. import API_MAJOR
+from .client import ConnectFailed, ExchangeBroken, ExchangeTimedOut
 from .worker import STATES, Worker
 
 log = logging.getLogger("vllm_sr.workers")
@@ -36,9 +35,9 @@ HealthHook = Callable[[dict[str, Any]], None]
 
 def unreachable_reason(err: Exception, timeout: float = PROBE_TIMEOUT) -> str:
     """Why a worker did not answer, without its address (a socket path is never shown)."""
-    if isinstance(err, httpx.TimeoutException):
+    if isinstance(err, ExchangeTimedOut):
         return f"the runtime did not answer within {timeout:g} s"
-    if isinstance(err, httpx.ConnectError):
+    if isinstance(err, ConnectFailed):
         return "nothing accepts connections at the endpoint"
     return f"the connection to the runtime failed ({type(err).__name__})"
 
@@ -88,7 +87,7 @@ class HealthPoller:
         try:
             response = await worker.client.get("/health", timeout=self.timeout)
             document = response.json()
-        except httpx.TransportError as err:
+        except (ConnectFailed, ExchangeBroken, ExchangeTimedOut) as err:
             return self._no_answer(err)
         except ValueError:
             return self._set("unreachable", "the runtime answered /health without its JSON")
@@ -137,7 +136,7 @@ class HealthPoller:
         try:
             response = await worker.client.get("/v1/models", timeout=self.timeout)
             document = response.json()
-        except httpx.TransportError as err:
+        except (ConnectFailed, ExchangeBroken, ExchangeTimedOut) as err:
             return None, ("unreachable", unreachable_reason(err, self.timeout))
         except ValueError:
             return None, ("unreachable", "the runtime answered /v1/models without its JSON")

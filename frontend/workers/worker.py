@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
+from .client import WorkerClient
 
 STATES = (
     "starting",
@@ -30,23 +30,6 @@ STATES = (
 """Every state a worker's model can be in: the runtime's own (``starting`` ..
 ``failed``) and the frontend's observations of the process (``restarting``,
 ``unreachable``, ``missing``, ``incompatible``, ``stopped``)."""
-
-
-def client_for(endpoint: str, timeout: float | None = None) -> httpx.AsyncClient:
-    """An HTTP client for ``endpoint``: ``unix:///abs.sock``, ``http://h:p`` or ``https://h:p``.
-
-    Raises:
-        ValueError: another scheme, or a relative socket path.
-    """
-    parts = urlsplit(endpoint)
-    if parts.scheme == "unix":
-        if not parts.path.startswith("/"):
-            raise ValueError(f"endpoint {endpoint!r}: unix:// needs an absolute socket path")
-        transport = httpx.AsyncHTTPTransport(uds=parts.path)
-        return httpx.AsyncClient(transport=transport, base_url="http://worker", timeout=timeout)
-    if parts.scheme in ("http", "https"):
-        return httpx.AsyncClient(base_url=endpoint.rstrip("/"), timeout=timeout)
-    raise ValueError(f"endpoint {endpoint!r} must use unix://, http:// or https://")
 
 
 def shown_endpoint(endpoint: str) -> str:
@@ -98,7 +81,7 @@ class Worker:
     changes: int = 0
     _changed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _probe: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
-    _client: httpx.AsyncClient | None = field(default=None, repr=False)
+    _client: WorkerClient | None = field(default=None, repr=False)
 
     @property
     def ready(self) -> bool:
@@ -106,10 +89,14 @@ class Worker:
         return self.state == "ready" and self.card is not None
 
     @property
-    def client(self) -> httpx.AsyncClient:
-        """The worker's HTTP client (made on first use; no timeout of its own)."""
+    def client(self) -> WorkerClient:
+        """The worker's HTTP client (made on first use; no timeout of its own).
+
+        Raises:
+            ValueError: the endpoint's scheme or socket path is not one a client can use.
+        """
         if self._client is None:
-            self._client = client_for(self.endpoint)
+            self._client = WorkerClient(self.endpoint)
         return self._client
 
     def shown_endpoint(self) -> str:

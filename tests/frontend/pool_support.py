@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 import uvicorn
 
+from vllm_sr.workers.client import ConnectFailed, ExchangeBroken, ExchangeTimedOut
 from vllm_sr.workers.worker import Worker
 
 SHA = "a" * 64
@@ -316,7 +317,7 @@ async def refresh(worker: Worker) -> None:
     try:
         health = (await worker.client.get("/health", timeout=5)).json()
         models = (await worker.client.get("/v1/models", timeout=5)).json()
-    except httpx.TransportError:
+    except (ConnectFailed, ExchangeBroken, ExchangeTimedOut):
         worker.update("unreachable", "the worker does not answer")
         return
     if str(health.get("api_version", "")).split(".")[0] != "2":

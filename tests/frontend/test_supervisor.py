@@ -14,6 +14,7 @@ import pytest
 
 from vllm_sr.pool import ReplicaPool
 from vllm_sr.startup import DeploymentView, StartupFailed, wait_for_deployments
+from vllm_sr.workers.client import ExchangeBroken
 from vllm_sr.workers.health import HealthPoller
 from vllm_sr.workers.supervisor import Supervisor, clear_socket
 from vllm_sr.workers.worker import Worker
@@ -224,8 +225,8 @@ def test_a_restarted_worker_reports_its_card_again(rundir):
         await until(lambda: worker.ready)
         first = supervisor.pid
         assert worker.card is not None and worker.limits["max_bundle_tasks"] == 1024
-        with pytest.raises(Exception):  # noqa: B017 - the transport error, whatever its kind
-            await worker.client.post("/v1/systemone", json={"model": "primary"})
+        with pytest.raises(ExchangeBroken):  # the worker dies mid-request
+            await worker.client.post("/v1/systemone", b'{"model": "primary"}')
         await until(lambda: worker.restarts == 1)
         await until(lambda: worker.ready and supervisor.pid != first)
         await supervisor.stop()
