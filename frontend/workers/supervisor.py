@@ -401,13 +401,14 @@ class Supervisor:
                 process.send_signal(sig)
 
     async def stop(self) -> None:
-        """Stop supervising: terminate the process (SIGTERM, SIGKILL after the grace) and
-        wait for the loop to end."""
+        """Stop supervising: terminate the process (SIGTERM, SIGKILL after the grace),
+        wait for the loop to end and close the worker's connections."""
         self._stopping.set()
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
         else:
             await self.terminate()
+        await self.worker.aclose()
         if self.plan.models_file is not None:
             with contextlib.suppress(FileNotFoundError):
                 self.plan.models_file.unlink()
