@@ -67,8 +67,13 @@ RUNTIME_ROUTES = {
     "/v1/classify": "classify",
     "/v1/rerank": "rerank",
 }
+"""The runtime routes a ``runtime`` grant publishes (``/v1/bundle`` and ``GET /v1/models``
+too), by surface."""
 
 NO_STORE = {"cache-control": "no-store"}
+
+COMPACT = (",", ":")
+"""JSON separators without spaces, as the runtime writes its answers."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,7 @@ def error_body(code: str, kind: str) -> dict[str, Any]:
 def error_response(
     status: int, code: str, kind: str, headers: Mapping[str, str] | None = None
 ) -> Response:
-    content = json.dumps(error_body(code, kind)).encode()
+    content = json.dumps(error_body(code, kind), separators=COMPACT).encode()
     return Response(
         content,
         status_code=status,
@@ -254,6 +259,23 @@ class Listener:
         )
         return Refusal(reply.status, code, kind, headers)
 
+    def runtime_cards(self) -> list[dict[str, Any]]:
+        """The model cards of the runtime grant, in grant order, each under its public id:
+        the card a ready replica reported (its ``id`` the public one, ``ready`` true), or,
+        while no replica is ready, ``{"id", "object": "model", "ready": false}``. A granted
+        id with no deployment behind it is left out."""
+        cards = []
+        for model in self.grant.runtime:
+            pool = self.pools.get(model)
+            if pool is None:
+                continue
+            card = next((w.card for w in pool.workers if w.ready and w.card is not None), None)
+            if card is None:
+                cards.append({"id": model, "object": "model", "ready": False})
+            else:
+                cards.append({**card, "id": model, "ready": True})
+        return cards
+
     # -- the app -----------------------------------------------------------------------------
     def _build(self) -> FastAPI:
         app = FastAPI(
@@ -306,6 +328,11 @@ class Listener:
                 if model in self.pools
             ]
             return _json(200, {"object": "list", "data": data})
+
+        @route("/v1/models", "GET")
+        async def runtime_models(request: Request) -> Response:
+            self._admit(request, self.grant.runtime, RUNTIME)
+            return _json(200, {"object": "list", "data": self.runtime_cards()})
 
         for path in ("/v1/systemone", "/v1/decisions", "/v1/systemone/batch"):
             route(path, "POST")(self._systemone_handler(path))
@@ -428,11 +455,11 @@ class Listener:
 
 
 def _runtime_path(path: str) -> bool:
-    return path in RUNTIME_ROUTES or path == "/v1/bundle"
+    return path in RUNTIME_ROUTES or path in ("/v1/bundle", "/v1/models")
 
 
 def _json(status: int, body: Any) -> Response:
-    return _raw(status, json.dumps(body, ensure_ascii=False).encode())
+    return _raw(status, json.dumps(body, ensure_ascii=False, separators=COMPACT).encode())
 
 
 def _raw(status: int, content: bytes) -> Response:

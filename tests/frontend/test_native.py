@@ -74,11 +74,36 @@ def test_the_models_list_names_granted_ids_that_resolve():
     run(scenario())
 
 
+def test_a_runtime_grant_lists_its_cards_under_the_public_ids():
+    async def scenario():
+        grant = Grant("http", runtime=("pub-b", "pub-a", "pub-none"))
+        async with served(grant, ("a", "b")) as (client, _, pools, _listener):
+            pools["pub-b"].workers[0].update("loading", "weights")
+            response = await client.get("/v1/models")
+            assert response.status_code == 200
+            assert response.headers["cache-control"] == "no-store"
+            listed = response.json()
+            assert listed["object"] == "list"
+            assert listed["data"][0] == {"id": "pub-b", "object": "model", "ready": False}
+            served_card = pools["pub-a"].workers[0].card
+            assert listed["data"][1] == {**served_card, "id": "pub-a", "ready": True}
+            assert len(listed["data"]) == 2
+            assert b", " not in response.content and b": " not in response.content
+            refused = await client.get("/v1/systemone/models")
+            assert is_error(refused, 404, "systemone_not_published")
+            assert b'{"error":{"code":' in refused.content
+
+    run(scenario())
+
+
 def test_a_listener_without_a_grant_publishes_nothing():
     async def scenario():
         async with served(Grant("http")) as (client, fakes, *_):
             assert is_error(
                 await client.get("/v1/systemone/models"), 404, "systemone_not_published"
+            )
+            assert is_error(
+                await client.get("/v1/models"), 404, "runtime_not_published", "runtime_error"
             )
             for path in SYSTEMONE_PATHS:
                 response = await client.post(path, json={"model": "pub-a", **QUESTION})
