@@ -141,13 +141,49 @@ def private_directory(path: Path, what: str) -> Path:
     return path
 
 
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale_directories(parent: Path) -> list[Path]:
+    """Remove the worker directories (``vllm-srun-<pid>``) that frontends killed before
+    they could clean up left in ``parent``: only real directories of this user whose
+    ``<pid>`` no longer runs. Returns what was removed. A directory that cannot be
+    removed is left as it is (the sweep never stops a start).
+    """
+    removed = []
+    for entry in parent.glob("vllm-srun-*"):
+        pid = entry.name.removeprefix("vllm-srun-")
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        try:
+            info = os.lstat(entry)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        if not entry.exists():
+            removed.append(entry)
+    return removed
+
+
 @dataclass(frozen=True)
 class RuntimeEnvironment:
     """What the environment says about managed workers.
 
     Attributes:
         command: the worker command (``VLLM_SRUN_COMMAND``, space-split).
-        directory: sockets and models files (``VLLM_SRUN_DIR``, 0700).
+        directory: sockets and models files (``VLLM_SRUN_DIR``, 0700; else its own
+            ``<tmp>/vllm-srun-<pid>``, where the ones frontends killed by SIGKILL left
+            behind are swept first: :func:`sweep_stale_directories`).
         created: whether the frontend made ``directory`` (its own temp dir, removed at exit).
         cache_dir: the managed runtimes' model cache (``VLLM_SRUN_CACHE_DIR``).
         thread_override: ``VLLM_SRUN_CPU_THREADS``.
@@ -196,7 +232,9 @@ class RuntimeEnvironment:
             directory = private_directory(Path(given).expanduser().absolute(), "VLLM_SRUN_DIR")
             created = False
         else:
-            own = Path(tempfile.gettempdir()) / f"vllm-srun-{os.getpid()}"
+            parent = Path(tempfile.gettempdir())
+            sweep_stale_directories(parent)
+            own = parent / f"vllm-srun-{os.getpid()}"
             created = not own.exists()
             directory = private_directory(own, "the worker directory")
         level = LOG_LEVELS.get(log_level.lower())

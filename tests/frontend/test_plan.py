@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from vllm_sr.workers.plan import (
     private_directory,
     replica_id,
     sanitized,
+    sweep_stale_directories,
 )
 
 from .conftest import FAKE_COMMAND, environment
@@ -234,3 +236,26 @@ def test_auto_is_asked_once_of_the_worker_command(tmp_path, caplog):
     assert broken.auto() is None
     assert "auto_device_unresolved" in caplog.text and "no torch here" in caplog.text
     assert Devices([str(tmp_path / "missing")]).auto() is None
+
+
+def test_worker_directories_left_by_killed_frontends_are_swept(tmp_path):
+    finished = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead = tmp_path / f"vllm-srun-{int(finished.stdout)}"
+    (dead / "nested").mkdir(parents=True)
+    (dead / "nested" / "primary.json").write_text("{}")
+    live = tmp_path / f"vllm-srun-{os.getppid()}"
+    live.mkdir()
+    mine = tmp_path / f"vllm-srun-{os.getpid()}"
+    mine.mkdir()
+    other = tmp_path / "vllm-srun-notapid"
+    other.mkdir()
+    linked = tmp_path / f"vllm-srun-{int(finished.stdout) + 1_000_000}"
+    linked.symlink_to(live)
+    assert sweep_stale_directories(tmp_path) == [dead]
+    assert not dead.exists()
+    assert live.is_dir() and mine.is_dir() and other.is_dir() and linked.is_symlink()
