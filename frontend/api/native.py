@@ -315,7 +315,7 @@ class Listener:
                         if self._inflight == 0:
                             self._idle.set()
 
-                app.add_api_route(path, endpoint, methods=[method], include_in_schema=False)
+                app.router.add_route(path, endpoint, methods=[method], include_in_schema=False)
 
             return register
 
