@@ -430,8 +430,13 @@ def serve_kubernetes(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         if err.code in ("bad_flag", "local_model"):
             parser.exit(2, f"vllm-sr serve: {err}\n")
         return _fail(f"{err} [{err.code}]")
+    namespace = overlay.namespace or "<namespace>"
     print(f"wrote {written}")
     print(f"kubectl apply -k {written.parent}")
+    print(
+        "attach routers and frontends by endpoint: "
+        f"http://model-runtime.{namespace}.svc.cluster.local:8100"
+    )
     return 0
 
 

@@ -58,6 +58,18 @@ NOT_ON_KUBERNETES = {
 """Serve flags the Kubernetes target has no use for, and why."""
 
 
+class _Dumper(yaml.SafeDumper):
+    """YAML with multi-line strings (the patch) as literal blocks."""
+
+
+def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _text)
+
+
 class TargetError(Exception):
     """The overlay cannot be written as asked; the message says why and what to do.
 
@@ -245,6 +257,7 @@ def write_overlay(overlay: RuntimeOverlay, output: Path, manifests: Path) -> Pat
     target = output / "kustomization.yaml"
     target.write_text(
         "# Written by vllm-sr serve --target kubernetes; render: kubectl kustomize "
-        f"{output}\n" + yaml.safe_dump(overlay.kustomization(relative), sort_keys=False)
+        f"{output}\n"
+        + yaml.dump(overlay.kustomization(relative), Dumper=_Dumper, sort_keys=False)
     )
     return target
