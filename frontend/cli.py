@@ -204,9 +204,7 @@ def _add_container_flags(serve: argparse.ArgumentParser) -> None:
         choices=RUNTIMES,
         help="docker or podman (default: CONTAINER_RUNTIME, else detected)",
     )
-    box.add_argument(
-        "--runtime", dest="legacy_runtime", choices=RUNTIMES, help=argparse.SUPPRESS
-    )
+    box.add_argument("--runtime", dest="legacy_runtime", choices=RUNTIMES, help=argparse.SUPPRESS)
     cluster = serve.add_argument_group("Kubernetes (--target kubernetes MODEL...)")
     cluster.add_argument(
         "--target",

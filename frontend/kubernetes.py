@@ -49,8 +49,7 @@ DOCKER_ONLY = {
 NOT_ON_KUBERNETES = {
     "config": "--config (the frontend's configuration is the ConfigMap of "
     "deploy/kubernetes/frontend)",
-    "replicas": "-dp (the runtime Deployment scales by its replicas and "
-    "HorizontalPodAutoscaler)",
+    "replicas": "-dp (the runtime Deployment scales by its replicas and HorizontalPodAutoscaler)",
     "device_ids": "--device-ids (the cluster allocates GPUs: amd.com/gpu or nvidia.com/gpu)",
     "profile": "--runtime-profile",
     "models": "--models (name the models as MODEL arguments)",
@@ -137,7 +136,11 @@ class RuntimeOverlay:
         ]
         if self.image:
             ops.append(
-                {"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": self.image}
+                {
+                    "op": "replace",
+                    "path": "/spec/template/spec/containers/0/image",
+                    "value": self.image,
+                }
             )
         doc: dict[str, Any] = {
             "apiVersion": "kustomize.config.k8s.io/v1beta1",
@@ -257,7 +260,6 @@ def write_overlay(overlay: RuntimeOverlay, output: Path, manifests: Path) -> Pat
     target = output / "kustomization.yaml"
     target.write_text(
         "# Written by vllm-sr serve --target kubernetes; render: kubectl kustomize "
-        f"{output}\n"
-        + yaml.dump(overlay.kustomization(relative), Dumper=_Dumper, sort_keys=False)
+        f"{output}\n" + yaml.dump(overlay.kustomization(relative), Dumper=_Dumper, sort_keys=False)
     )
     return target

@@ -36,9 +36,7 @@ def call(argv: Sequence[str], quiet: bool) -> int:
     return subprocess.run(list(argv), check=False).returncode
 
 
-def ensure_image(
-    runtime: ContainerRuntime, image: str, policy: str, run: Call = call
-) -> str:
+def ensure_image(runtime: ContainerRuntime, image: str, policy: str, run: Call = call) -> str:
     """Make ``image`` present as ``policy`` asks: ``always`` pulls; ``ifnotpresent``
     pulls only when ``image inspect`` fails; ``never`` only checks.
 

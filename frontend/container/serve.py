@@ -107,9 +107,7 @@ def plan_container(
     check_flags(args)
     packages = Packages()
     models = [container_model(m, packages) for m in args.model]
-    models_file = (
-        rewrite_models_file(args.models, args.platform, packages) if args.models else None
-    )
+    models_file = rewrite_models_file(args.models, args.platform, packages) if args.models else None
     extra = engine_argv(args)
     if args.revision is not None:
         extra += ["--revision", args.revision.lower()]

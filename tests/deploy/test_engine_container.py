@@ -26,7 +26,8 @@ KEEP_ID = ["--userns=keep-id"] if os.getuid() != 0 else []
 """Rootless Podman keeps this user's id in the container; rootful Podman has no keep-id."""
 
 
-def tail(port: int = 8100) -> list[str]:
+def tail() -> list[str]:
+    """The runtime's listen and cache words inside the container (always the same)."""
     return ["--host", "0.0.0.0", "--port", "8100", "--cache-dir", "/app/models/model-runtime"]
 
 
@@ -149,7 +150,11 @@ def test_nvidia_gpus_by_cdi_on_podman(fake_runtime: FakeRuntime, monkeypatch):
     monkeypatch.setenv("CONTAINER_RUNTIME", "podman")
     assert main(["serve", "org/model", "--platform", "nvidia"]) == 0
     calls = fake_runtime.calls()
-    assert calls[0] == ["podman", "pull", "ghcr.io/vllm-project/semantic-router/vllm-sr-cuda:latest"]
+    assert calls[0] == [
+        "podman",
+        "pull",
+        "ghcr.io/vllm-project/semantic-router/vllm-sr-cuda:latest",
+    ]
     run = calls[-1]
     assert run[: 8 + len(KEEP_ID)] == [
         "podman", "run", "--rm", "--init", "--name", "vllm-sr-engine-8100",
