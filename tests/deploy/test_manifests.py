@@ -4,6 +4,8 @@ and the frontend really serve; the container args are accepted by the real parse
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -219,3 +221,32 @@ def test_security_services_and_scale_out(rendered, name):
     pdb = by_kind(documents, "PodDisruptionBudget", "model-runtime")
     runtime = by_kind(documents, "Deployment", "model-runtime")
     assert pdb["spec"]["selector"] == runtime["spec"]["selector"]
+
+
+def documented_overlay(tmp_path: Path, section: str) -> list[dict[str, Any]]:
+    """The cpu overlay with the first YAML block of ``section`` of docs/deploy.md as its
+    patches, rendered and validated."""
+    docs = (MANIFESTS.parents[1] / "docs" / "deploy.md").read_text()
+    patch = docs.split(section, 1)[1].split("```yaml\n", 1)[1].split("```")[0]
+    overlay = tmp_path / "documented"
+    overlay.mkdir()
+    base = os.path.relpath(MANIFESTS / "overlays" / "cpu", overlay)  # kustomize: relative
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources:\n  - {base}\n" + patch
+    )
+    documents = render(overlay)
+    assert validate(documents) == []
+    return documents
+
+
+def test_the_documented_attach_patch_selects_attached_yaml(tmp_path):
+    documents = documented_overlay(tmp_path, "## Frontends attached")
+    args = frontend_parser().parse_args(frontend_container(documents)["args"])
+    assert args.config == "/etc/vllm-sr/attached.yaml"
+
+
+def test_the_documented_volume_patch_resizes_the_claim(tmp_path):
+    documents = documented_overlay(tmp_path, "## Sizing the model volume")
+    claim = by_kind(documents, "PersistentVolumeClaim", "model-runtime-models")
+    assert claim["spec"]["resources"]["requests"]["storage"] == "40Gi"
