@@ -7,6 +7,7 @@ import argparse
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Mapping
 
 from ..config.flags import ENGINE_FLAGS, PLATFORMS, FlagError, check_device
@@ -96,9 +97,10 @@ def plan_container(
     *,
     uid: int | None = None,
     gid: int | None = None,
+    workdir: str | None = None,
 ) -> EngineContainer:
     """The engine container the flags describe (nothing is run; the models file copy
-    is written).
+    is written into ``workdir``, a fresh temporary directory when ``None``).
 
     Raises:
         ContainerError: see :func:`check_flags` and
@@ -107,7 +109,10 @@ def plan_container(
     check_flags(args)
     packages = Packages()
     models = [container_model(m, packages) for m in args.model]
-    models_file = rewrite_models_file(args.models, args.platform, packages) if args.models else None
+    models_file = None
+    if args.models:
+        made = (lambda: workdir) if workdir else None
+        models_file = rewrite_models_file(args.models, args.platform, packages, directory=made)
     extra = engine_argv(args)
     if args.revision is not None:
         extra += ["--revision", args.revision.lower()]
@@ -145,13 +150,16 @@ def serve_container(args: argparse.Namespace, environ: Mapping[str, str]) -> int
     runtime = detect_runtime(args.container_runtime, environ)
     getuid = getattr(os, "getuid", None)
     getgid = getattr(os, "getgid", None)
-    container = plan_container(
-        args,
-        environ,
-        runtime,
-        uid=getuid() if getuid else None,
-        gid=getgid() if getgid else None,
-    )
-    os.makedirs(container.cache, exist_ok=True)
-    ensure_image(runtime, container.image, args.image_pull_policy or "always")
-    return start(container)
+    # The models file's copy lives as long as the container: removed when it stops.
+    with tempfile.TemporaryDirectory(prefix="vllm-sr-engine-") as workdir:
+        container = plan_container(
+            args,
+            environ,
+            runtime,
+            uid=getuid() if getuid else None,
+            gid=getgid() if getgid else None,
+            workdir=workdir,
+        )
+        os.makedirs(container.cache, exist_ok=True)
+        ensure_image(runtime, container.image, args.image_pull_policy or "always")
+        return start(container)

@@ -11,7 +11,8 @@ one JSON line ``{"argv": [...]}`` (the name called as first word) to
 - ``container inspect ... NAME``: ``FAKE_CONTAINER`` = ``none`` (exit 1, default),
   ``running`` (prints ``true``) or ``exited`` (prints ``false``);
 - ``rm``: exit 0;
-- ``run``: with ``FAKE_RUN_EXIT=N`` exits N at once; else prints
+- ``run``: records the content of a mounted models file as ``{"models_yaml": TEXT}``;
+  with ``FAKE_RUN_EXIT=N`` exits N at once; else prints
   ``fake-container: running`` and waits (60 s at most) for SIGINT or SIGTERM, records
   ``{"stopped": "SIGTERM"}`` and exits 128 + the signal, as ``docker run`` does.
 """
@@ -55,6 +56,10 @@ def main() -> int:
     if words[:1] == ["rm"]:
         return 0
     if words[:1] == ["run"]:
+        for index, word in enumerate(words[:-1]):
+            host, _, inside = words[index + 1].partition(":")
+            if word == "-v" and inside.startswith("/app/packages/models.yaml:"):
+                record({"models_yaml": Path(host).read_text(encoding="utf-8")})
         if "FAKE_RUN_EXIT" in os.environ:
             return int(os.environ["FAKE_RUN_EXIT"])
         print("fake-container: running", flush=True)
