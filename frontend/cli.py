@@ -167,7 +167,8 @@ def _add_serve(commands: Any) -> None:
         action="store_true",
         help="managed workers load only installed or cached models and never download "
         f"(always so for the built-in default {DEFAULT_MODEL}, which comes from its "
-        "installed mirror, when neither MODEL nor --config is given)",
+        "installed mirror, when neither MODEL nor --config is given); without -e the "
+        "engine container's runtime gets --offline",
     )
     serve.add_argument(
         "--startup-timeout",

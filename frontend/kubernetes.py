@@ -28,9 +28,6 @@ RUNTIME_DEPLOYMENT = "model-runtime"
 RUNTIME_PORT = 8100
 """The runtime container's port (the Service's too)."""
 
-GPU_RESOURCES = {"rocm": "amd.com/gpu", "cuda": "nvidia.com/gpu"}
-"""The extended resource a GPU platform's runtime pod asks for in its limits."""
-
 CACHE_DIR = "/app/models/model-runtime"
 """The runtime's ``--cache-dir``: on the model volume (the PersistentVolumeClaim)."""
 

@@ -8,7 +8,8 @@ Modules: :mod:`.runtime` (which container CLI, and whether it is Podman),
 inside the container), :mod:`.command` (the ``run`` argv: GPU pass-through, the
 environment by name), :mod:`.images` (presence by ``image inspect``, the pull
 policy), :mod:`.foreground` (the leftover-container check, the run, its signals
-and exit status) and :mod:`.serve` (the serve flags into one run).
+and exit status) and :mod:`.serve` (the serve flags into one run); every refusal is a
+:class:`~.errors.ContainerError` with a ``code``.
 """
 
 from __future__ import annotations
