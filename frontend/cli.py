@@ -4,8 +4,13 @@
 serve flags to the configuration (``--config``, or a fresh one whose default
 decision deployment serves the runtime's built-in MiniLM), starts one worker per
 replica and serves the native API on the ``http-8899`` listener, the management
-API on 127.0.0.1:8080 and the metrics on 127.0.0.1:9190. Router mode (``serve``
-without ``-e``) does not exist in this project yet and is refused.
+API on 127.0.0.1:8080 and the metrics on 127.0.0.1:9190.
+
+``vllm-sr serve MODEL... | --models FILE`` without ``-e`` runs ``vllm-srun serve``
+in the foreground in a Docker or Podman container (:mod:`vllm_sr.container`);
+``--target kubernetes`` writes a kustomize overlay instead (:mod:`vllm_sr.kubernetes`).
+Router mode (``serve`` without ``-e`` and without MODEL or ``--models``) does not
+exist in this project yet and is refused.
 """
 
 from __future__ import annotations
@@ -39,8 +44,19 @@ from .workers.plan import LOG_LEVELS, PlanError
 ROUTER_MODE_REFUSED = (
     "vllm-sr serve without -e would start Router mode (signals, decisions and Chat "
     "routing), which this version of vllm-sr does not have yet; -e (--engine) starts "
-    "Engine mode, which serves the native System One API: vllm-sr serve [MODEL] -e"
+    "Engine mode, which serves the native System One API: vllm-sr serve [MODEL] -e; "
+    "vllm-sr serve MODEL... runs the runtime in a foreground container"
 )
+
+CONTAINER_ONLY = {
+    "models": "--models",
+    "host": "--host",
+    "port": "--port",
+    "image": "--image",
+    "image_pull_policy": "--image-pull-policy",
+    "container_runtime": "--container-runtime",
+}
+"""Serve flags of the foreground engine container that the frontend (``-e``) refuses."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,27 +93,38 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_serve(commands: Any) -> None:
     serve = commands.add_parser(
         "serve",
-        help="start the frontend (-e: Engine mode)",
+        help="start the frontend (-e: Engine mode), or the runtime in a container (MODEL...)",
         description="Start the frontend. -e (--engine) starts Engine mode: the native System "
         "One API on the listeners, answered by managed or attached vllm-srun workers. "
         f"Without MODEL and without --config the default decision deployment `primary` "
         f"serves {DEFAULT_MODEL}, the runtime's built-in MiniLM, which answers System One "
         "questions through its similarity readout; a fresh setup publishes it on the "
-        "listener http-8899 (127.0.0.1:8899).",
+        "listener http-8899 (127.0.0.1:8899). Without -e, MODEL... or --models FILE runs "
+        "vllm-srun serve in the foreground in a Docker or Podman container published on "
+        "--host:--port (127.0.0.1:8100); Ctrl-C stops it. --target kubernetes writes a "
+        "kustomize overlay serving MODEL... on the runtime Deployment instead.",
         epilog="Environment: VLLM_SRUN_COMMAND (worker command, default vllm-srun), "
         "VLLM_SRUN_DIR (sockets and models files, 0700), VLLM_SRUN_CACHE_DIR (model cache "
         "of managed workers), VLLM_SRUN_CPU_THREADS (threads per CPU worker), "
         "VLLM_SRUN_READY_TIMEOUT (Go duration, default 10m), VLLM_SRUN_RESULT_CACHE (entries "
         "of a single-worker deployment's result cache, default 4096, 0 disables it), "
         "VLLM_SR_PORT_OFFSET (added to the default ports), "
-        "VLLM_SR_PUBLISH_MANAGEMENT_API=true (management API on 0.0.0.0).",
+        "VLLM_SR_PUBLISH_MANAGEMENT_API=true (management API on 0.0.0.0), "
+        "VLLM_SR_PUBLISH_METRICS=true (metrics on 0.0.0.0). Engine container: "
+        "CONTAINER_RUNTIME, VLLM_SR_ENGINE_CACHE_DIR (its /app/models, default "
+        "$XDG_CACHE_HOME/vllm-sr/models or ~/.cache/vllm-sr/models), HF_TOKEN, HF_ENDPOINT "
+        "and HF_HUB_OFFLINE (passed by name), VLLM_SR_AMD_GPU_PASSTHROUGH=0, "
+        "VLLM_SR_NVIDIA_GPU_PASSTHROUGH=0, VLLM_SR_DNS=a,b.",
     )
     serve.add_argument(
         "model",
-        nargs="?",
+        nargs="*",
         metavar="MODEL",
-        help="the default decision deployment's artifact: a Hub repository owner/name or a "
-        f"local package directory (default: the configured one, else {DEFAULT_MODEL})",
+        help="with -e: the default decision deployment's artifact, a Hub repository "
+        f"owner/name or a local package directory (default: the configured one, else "
+        f"{DEFAULT_MODEL}); without -e: the models the engine container serves (Hub "
+        "repository, built-in name or local package directory, mounted read-only; "
+        "MODEL@REVISION pins one)",
     )
     serve.add_argument(
         "-e", "--engine", action="store_true", help="start Engine mode (required for now)"
@@ -140,7 +167,8 @@ def _add_serve(commands: Any) -> None:
         action="store_true",
         help="managed workers load only installed or cached models and never download "
         f"(always so for the built-in default {DEFAULT_MODEL}, which comes from its "
-        "installed mirror, when neither MODEL nor --config is given)",
+        "installed mirror, when neither MODEL nor --config is given); without -e the "
+        "engine container's runtime gets --offline",
     )
     serve.add_argument(
         "--startup-timeout",
@@ -152,8 +180,58 @@ def _add_serve(commands: Any) -> None:
         "--log-level",
         default="info",
         choices=tuple(LOG_LEVELS),
-        help="log level of the frontend and its workers (default: info)",
+        help="log level of the frontend and its workers, or of the engine container's "
+        "runtime (default: info)",
     )
+    _add_container_flags(serve)
+
+
+def _add_container_flags(serve: argparse.ArgumentParser) -> None:
+    from .container.images import PULL_POLICIES
+    from .container.runtime import RUNTIMES
+
+    box = serve.add_argument_group("engine container (MODEL... without -e)")
+    box.add_argument("--models", metavar="FILE", help="a models file instead of MODEL arguments")
+    box.add_argument("--host", help="host address the runtime is published on (127.0.0.1)")
+    box.add_argument("--port", type=_port, help="host port the runtime is published on (8100)")
+    box.add_argument("--image", help="another image (default: the platform's)")
+    box.add_argument(
+        "--image-pull-policy",
+        choices=PULL_POLICIES,
+        help="always (default), ifnotpresent or never; presence by `image inspect`",
+    )
+    box.add_argument(
+        "--container-runtime",
+        choices=RUNTIMES,
+        help="docker or podman (default: CONTAINER_RUNTIME, else detected)",
+    )
+    box.add_argument("--runtime", dest="legacy_runtime", choices=RUNTIMES, help=argparse.SUPPRESS)
+    cluster = serve.add_argument_group("Kubernetes (--target kubernetes MODEL...)")
+    cluster.add_argument(
+        "--target",
+        choices=("docker", "kubernetes"),
+        default="docker",
+        help="docker: run here (default); kubernetes: write a kustomize overlay",
+    )
+    cluster.add_argument("--namespace", help="the overlay's namespace (created by it)")
+    cluster.add_argument(
+        "--output",
+        metavar="DIR",
+        default="vllm-sr-kubernetes",
+        help="where the overlay is written (default: vllm-sr-kubernetes)",
+    )
+    cluster.add_argument(
+        "--manifests",
+        metavar="DIR",
+        default="deploy/kubernetes",
+        help="the checkout's kustomize bases and overlays (default: deploy/kubernetes)",
+    )
+
+
+def _port(text: str) -> int:
+    if not text.strip().isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 1 to 65535, not {text!r}")
+    return int(text)
 
 
 def _positive_int(text: str) -> int:
@@ -216,10 +294,35 @@ def ready_timeout(environ: dict[str, str], startup_timeout: int | None) -> tuple
 
 
 def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """``vllm-sr serve``: the frontend until a signal (0) or a failed startup (1)."""
+    """``vllm-sr serve``: the frontend until a signal (0) or a failed startup (1); the
+    engine container until it stops (0 on a requested stop); or the Kubernetes overlay."""
+    if args.legacy_runtime is not None:
+        print(
+            "vllm-sr: --runtime is renamed to --container-runtime; --runtime keeps working "
+            "for this release only",
+            file=sys.stderr,
+        )
+        args.container_runtime = args.container_runtime or args.legacy_runtime
+    if args.target == "kubernetes":
+        return serve_kubernetes(args, parser)
     if not args.engine:
-        print(f"vllm-sr: {ROUTER_MODE_REFUSED}", file=sys.stderr)
-        return 2
+        if not args.model and not args.models:
+            print(f"vllm-sr: {ROUTER_MODE_REFUSED}", file=sys.stderr)
+            return 2
+        return serve_container(args, parser)
+    for name, flag in CONTAINER_ONLY.items():
+        if getattr(args, name) is not None:
+            parser.exit(
+                2,
+                f"vllm-sr serve: {flag} applies to the engine container (vllm-sr serve "
+                "MODEL... without -e); the frontend reads its deployments from --config\n",
+            )
+    if len(args.model) > 1:
+        parser.exit(
+            2,
+            "vllm-sr serve: -e takes one MODEL (the default decision deployment's artifact); "
+            "declare more deployments in --config\n",
+        )
     from .config.flags import apply_serve_options
     from .frontend import LOOPBACK, MANAGEMENT_PORT, METRICS_PORT, Frontend
     from .pool.cache import entries_from_environment
@@ -237,7 +340,7 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             if getattr(args, name, None) is not None
         }
         options = ServeOptions(
-            model=args.model,
+            model=args.model[0] if args.model else None,
             engine=True,
             replicas=args.replicas,
             device_ids=args.device_ids,
@@ -258,7 +361,7 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         timeout, source = ready_timeout(environ, args.startup_timeout)
         result_cache = entries_from_environment(environ)
         # The built-in default is served from its installed mirror: nothing to download.
-        offline = args.offline or (args.model is None and args.config is None)
+        offline = args.offline or (not args.model and args.config is None)
         env = RuntimeEnvironment.from_environ(environ, log_level=args.log_level, offline=offline)
     except FlagError as err:
         parser.exit(2, f"vllm-sr serve: {err}\n")
@@ -270,11 +373,16 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         stream=sys.stderr,
     )
     published = environ.get("VLLM_SR_PUBLISH_MANAGEMENT_API", "").strip().lower() == "true"
+    metrics_host = (
+        "0.0.0.0"
+        if environ.get("VLLM_SR_PUBLISH_METRICS", "").strip().lower() == "true"
+        else LOOPBACK
+    )
     frontend = Frontend(
         config,
         env,
         management=("0.0.0.0" if published else LOOPBACK, MANAGEMENT_PORT + offset),
-        metrics_address=(LOOPBACK, METRICS_PORT + offset),
+        metrics_address=(metrics_host, METRICS_PORT + offset),
         ready_timeout=timeout,
         timeout_source=source,
         devices=devices,
@@ -289,6 +397,44 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     )
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
         return runner.run(frontend.run())
+
+
+def serve_container(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``vllm-sr serve MODEL... | --models FILE`` without ``-e``: the foreground engine
+    container; 0 after a requested stop, 2 for bad flags, 1 when it cannot run."""
+    from .container import ContainerError
+    from .container.serve import serve_container as run_container
+
+    try:
+        return run_container(args, dict(os.environ))
+    except ContainerError as err:
+        if err.code == "bad_flag":
+            parser.exit(2, f"vllm-sr serve: {err}\n")
+        return _fail(f"{err} [{err.code}]")
+
+
+def serve_kubernetes(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``vllm-sr serve --target kubernetes ... MODEL...``: write the overlay and print the
+    ``kubectl apply -k`` command; 2 for bad flags, 1 without the manifests."""
+    from pathlib import Path
+
+    from .kubernetes import TargetError, overlay_from_args, write_overlay
+
+    try:
+        overlay = overlay_from_args(args)
+        written = write_overlay(overlay, Path(args.output), Path(args.manifests))
+    except TargetError as err:
+        if err.code in ("bad_flag", "local_model"):
+            parser.exit(2, f"vllm-sr serve: {err}\n")
+        return _fail(f"{err} [{err.code}]")
+    namespace = overlay.namespace or "<namespace>"
+    print(f"wrote {written}")
+    print(f"kubectl apply -k {written.parent}")
+    print(
+        "attach routers and frontends by endpoint: "
+        f"http://model-runtime.{namespace}.svc.cluster.local:8100"
+    )
+    return 0
 
 
 def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

@@ -30,7 +30,8 @@ listeners:
 
 
 def test_serve_without_engine_mode_is_refused(capsys):
-    assert main(["serve", "some/model"]) == 2
+    # With MODEL (or --models), serve without -e runs the engine container (tests/deploy).
+    assert main(["serve", "--config", "config.yaml"]) == 2
     err = capsys.readouterr().err
     assert ROUTER_MODE_REFUSED in err
     assert "Router mode" in err and "does not have yet" in err and "-e (--engine)" in err

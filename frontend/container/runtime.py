@@ -1,0 +1,103 @@
+"""Which container CLI runs the engine container: ``--container-runtime``,
+``CONTAINER_RUNTIME``, or detected (Docker first, unless its CLI is Podman's)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from .errors import ContainerError
+
+RUNTIMES = ("docker", "podman")
+"""The container CLIs ``--container-runtime`` and ``CONTAINER_RUNTIME`` accept."""
+
+PROBE_TIMEOUT_S = 10.0
+"""Bound of the ``docker --version`` probe, in seconds."""
+
+
+@dataclass(frozen=True)
+class ContainerRuntime:
+    """The container CLI to call.
+
+    Attributes:
+        executable: the command run (``docker`` or ``podman``, found on ``PATH``).
+        podman: whether it is Podman, including a ``docker`` command that is Podman's
+            CLI (Podman takes NVIDIA GPUs by CDI, and runs rootless with ``keep-id``).
+    """
+
+    executable: str
+    podman: bool
+
+
+def _version_says_podman(executable: str) -> bool:
+    """Whether ``<executable> --version`` names Podman (``podman-docker`` installs a
+    ``docker`` command that is Podman)."""
+    try:
+        answer = subprocess.run(
+            [executable, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "podman" in (answer.stdout + answer.stderr).lower()
+
+
+def detect_runtime(
+    requested: str | None,
+    environ: Mapping[str, str],
+    *,
+    which: Callable[[str], str | None] = shutil.which,
+    says_podman: Callable[[str], bool] = _version_says_podman,
+    platform_name: str = os.name,
+) -> ContainerRuntime:
+    """The container CLI to use.
+
+    Args:
+        requested: ``--container-runtime`` (``docker`` or ``podman``), or ``None``.
+        environ: read for ``CONTAINER_RUNTIME`` when ``requested`` is ``None``.
+        which: finds an executable on ``PATH`` (``shutil.which``).
+        says_podman: whether a ``docker`` executable is Podman's CLI.
+        platform_name: ``os.name``; native Windows (``nt``) is refused.
+
+    Raises:
+        ContainerError: native Windows, an unknown ``CONTAINER_RUNTIME``, the chosen
+            CLI not on ``PATH``, or neither CLI on ``PATH`` (code ``no_container_runtime``).
+    """
+    if platform_name == "nt":
+        raise ContainerError(
+            "the engine container needs Linux or macOS; on Windows run vllm-sr inside WSL 2",
+            "no_container_runtime",
+        )
+    chosen = requested
+    source = "--container-runtime"
+    if chosen is None and environ.get("CONTAINER_RUNTIME", "").strip():
+        chosen = environ["CONTAINER_RUNTIME"].strip().lower()
+        source = "CONTAINER_RUNTIME"
+        if chosen not in RUNTIMES:
+            raise ContainerError(
+                f"CONTAINER_RUNTIME must be docker or podman, not {environ['CONTAINER_RUNTIME']!r}",
+                "bad_flag",
+            )
+    if chosen is not None:
+        if which(chosen) is None:
+            raise ContainerError(
+                f"{source} {chosen}: no {chosen} command on PATH; install it or choose the "
+                f"other runtime ({' or '.join(r for r in RUNTIMES if r != chosen)})",
+                "no_container_runtime",
+            )
+        return ContainerRuntime(chosen, chosen == "podman" or says_podman(chosen))
+    if which("docker") is not None:
+        return ContainerRuntime("docker", says_podman("docker"))
+    if which("podman") is not None:
+        return ContainerRuntime("podman", True)
+    raise ContainerError(
+        "neither docker nor podman is on PATH: install one, or run the runtime without a "
+        "container from a source checkout (vllm-srun serve MODEL)",
+        "no_container_runtime",
+    )

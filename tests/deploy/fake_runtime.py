@@ -1,0 +1,77 @@
+"""A fake ``docker``/``podman`` CLI: it records each call and plays the daemon's answers.
+
+Installed under both names in a directory put first on ``PATH``. Every call appends
+one JSON line ``{"argv": [...]}`` (the name called as first word) to
+``$FAKE_RUNTIME_LOG``. The answers, set by the environment:
+
+- ``--version``: ``Docker version 27.3.1`` (``podman version 5.2.2`` when called as
+  podman, or when ``FAKE_DOCKER_IS_PODMAN=1``);
+- ``image inspect IMAGE``: exit 0 when ``FAKE_IMAGE_PRESENT=1``, else 1;
+- ``pull IMAGE``: exit ``FAKE_PULL_EXIT`` (0);
+- ``container inspect ... NAME``: ``FAKE_CONTAINER`` = ``none`` (exit 1, default),
+  ``running`` (prints ``true``) or ``exited`` (prints ``false``);
+- ``rm``: exit 0;
+- ``run``: records the content of a mounted models file as ``{"models_yaml": TEXT}``;
+  with ``FAKE_RUN_EXIT=N`` exits N at once; else prints
+  ``fake-container: running`` and waits (60 s at most) for SIGINT or SIGTERM, records
+  ``{"stopped": "SIGTERM"}`` and exits 128 + the signal, as ``docker run`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+
+def record(entry: dict[str, object]) -> None:
+    with open(os.environ["FAKE_RUNTIME_LOG"], "a", encoding="utf-8") as log:
+        log.write(json.dumps(entry) + "\n")
+
+
+def main() -> int:
+    name = Path(sys.argv[0]).name
+    argv = [name, *sys.argv[1:]]
+    # Block the stop signals before anything else: none is lost before the wait.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    record({"argv": argv})
+    words = argv[1:]
+    if words == ["--version"]:
+        podman = name == "podman" or os.environ.get("FAKE_DOCKER_IS_PODMAN") == "1"
+        print("podman version 5.2.2" if podman else "Docker version 27.3.1, build fake")
+        return 0
+    if words[:2] == ["image", "inspect"]:
+        return 0 if os.environ.get("FAKE_IMAGE_PRESENT") == "1" else 1
+    if words[:1] == ["pull"]:
+        return int(os.environ.get("FAKE_PULL_EXIT", "0"))
+    if words[:2] == ["container", "inspect"]:
+        state = os.environ.get("FAKE_CONTAINER", "none")
+        if state == "none":
+            print(f"Error: no such container: {words[-1]}", file=sys.stderr)
+            return 1
+        print("true" if state == "running" else "false")
+        return 0
+    if words[:1] == ["rm"]:
+        return 0
+    if words[:1] == ["run"]:
+        for index, word in enumerate(words[:-1]):
+            host, _, inside = words[index + 1].partition(":")
+            if word == "-v" and inside.startswith("/app/packages/models.yaml:"):
+                record({"models_yaml": Path(host).read_text(encoding="utf-8")})
+        if "FAKE_RUN_EXIT" in os.environ:
+            return int(os.environ["FAKE_RUN_EXIT"])
+        print("fake-container: running", flush=True)
+        got = signal.sigtimedwait({signal.SIGINT, signal.SIGTERM}, 60)
+        if got is None:
+            record({"stopped": None})
+            return 1
+        record({"stopped": signal.Signals(got.si_signo).name})
+        return 128 + got.si_signo
+    print(f"fake runtime: unexpected call {argv}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

