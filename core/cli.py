@@ -121,14 +121,14 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "serve":
-        from vllm_srun.serve.main import exit_if_busy, serve
+        from vllm_srun.serve.main import end_process, serve
 
         try:
             config = serve_config(args)
         except ConfigError as err:
             parser.error(str(err))
         code = serve(config)
-        exit_if_busy(code)  # threads still in compiled code: end without the teardown
+        end_process(code)  # answered and closed: skip the interpreter teardown
         return code
     if args.command == "golden" and args.golden_command is None:
         parser.parse_args(["golden", "--help"])
