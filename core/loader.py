@@ -296,7 +296,7 @@ def import_transformers_lean() -> None:
     try:
         for name in flags:
             setattr(import_utils, name, False)
-        import transformers.generation.utils  # noqa: F401
+        import transformers.generation.utils
         import transformers.modeling_utils  # noqa: F401
     finally:
         for name, value in flags.items():

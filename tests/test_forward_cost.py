@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from vllm_srun.plugins.spec import WorkItem
 from vllm_srun import probes
+from vllm_srun.plugins.spec import WorkItem
 from vllm_srun.probes import measure_forward_cost
 
 

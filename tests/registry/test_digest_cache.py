@@ -141,9 +141,7 @@ def test_a_file_changed_just_now_is_hashed_but_not_recorded(cache_file, weights)
     assert DigestCache(cache_file).sha256(weights) == sha(b"\x01" * 4096)
 
 
-def test_a_file_that_changes_while_it_is_hashed_is_not_recorded(
-    cache_file, weights, monkeypatch
-):
+def test_a_file_that_changes_while_it_is_hashed_is_not_recorded(cache_file, weights, monkeypatch):
     real = digests_module.sha256_file
 
     def racing(path: Path) -> str:
@@ -235,7 +233,7 @@ def test_verification_through_the_cache_still_refuses_a_tampered_file(
     time.sleep(0.02)
     weights.write_bytes(bytes(data))  # same size, in place
     with pytest.raises(LoadError, match=r"^a file hash does not match: model\.safetensors of"):
-        verify_package(package, entry=entry, digest_cache=DigestCache(cache_file))
+        verify_package(package, entry=entry, digest=DigestCache(cache_file).sha256)
     assert hashed == ["model.safetensors"]
 
 
