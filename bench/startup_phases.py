@@ -60,14 +60,22 @@ def main(model: str) -> dict[str, Any]:
 
     catalog = load_catalog()
     clock.done("plugin discovery and composition")
-    from vllm_srun.registry import DigestCache, prepare
+    from vllm_srun import loader, registry
 
-    digests = DigestCache.default()
-    prepared = prepare(model, builtins=catalog.layer("models"), offline=True, digest_cache=digests)
-    clock.done(f"resolve and verify ({digests.misses} hashed, {digests.hits} from the cache)")
-    from vllm_srun.loader import import_transformers_lean
-
-    import_transformers_lean()
+    if hasattr(registry, "DigestCache"):
+        digests = registry.DigestCache.default()
+        prepared = registry.prepare(
+            model, builtins=catalog.layer("models"), offline=True, digest_cache=digests
+        )
+        clock.done(f"resolve and verify ({digests.misses} hashed, {digests.hits} from the cache)")
+    else:  # a checkout from before the digest cache (a --baseline)
+        prepared = registry.prepare(model, builtins=catalog.layer("models"), offline=True)
+        clock.done("resolve and verify (every file hashed)")
+    if hasattr(loader, "import_transformers_lean"):
+        loader.import_transformers_lean()
+    else:
+        import transformers.generation.utils
+        import transformers.modeling_utils  # noqa: F401
     clock.done("import transformers' model base")
     from vllm_srun.extended import attach_extensions
     from vllm_srun.placement import place, required_bytes
@@ -91,9 +99,8 @@ def main(model: str) -> dict[str, Any]:
     measure_forward_cost(loaded)
     clock.done("forward-cost probe")
     from vllm_srun.golden import check
-    from vllm_srun.loader import ServedModel
 
-    served = ServedModel(
+    served = loader.ServedModel(
         name=model,
         package=package,
         family=family,

@@ -344,6 +344,7 @@ def load_model(
     """
     options = options or LoadOptions()
     catalog = catalog or load_catalog()
+    import_transformers_lean()  # before peft, a family or an engine imports a model class
     name, device, engine, family = options.name, options.device, options.engine, options.family
     dtype, threads, revision = options.dtype, options.threads, options.revision
     max_model_len, memory_budget_gib = options.max_model_len, options.memory_budget_gib
@@ -367,7 +368,6 @@ def load_model(
         accept_licences=options.accept_licences,
     )
     package = prepared.source.path
-    import_transformers_lean()  # before a family or an engine imports a transformers model
     if family is None and prepared.entry is not None:
         family = prepared.entry.family
     chosen_family = choose_family(catalog, package, family)
