@@ -245,3 +245,22 @@ def test_the_cache_lives_in_the_runtime_cache_folder(tmp_path):
     assert runtime_cache_root({"VLLM_SRUN_CACHE_DIR": "", "XDG_CACHE_HOME": ""}) == (
         Path.home() / ".cache" / "vllm-srun"
     )
+
+
+def test_prepare_uses_and_saves_the_runtime_cache_by_default(package, entry, tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_SRUN_CACHE_DIR", str(tmp_path / "runtime"))
+    made: list[DigestCache] = []
+    real_init = DigestCache.__init__
+
+    def ahead_init(self: DigestCache, file: Path | None, **kwargs: object) -> None:
+        real_init(self, file, clock=ahead)
+        made.append(self)
+
+    monkeypatch.setattr(DigestCache, "__init__", ahead_init)
+    prepare(package, builtins={NAME: entry})
+    prepare(package, builtins={NAME: entry})
+    assert [cache.file for cache in made] == [tmp_path / "runtime" / CACHE_FILE] * 2
+    assert [(cache.hits, cache.misses) for cache in made] == [
+        (0, len(entry.files)),
+        (len(entry.files), 0),
+    ]
