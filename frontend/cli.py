@@ -80,7 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     instance = commands.add_parser(
         "instance", help="ask a running frontend (its management API) about itself"
     )
-    instance.add_argument("--config", required=True, metavar="FILE", help="its config.yaml")
+    instance.add_argument(
+        "--config",
+        metavar="FILE",
+        help="its config.yaml (default: the configuration `vllm-sr serve -e` makes without one)",
+    )
     instance.add_argument(
         "action",
         choices=("status", "models"),
@@ -428,6 +432,14 @@ def serve_kubernetes(args: argparse.Namespace, parser: argparse.ArgumentParser) 
             parser.exit(2, f"vllm-sr serve: {err}\n")
         return _fail(f"{err} [{err.code}]")
     namespace = overlay.namespace or "<namespace>"
+    pinned = "--revision" in overlay.extra
+    for model in overlay.models:
+        if "@" not in model and not pinned and model != DEFAULT_MODEL:
+            print(
+                f"note: {model} has no @REVISION: the runtime serves it only if it is one of "
+                f"its built-in models (vllm-srun models); pin any other as {model}@<commit>",
+                file=sys.stderr,
+            )
     print(f"wrote {written}")
     print(f"kubectl apply -k {written.parent}")
     print(
@@ -491,8 +503,10 @@ def management_url(environ: dict[str, str] | None = None) -> str:
     return f"http://127.0.0.1:{MANAGEMENT_PORT + port_offset(environ)}"
 
 
-def instance(path: str, action: str) -> int:
-    """``vllm-sr instance --config FILE status|models``."""
+def instance(path: str | None, action: str) -> int:
+    """``vllm-sr instance [--config FILE] status|models``: without ``--config``, the
+    instance is taken to run the configuration ``vllm-sr serve -e`` makes with no config
+    (the ``http-8899`` listener publishing the built-in default)."""
     import urllib.request
 
     def fetch(route: str) -> Any:
@@ -500,7 +514,16 @@ def instance(path: str, action: str) -> int:
             return json.loads(answer.read())
 
     try:
-        config = load_config(path)
+        if path is None:
+            from .config.flags import apply_serve_options
+
+            listener_port = 8899 + port_offset()
+            document = apply_serve_options(
+                None, ServeOptions(), bootstrap=True, listener_port=listener_port
+            )
+            config = parse_config(document, "")
+        else:
+            config = load_config(path)
         base = management_url()
     except (ConfigError, FlagError) as err:
         return _fail(str(err))

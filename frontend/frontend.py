@@ -319,10 +319,12 @@ class Frontend:
         try:
             host, port = self.management
             await self._serve(build_management_app(self), host, port, "the management API")
+            log.info("management API on http://%s:%d (/ready, /startup-status)", host, port)
             await self._plan()
             if self.metrics_address is not None:
                 host, port = self.metrics_address
                 await self._serve(metrics_app(self.metrics), host, port, "the metrics endpoint")
+                log.info("metrics on http://%s:%d/metrics", host, port)
             self._start_workers()
             waited = asyncio.create_task(
                 wait_for_deployments(
@@ -382,6 +384,11 @@ class Frontend:
     async def _shutdown(self) -> None:
         """Drain the listeners, stop the workers, close the servers."""
         self._draining = True
+        inflight = sum(listener.inflight for listener in self.listeners)
+        log.info(
+            "shutting down: new requests get 503; %d in flight finish first, then the workers stop",
+            inflight,
+        )
         for listener in self.listeners:
             listener.stop()
         if self.listeners and not self.forced.is_set():
@@ -406,3 +413,4 @@ class Frontend:
         await asyncio.gather(*(task for _, task in self.servers), return_exceptions=True)
         if self.env.created:
             shutil.rmtree(self.env.directory, ignore_errors=True)
+        log.info("stopped")

@@ -314,9 +314,11 @@ class Supervisor:
                     self.failed_loads + 1,
                     failures,
                 )
+                tasks[1].cancel()  # no probe of a process being stopped
                 await self.terminate()
                 how = f"every model failed to load: {failures}"
             else:
+                tasks[1].cancel()
                 await self.terminate()
                 how = "stopped"
         finally:
