@@ -509,9 +509,12 @@ def instance(path: str | None, action: str) -> int:
     (the ``http-8899`` listener publishing the built-in default)."""
     import urllib.request
 
-    def fetch(route: str) -> Any:
+    def fetch(route: str) -> dict[str, Any]:
         with urllib.request.urlopen(base + route, timeout=5.0) as answer:
-            return json.loads(answer.read())
+            document = json.loads(answer.read())
+        if not isinstance(document, dict):
+            raise ValueError(f"{route} answered {type(document).__name__}, not a JSON object")
+        return document
 
     try:
         if path is None:

@@ -215,7 +215,7 @@ class Listener:
         raw = b"".join(chunks)
         try:
             body = json.loads(raw.decode())
-        except ValueError as err:  # not UTF-8, or not JSON
+        except (ValueError, RecursionError) as err:  # not UTF-8, not JSON, nested too deeply
             raise Refusal(400, "invalid_request", kind) from err
         if not isinstance(body, dict):
             raise Refusal(400, "invalid_request", kind)

@@ -377,16 +377,28 @@ def _check_decision_gpu(resource: Any, accelerator: str, host_gpu: Callable[[str
             )
 
 
+MAX_PORT_OFFSET = 65535 - 9190
+"""The largest ``VLLM_SR_PORT_OFFSET``: the metrics port (9190, the highest default)
+plus the offset must stay a TCP port."""
+
+
 def port_offset(environ: dict[str, str] | None = None) -> int:
     """``VLLM_SR_PORT_OFFSET``: added to the default ports (0 when unset).
 
     Raises:
-        FlagError: not a non-negative integer.
+        FlagError: not a non-negative integer of ASCII digits, or one that moves the
+            highest default port (the metrics' 9190) past 65535.
     """
     env = os.environ if environ is None else environ
     text = env.get("VLLM_SR_PORT_OFFSET", "").strip()
     if not text:
         return 0
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise FlagError(f"VLLM_SR_PORT_OFFSET must be a non-negative integer, not {text!r}")
-    return int(text)
+    offset = int(text)
+    if offset > MAX_PORT_OFFSET:
+        raise FlagError(
+            f"VLLM_SR_PORT_OFFSET {offset} moves the default ports past 65535 (9190 + offset); "
+            f"give at most {MAX_PORT_OFFSET}"
+        )
+    return offset

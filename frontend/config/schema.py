@@ -493,6 +493,10 @@ class Grant(Strict):
         return value
 
 
+WILDCARD_ADDRESSES = frozenset({"0.0.0.0", "::", "[::]"})
+"""Addresses that bind every interface: a port bound there is taken on all of them."""
+
+
 class Listener(Strict):
     """An API listener: where it binds, who may call it and what it publishes.
 
@@ -521,6 +525,12 @@ class Listener(Strict):
     def _keys(cls, value: list[str]) -> list[str]:
         if any(not key or key != key.strip() for key in value):
             raise _problem("api_keys must be trimmed, non-empty keys")
+        if any(not all("!" <= char <= "~" for char in key) for key in value):
+            raise _problem(
+                "api_keys must be printable ASCII without spaces (what an Authorization or "
+                "Api-Key header carries byte for byte); generate keys from letters, digits "
+                "and punctuation"
+            )
         return value
 
 
@@ -540,13 +550,14 @@ class Config(Strict):
             if listener.name in names:
                 raise _problem(f"two listeners are named {listener.name}; give each its own name")
             names.add(listener.name)
-            where = (listener.address, listener.port)
-            if where in binds:
-                raise _problem(
-                    f"listeners {binds[where]} and {listener.name} both bind "
-                    f"{listener.address}:{listener.port}"
-                )
-            binds[where] = listener.name
+            for (address, port), other in binds.items():
+                wildcard = {address, listener.address} & WILDCARD_ADDRESSES
+                if port == listener.port and (address == listener.address or wildcard):
+                    raise _problem(
+                        f"listeners {other} and {listener.name} both bind port {port} "
+                        f"({address} and {listener.address}); give each its own port"
+                    )
+            binds[(listener.address, listener.port)] = listener.name
         return self
 
     @property
@@ -675,6 +686,10 @@ def read_document(path: str | Path) -> dict[str, Any]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError([f"cannot be read: {err.strerror or err}"], str(path)) from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            [f"is not UTF-8 text (byte {err.start}): save it as UTF-8 YAML"], str(path)
+        ) from None
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as err:
@@ -699,7 +714,8 @@ def migrate_document(document: dict[str, Any]) -> tuple[dict[str, Any], list[str
     """``document`` without the removed model execution fields, and what was removed
     (``deployments.<name>.<field>``)."""
     removed: list[str] = []
-    catalog = document.get("global", {}).get("model_catalog", {}) if document else {}
+    glob = document.get("global") if isinstance(document, dict) else None
+    catalog = glob.get("model_catalog") if isinstance(glob, dict) else None
     deployments = catalog.get("deployments") if isinstance(catalog, dict) else None
     if isinstance(deployments, dict):
         for name, deployment in deployments.items():

@@ -53,6 +53,10 @@ IGNORED_CARD_KEYS = frozenset(
     # the clock or by the hardware they run on (``forward_cost`` is measured at load),
     # never by what they answer.
     | {"created", "accelerator_validated", "golden", "plugins", "forward_cost"}
+    # Measured at load on the worker's own hardware and threads (the batched-vs-alone
+    # deviation of the load-time probe): two replicas of one build differ in the last
+    # digits.
+    | {"batch_invariance"}
 )
 """Card keys two replicas of one pool may differ in."""
 
@@ -242,6 +246,14 @@ class ReplicaPool:
     def _check(self) -> None:
         """Refresh each ready replica's compatibility with the pool (cards seen once)."""
         several = len(self._replicas) > 1
+        if self._baseline_card is not None and not any(
+            r.worker.ready and r.worker.card is self._baseline_card for r in self._replicas
+        ):
+            # The replica the others were compared with is gone (or reloaded): judge every
+            # ready replica again, against the first compatible one.
+            self._baseline = self._baseline_card = None
+            for replica in self._replicas:
+                replica.seen_card = None
         for replica in self._replicas:
             card = replica.worker.card
             if not replica.worker.ready or card is None:

@@ -9,7 +9,9 @@ sequential ``/v1/systemone`` exchanges each; ``bench/results/frontend.md``), a g
 larger than the whole 1 ms the frontend may add.
 
 Connections are kept alive and reused, with no limit of their own: the replica pool
-already bounds what one worker has in flight.
+already bounds what one worker has in flight. An idle connection is dropped after
+:data:`KEEPALIVE_SECONDS`, before the worker's own keep-alive timeout (uvicorn's 5 s)
+closes it: a request never goes out on a connection the worker is closing.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
+
+KEEPALIVE_SECONDS = 4.0
+"""How long an idle connection to a worker is kept for reuse (under uvicorn's default
+``timeout_keep_alive`` of 5 s, which ``vllm-srun serve`` keeps)."""
 
 
 class ConnectFailed(Exception):
@@ -98,9 +104,11 @@ class WorkerClient:
         if self._session is None or self._session.closed:
             connector: aiohttp.BaseConnector
             if self._socket is not None:
-                connector = aiohttp.UnixConnector(path=self._socket, limit=0)
+                connector = aiohttp.UnixConnector(
+                    path=self._socket, limit=0, keepalive_timeout=KEEPALIVE_SECONDS
+                )
             else:
-                connector = aiohttp.TCPConnector(limit=0)
+                connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_SECONDS)
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=None),

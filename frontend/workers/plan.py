@@ -31,6 +31,12 @@ MANAGED_REQUEST_BYTES = 67_108_864
 MANAGED_BUNDLE_TASKS = 1024
 """``--max-bundle-tasks`` of a managed worker."""
 
+MANAGED_QUEUE = MANAGED_BUNDLE_TASKS
+"""``--max-queue`` of a managed worker: room for one whole bundle of
+:data:`MANAGED_BUNDLE_TASKS` tasks (each task counts as one request in the worker's
+queue; the runtime's default of 256 refused a bigger bundle's last tasks even when
+idle). Other requests cannot fill it: the pool sends one worker at most 32 at a time."""
+
 WORKER_SHUTDOWN_GRACE = 6.0
 """``--shutdown-grace-seconds`` of a managed worker. After SIGTERM a worker drains for
 this long, then needs up to about 3 s more to answer what is left and exit: the
@@ -424,6 +430,8 @@ def _managed(
         str(MANAGED_REQUEST_BYTES),
         "--max-bundle-tasks",
         str(MANAGED_BUNDLE_TASKS),
+        "--max-queue",
+        str(MANAGED_QUEUE),
     ]
     if env.cache_dir:
         argv += ["--cache-dir", env.cache_dir]

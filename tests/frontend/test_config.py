@@ -218,9 +218,21 @@ def test_bindings_and_listeners():
         {"name": "a", "port": 8899},
         {"name": "b", "address": "127.0.0.1", "port": 8899},
     ]
-    assert problems(document) == ["listeners a and b both bind 127.0.0.1:8899"]
+    assert problems(document) == [
+        "listeners a and b both bind port 8899 (127.0.0.1 and 127.0.0.1); give each its own port"
+    ]
+    document["listeners"][1] = {"name": "b", "address": "0.0.0.0", "port": 8899}
+    assert problems(document) == [
+        "listeners a and b both bind port 8899 (127.0.0.1 and 0.0.0.0); give each its own port"
+    ]
+    document["listeners"][1] = {"name": "b", "address": "127.0.0.2", "port": 8899}
+    assert [listener.name for listener in parse_config(document).listeners] == ["a", "b"]
     document["listeners"][1] = {"name": "a", "port": 8900, "api_keys": [""]}
     assert problems(document) == ["listeners[1].api_keys: api_keys must be trimmed, non-empty keys"]
+    for key in ("clé", "a b", "a\nb"):
+        document["listeners"][1] = {"name": "b", "port": 8900, "api_keys": ["ok-key", key]}
+        [problem] = problems(document)
+        assert problem.startswith("listeners[1].api_keys: api_keys must be printable ASCII")
 
 
 def test_a_valid_file_loads(tmp_path):
@@ -474,8 +486,16 @@ def test_the_decision_deployment_gpu_check():
 def test_port_offset():
     assert port_offset({}) == 0
     assert port_offset({"VLLM_SR_PORT_OFFSET": "100"}) == 100
-    with pytest.raises(FlagError, match="non-negative integer"):
-        port_offset({"VLLM_SR_PORT_OFFSET": "-1"})
+    assert port_offset({"VLLM_SR_PORT_OFFSET": "56345"}) == 56345
+    for text in ("-1", "١٢"):
+        with pytest.raises(FlagError, match="non-negative integer"):
+            port_offset({"VLLM_SR_PORT_OFFSET": text})
+    with pytest.raises(FlagError) as caught:
+        port_offset({"VLLM_SR_PORT_OFFSET": "60000"})
+    assert str(caught.value) == (
+        "VLLM_SR_PORT_OFFSET 60000 moves the default ports past 65535 (9190 + offset); "
+        "give at most 56345"
+    )
 
 
 @pytest.mark.parametrize(

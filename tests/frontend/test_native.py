@@ -209,6 +209,8 @@ def test_request_errors_have_their_codes_and_shape():
             assert is_error(await post(b"{not json"), 400, "invalid_request")
             assert is_error(await post(b"\xff\xfe"), 400, "invalid_request")
             assert is_error(await post([1, 2]), 400, "invalid_request")
+            nested = b'{"model":"pub-a","state":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+            assert is_error(await post(nested), 400, "invalid_request")
             assert is_error(await post(QUESTION), 400, "model_required")
             assert is_error(await post({"model": "  ", **QUESTION}), 400, "model_required")
             assert is_error(await post({"model": 3, **QUESTION}), 400, "model_required")

@@ -78,6 +78,8 @@ def test_one_process_per_placement_never_regrouped(rundir):
         "67108864",
         "--max-bundle-tasks",
         "1024",
+        "--max-queue",
+        "1024",
         "--cache-dir",
         "/cache",
         "--threads",

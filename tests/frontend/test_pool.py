@@ -413,12 +413,32 @@ def test_hardware_and_clock_fields_may_differ_between_replicas():
                 engine="onnxruntime",
                 created=99,
                 forward_cost={"fixed_ms": 0.8},
+                batch_invariance={"max_abs_deviation": 1.788e-06},
             )
             workers[1].update("ready", "", other)
             pool = make_pool(workers)
             assert [pool.refusal(w) for w in workers] == ["", ""]
             assert pool.state == "ready"
             await close_all(*workers)
+
+    run(scenario())
+
+
+def test_when_the_first_replica_leaves_the_others_are_judged_again():
+    async def scenario():
+        async with fake_workers("a", "b") as (a, b):
+            first, second = a.worker(managed=False), b.worker()
+            first.update("ready", "", card(id=first.served_name, heads=[]))
+            pool = make_pool([first, second])
+            assert pool.refusal(second) == "replica identity or capabilities differ from pool"
+            first.update("unreachable", "nothing accepts connections at the endpoint")
+            assert pool.refusal(second) == ""
+            assert pool.state == "degraded"
+            assert json.loads((await ask(pool)).content)["worker"] == "b"
+            first.update("ready", "", card(id=first.served_name, heads=[]))
+            assert pool.refusal(first) == "replica identity or capabilities differ from pool"
+            assert pool.refusal(second) == ""
+            await close_all(first, second)
 
     run(scenario())
 
@@ -693,3 +713,13 @@ def test_a_pool_sends_its_input_settings_to_every_replica():
             await close_all(*workers)
 
     run(scenario())
+
+
+def test_model_rewriting_keeps_every_other_byte_and_refuses_deep_nesting():
+    padding = " \n\t\r" * 2_000_000  # 8 MB of JSON whitespace between two members
+    raw = ('{"model":"pub",' + padding + '"state":"s","n":1.50}').encode()
+    sent = pool_module.transport.request_for("decisions", raw, "served")
+    assert sent == ('{"model":"served",' + padding + '"state":"s","n":1.50}').encode()
+    nested = b'{"model":"pub","state":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    with pytest.raises(ValueError, match="nested too deeply"):
+        pool_module.transport.request_for("decisions", nested, "served")
