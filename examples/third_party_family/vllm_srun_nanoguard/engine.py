@@ -41,7 +41,7 @@ class NanoGuardModule:
         the mean pooling reads the positions ``attention_mask`` marks as real.
         """
         with torch.inference_mode():
-            logits = self.network(
+            logits: torch.Tensor = self.network(
                 batch.input_ids.to(self.device),
                 batch.attention_mask.to(self.device),
                 mask_keys=False,

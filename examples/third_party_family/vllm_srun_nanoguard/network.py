@@ -28,6 +28,7 @@ with its default scale ``1 / sqrt(head_dim)``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -159,6 +160,9 @@ class NanoGuardNetwork(nn.Module):
     ``load_state_dict(strict=True)`` checks every name and shape.
     """
 
+    cos: torch.Tensor  # [2 * sequence_len, head_dim / 2], buffers not in the state dict
+    sin: torch.Tensor
+
     def __init__(self, config: NetworkConfig) -> None:
         super().__init__()
         self.config = config
@@ -197,9 +201,11 @@ class NanoGuardNetwork(nn.Module):
         sin = self.sin[:tokens].to(self.cls_head.weight.dtype)
         real = attention_mask.bool()
         keys = real[:, None, None, :] if mask_keys else None
-        x0 = rms(self.transformer["wte"](input_ids))
+        parts = self.transformer
+        embed, blocks = cast(nn.Embedding, parts["wte"]), cast(nn.ModuleList, parts["h"])
+        x0 = rms(embed(input_ids))
         x = x0
-        for i, block in enumerate(self.transformer["h"]):
+        for i, block in enumerate(blocks):
             x = block(self.resid_lambdas[i] * x + self.x0_lambdas[i] * x0, cos, sin, keys)
         x = rms(x)
         weights = real.unsqueeze(-1).to(x.dtype)
