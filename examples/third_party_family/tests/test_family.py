@@ -79,3 +79,17 @@ def test_the_engine_runs_nanoguard_only(package):
     assert engine.supports(half, CPU) == (
         "float16 runs on GPUs only; use --dtype float32 or bfloat16 on a CPU"
     )
+
+
+def test_the_engine_runs_bfloat16_and_answers_float32_logits(package):
+    import dataclasses
+
+    from vllm_srun.plugins import EncoderBatch
+
+    spec = dataclasses.replace(NanoGuardFamily().describe(package), dtype="bfloat16")
+    module = NanoGuardEngine().load(spec, CPU, {})
+    assert module.network.cls_head.weight.dtype == torch.bfloat16
+    ids = torch.tensor([[256, 104, 105] + [257] * 29])
+    logits = module.encode(EncoderBatch(ids, (ids != 257).long()))
+    assert logits.dtype == torch.float32 and logits.shape == (1, 2)
+    assert bool(torch.isfinite(logits).all())

@@ -63,6 +63,9 @@ def test_truncate_keeps_the_beginning(model):
         "truncated": True,
         "windows": 1,
     }
+    lower = {"overflow": "truncate", "max_tokens": 5}
+    plan = model.plan("classify", read_request("classify", {"input": "hello", "options": lower}))
+    assert plan.items[0].input_ids[:6] == (256, 104, 101, 108, 108, 257)
 
 
 def test_window_reads_every_token_and_keeps_the_per_label_maximum(model):
@@ -109,6 +112,9 @@ def test_requests_the_model_cannot_take(model):
             "classify",
             read_request("classify", {"input": "a", "options": {"window": {"tokens": 64}}}),
         )
+    truncate_to_one = {"input": "a", "options": {"overflow": "truncate", "max_tokens": 1}}
+    with pytest.raises(RequestError, match="max_tokens 1 leaves no room for content"):
+        model.plan("classify", read_request("classify", truncate_to_one))
     with pytest.raises(RequestError) as caught:
         model.plan("embeddings", read_request("embeddings", {"input": "a"}))
     assert caught.value.code == "unsupported_surface"

@@ -39,7 +39,7 @@ from vllm_srun.plugins import (
     WorkItem,
 )
 from vllm_srun.plugins.requests import OVERFLOW_MODES
-from vllm_srun.plugins.spec import ItemErrorCode
+from vllm_srun.plugins.spec import ItemErrorCode, clip
 from vllm_srun.plugins.windows import DEFAULT_OVERLAP, DEFAULT_SCAN_BUDGET, plan_windows
 
 from .tokenizer import Tokenizer
@@ -135,15 +135,22 @@ class NanoGuardModel(LoadedModel[GuardPlan]):
 
         Raises:
             RequestError: ``unsupported_surface`` for another surface; ``invalid_request``
-                for an unknown head or window settings that do not fit 512 tokens.
+                for an unknown head, window settings that do not fit the model's limit, or
+                ``truncate`` to 1 token (no room for content).
         """
         if surface != "classify" or not isinstance(request, ClassifyRequest):
             raise RequestError("unsupported_surface", f"this model serves classify, not {surface}")
         if request.head is not None and request.head != HEAD:
             raise RequestError(
-                "invalid_request", f"unknown head {request.head[:80]!r}; this model has {HEAD}"
+                "invalid_request", f"unknown head {clip(request.head)!r}; this model has {HEAD}"
             )
         options = request.classify_options
+        if options.overflow == "truncate" and options.max_tokens == 1:
+            raise RequestError(
+                "invalid_request",
+                "options.max_tokens 1 leaves no room for content beside the BOS token; send 2 "
+                "or more",
+            )
         size, overlap = self._window_shape(options.window)
         plan = GuardPlan(reads=[], windows=options.overflow == "window", meta=options.meta)
         pairs = request.pairs
