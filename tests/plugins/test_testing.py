@@ -169,3 +169,48 @@ def test_a_family_whose_models_give_no_probe_rows_passes_with_a_warning():
     assert "WARN family unprobed: probe_items()" in report.to_text()
     assert report.to_text().endswith("plugin unprobed_family: conforms, 1 warning(s)")
     assert check_plugin("task_heads").warnings == []
+
+
+def test_a_family_runs_its_fixture_through_an_engine_its_own_plugin_registers():
+    """A family for a model no installed engine runs ships its engine: the kit checks the
+    two together before the plugin is installed (its engine is not an installed one)."""
+    import dataclasses
+
+    from vllm_srun.engines.native import NativeEngine
+    from vllm_srun.families.task_heads import TaskHeadsFamily
+
+    class Custom(TaskHeadsFamily):
+        name = "custom_family"
+
+        def describe(self, package):
+            return dataclasses.replace(super().describe(package), model_type="custom_bert")
+
+    class CustomEngine(NativeEngine):
+        name = "custom_engine"
+        auto_priority = 99
+
+        def supports(self, spec, device):
+            if spec.model_type not in ("custom_bert", "bert"):  # load hands native a bert spec
+                return "custom_engine runs custom_bert only"
+            return super().supports(dataclasses.replace(spec, model_type="bert"), device)
+
+        def load(self, spec, device, options):
+            return super().load(dataclasses.replace(spec, model_type="bert"), device, options)
+
+    module = types.ModuleType("custom_family_plugin")
+
+    @hookimpl
+    def register_families(register):
+        register(Custom())
+
+    @hookimpl
+    def register_engines(register):
+        register(CustomEngine())
+
+    module.register_families = register_families
+    module.register_engines = register_engines
+    report = check_plugin(module)
+    assert report.ok, report.to_text()
+    assert "ok   family custom_family: classify through custom_engine: as specified" in (
+        report.to_text()
+    )

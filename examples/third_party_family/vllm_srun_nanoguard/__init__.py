@@ -1,0 +1,1 @@
+"""Example third-party vllm-srun plugin: the NanoGuard prompt-injection classifier family."""

@@ -1,0 +1,86 @@
+"""The ``nanoguard_torch`` engine: NanoGuard's own PyTorch module on the placed device.
+
+Transformers has no NanoGuard architecture, so the built-in ``native`` engine
+refuses the spec; this engine accepts exactly that architecture and nothing
+else. It runs where the runtime placed the model (``options["torch_device"]``,
+the device ``native`` would use: CPU, CUDA, ROCm, XPU, ...), in eval and
+inference mode, and returns float32 CPU logits like every encoder engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from vllm_srun.plugins import DeviceInfo, Engine
+from vllm_srun.plugins.spec import EncoderBatch, ModelSpec
+
+from .checkpoint import ARCHITECTURE, WEIGHTS, network_config, read_checkpoint
+from .network import NanoGuardNetwork
+
+
+class NanoGuardModule:
+    """A loaded NanoGuard network; :meth:`encode` runs one batch.
+
+    Attributes:
+        network: the module, on ``device``.
+        device: where it runs.
+    """
+
+    def __init__(self, network: NanoGuardNetwork, device: torch.device) -> None:
+        self.network = network
+        self.device = device
+
+    def encode(self, batch: EncoderBatch) -> torch.Tensor:
+        """float32 ``[rows, labels]`` logits on the CPU.
+
+        Every position of the batch is attended to, padding included, as the
+        package's own code runs the model (its callers pad to ``sequence_len``);
+        the mean pooling reads the positions ``attention_mask`` marks as real.
+        """
+        with torch.inference_mode():
+            logits: torch.Tensor = self.network(
+                batch.input_ids.to(self.device),
+                batch.attention_mask.to(self.device),
+                mask_keys=False,
+            )
+        return logits.float().cpu()
+
+
+class NanoGuardEngine(Engine):
+    """Runs :data:`ARCHITECTURE` specs only; after the built-ins in ``--engine auto``."""
+
+    name = "nanoguard_torch"
+    auto_priority = 50
+
+    def supports(self, spec: Any, device: DeviceInfo) -> str | None:
+        """``None`` for a NanoGuard sequence-classification spec with ``model.pt``."""
+        if not isinstance(spec, ModelSpec) or spec.architecture != ARCHITECTURE:
+            return f"{self.name} runs {ARCHITECTURE} only"
+        if spec.task != "sequence_classification" or spec.weights != (WEIGHTS,):
+            return f"{self.name} runs sequence classification from {WEIGHTS} only"
+        if spec.dtype == "float16" and device.accelerator == "cpu":
+            return "float16 runs on GPUs only; use --dtype float32 or bfloat16 on a CPU"
+        return None
+
+    def load(self, spec: Any, device: DeviceInfo, options: Mapping[str, Any]) -> NanoGuardModule:
+        """Build the network from the checkpoint's config, load its tensors strictly, and
+        move it to ``options["torch_device"]`` (the CPU when absent) at ``spec``'s dtype.
+
+        Raises:
+            ValueError: :meth:`supports` refuses the spec.
+            PackageError: the checkpoint does not load with ``weights_only=True`` or its
+                config is unusable.
+            RuntimeError: a tensor name or shape differs from the network's.
+        """
+        reason = self.supports(spec, device)
+        if reason is not None:
+            raise ValueError(reason)
+        checkpoint = read_checkpoint(spec.package)
+        network = NanoGuardNetwork(network_config(checkpoint))
+        network.load_state_dict(checkpoint["model_state_dict"], strict=True)
+        target = options.get("torch_device", torch.device("cpu"))
+        network.to(device=target, dtype=spec.torch_dtype).eval()
+        return NanoGuardModule(network, target)
