@@ -4,6 +4,7 @@ one :class:`~.command.EngineContainer`, then its image, then the run."""
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import re
 import sys
@@ -69,6 +70,21 @@ def check_flags(args: argparse.Namespace) -> None:
             )
     if args.model and args.models:
         raise ContainerError("give MODEL arguments or --models, not both", "bad_flag")
+    if args.host is not None:
+        try:
+            ipaddress.IPv4Address(args.host)
+        except ValueError:
+            raise ContainerError(
+                f"--host must be an IPv4 address of this machine (127.0.0.1, 0.0.0.0, ...), "
+                f"not {args.host!r}: the container's port is published on it",
+                "bad_flag",
+            ) from None
+    for model in args.model or ():
+        _, at, revision = model.partition("@")
+        if at and not os.path.exists(model) and not REVISION.fullmatch(revision):
+            raise ContainerError(
+                f"MODEL {model}: the revision after @ must be a 40-hex commit", "bad_flag"
+            )
     if args.revision is not None:
         if args.models or len(args.model) != 1:
             raise ContainerError(

@@ -262,6 +262,12 @@ def test_the_container_status_is_the_exit_status(fake_runtime: FakeRuntime, monk
             "--revision applies to a single MODEL; use MODEL@REVISION for several",
         ),
         (["serve", "a/b", "--revision", "main"], "--revision must be a 40-hex commit, not 'main'"),
+        (["serve", "a/b@abc"], "MODEL a/b@abc: the revision after @ must be a 40-hex commit"),
+        (
+            ["serve", "a/b", "--host", "1.2.3.4;rm"],
+            "--host must be an IPv4 address of this machine (127.0.0.1, 0.0.0.0, ...), not "
+            "'1.2.3.4;rm': the container's port is published on it",
+        ),
         (
             ["serve", "a/b", "--device", "rocm:0"],
             "--device rocm:0 needs --platform amd, whose image runs rocm",
