@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import textwrap
 import uuid
@@ -10,6 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+# As `vllm-srun` does for itself (vllm_srun.cli.use_default_wait_policy), before any
+# test imports torch: idle OpenMP threads sleep instead of spinning on shared cores.
+if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 MakeDistribution = Callable[..., str]
 

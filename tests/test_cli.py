@@ -328,3 +328,17 @@ def test_help_and_version_do_not_import_torch(argv):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stderr.strip() == "[]", done.stderr
     assert done.stdout.strip()
+
+
+def test_the_openmp_wait_policy_defaults_to_passive_unless_chosen():
+    from vllm_srun.cli import use_default_wait_policy
+
+    empty: dict[str, str] = {}
+    use_default_wait_policy(empty)
+    assert empty == {"OMP_WAIT_POLICY": "PASSIVE"}
+    chosen = {"OMP_WAIT_POLICY": "ACTIVE"}
+    use_default_wait_policy(chosen)
+    assert chosen == {"OMP_WAIT_POLICY": "ACTIVE"}
+    spin = {"GOMP_SPINCOUNT": "10000"}
+    use_default_wait_policy(spin)
+    assert spin == {"GOMP_SPINCOUNT": "10000"}
