@@ -149,6 +149,16 @@ def model_card(
     if details is not None:
         card.update(details)
         card["id"] = state.name
+    card["deviation_from_exact"] = (
+        None
+        if card["numerics"] == "exact"
+        else {
+            "max_abs": state.golden.deviation,
+            "measured_on": "golden questions",
+            "golden_cases": state.golden.checked,
+            "reference": state.golden.reference,
+        }
+    )
     repo = card.get("repo")
     if isinstance(repo, str) and "/" in repo:
         card["owned_by"] = repo.split("/", 1)[0]  # the Hub organisation, as OpenAI names owners
