@@ -255,7 +255,9 @@ def max_deviation(actual: Any, expected: Any) -> float:
     if isinstance(actual, Mapping) and isinstance(expected, Mapping):
         return max((max_deviation(actual[k], expected[k]) for k in expected), default=0.0)
     if isinstance(actual, list | tuple) and isinstance(expected, list | tuple):
-        return max((max_deviation(a, e) for a, e in zip(actual, expected)), default=0.0)
+        return max(
+            (max_deviation(a, e) for a, e in zip(actual, expected, strict=True)), default=0.0
+        )
     return 0.0
 
 

@@ -76,7 +76,7 @@ def test_max_speed_selects_the_fastest_kernel_and_exact_the_reference():
     assert select_kernel([eager], "attention", "cpu", "fastest") is eager
 
 
-def test_native_runs_max_speed_with_sdpa_and_batching_with_eager(bert):
+def test_native_runs_exact_with_eager_and_the_others_with_sdpa(bert):
     catalog = build_catalog(discover({}, only=BUILT_IN))
     cards = {
         profile: load_model(
@@ -86,7 +86,7 @@ def test_native_runs_max_speed_with_sdpa_and_batching_with_eager(bert):
     }
     assert {p: (c["attention"], c["numerics"]) for p, c in cards.items()} == {
         "exact": ("eager", "exact"),
-        "batching": ("eager", "approximate"),
+        "batching": ("sdpa", "approximate"),
         "max_speed": ("sdpa", "approximate"),
     }
     assert cards["batching"]["batch_invariance"]["method"] == "cross_request"
@@ -106,7 +106,9 @@ def test_a_profile_no_engine_declares_is_refused_with_the_ones_that_exist(bert):
 
 def test_a_third_party_engine_adds_a_profile(bert):
     catalog = _third_party_catalog()
-    served = load_model(str(bert), LoadOptions(profile="low_power", engine="quiet"), catalog=catalog)
+    served = load_model(
+        str(bert), LoadOptions(profile="low_power", engine="quiet"), catalog=catalog
+    )
     card = served.card()
     assert (card["engine"], card["profile"], card["numerics"]) == (
         "quiet",
@@ -127,7 +129,9 @@ def test_a_family_refusal_names_the_family_and_its_reason(bert, monkeypatch):
     monkeypatch.setattr(
         type(family),
         "refuse_profile",
-        lambda self, profile, spec: "its token head was not measured" if profile != "exact" else None,
+        lambda self, profile, spec: (
+            "its token head was not measured" if profile != "exact" else None
+        ),
     )
     with pytest.raises(LoadError) as caught:
         load_model(str(bert), LoadOptions(profile="max_speed", engine="native"), catalog=catalog)

@@ -91,10 +91,7 @@ class CausalReadoutFamily(Family):
     def load(self, package: Path, spec: Any, engine_model: Any) -> ReadoutModel:
         """Wrap the engine's decoder with the package's tokenizer and calibration.
 
-        ``spec.max_model_len`` and ``spec.shared_context`` carry the load options. Under
-        the ``exact`` profile shared context is off unless asked for: a question's row
-        then runs as the same tokens whether it is asked alone or with others (a shared
-        prefix's cached keys and values round differently from one whole forward).
+        ``spec.max_model_len`` and ``spec.shared_context`` carry the load options.
 
         Raises:
             ValueError: ``max_model_len N is above the model's limit``.
@@ -105,17 +102,8 @@ class CausalReadoutFamily(Family):
             Renderer(package),
             engine_model,
             max_model_len=getattr(spec, "max_model_len", None),
-            shared_context=_shared_context(spec),
+            shared_context=getattr(spec, "shared_context", None),
         )
-
-
-def _shared_context(spec: Any) -> bool | None:
-    """The shared-context option in effect: the load option when given; else off under
-    ``exact`` and the model's default (on) under any other profile."""
-    chosen: bool | None = getattr(spec, "shared_context", None)
-    if chosen is None and getattr(spec, "profile", "exact") == "exact":
-        return False
-    return chosen
 
 
 @hookimpl

@@ -69,6 +69,7 @@ def test_minilm_max_speed_keeps_cosine_and_neighbours(export_cache):
 
 def _top10_overlap(reference: torch.Tensor, measured: torch.Tensor) -> float:
     """Mean share of each sentence's 10 nearest neighbours (itself excluded) kept."""
+
     def neighbours(vectors: torch.Tensor) -> torch.Tensor:
         similarity = vectors @ vectors.T
         similarity.fill_diagonal_(-2.0)
