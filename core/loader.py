@@ -283,7 +283,7 @@ def choose_engine(catalog: Catalog, spec: ModelSpec, placement: Placement, force
     for engine in ranked:
         reason = _profile_refusal(engine, spec.profile) or engine.supports(spec, placement.device)
         if reason is None:
-            return engine
+            return engine  # type: ignore[no-any-return]
         reasons.append(f"{engine.name}: {reason}")
     raise LoadError("no engine can run the model: " + "; ".join(reasons or ["no engine installed"]))
 

@@ -372,9 +372,9 @@ def _state_entries(states: Any, duplicates: Sequence[Path]) -> list[StateEntry]:
     return entries
 
 
-def _options(raw: Any) -> tuple[float | None, str, bool]:
+def _options(raw: Any) -> tuple[float | None, str | None, bool]:
     if raw is None:
-        return None, "exact", False
+        return None, None, False
     if not isinstance(raw, dict):
         raise RequestError("invalid_request", f"options must be an object, not {_kind(raw)}")
     unknown = [k for k in raw if k not in OPTION_FIELDS]
