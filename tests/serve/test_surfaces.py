@@ -13,6 +13,8 @@ import struct
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from vllm_srun.engines.native import NativeEngine
+
 from ..fixtures import HEAD_LABELS
 from . import reference
 from .conftest import HEADS, control, make_client, timed_phases
@@ -690,15 +692,8 @@ HEAD_FIELDS = {  # 2.3 HeadCard, with our extensions overflow_policies and windo
     "reduction",
     "window_reduction",
 }
-EXACT = [
-    {
-        "name": "exact",
-        "numerics": "exact",
-        "description": "Bit-exact reference numerics: every kernel is the reference "
-        "implementation or one proven equal to it, so answers match the golden references "
-        "within the accelerator's tolerance.",
-    }
-]
+PROFILES = [p.card() for p in NativeEngine.profiles]
+"""The native engine's profiles, as every card of a model it runs lists them."""
 
 
 def integers_are_integers(value, where=""):
@@ -732,6 +727,7 @@ def test_models_lists_limits_plugins_and_a_card_per_model(make_runtime):
         "batch_window_ms": 2.0,
         "max_model_len": None,
         "enable_shared_context": None,
+        "profile": "exact",
         "base_path": None,
     }
     for card in cards.values():
@@ -743,7 +739,10 @@ def test_models_lists_limits_plugins_and_a_card_per_model(make_runtime):
         assert card["golden"]["status"] == "unverified"  # not built in: nothing recorded
         assert card["golden"]["checked"] >= 1 and card["golden"]["matched"] == 0
         assert card["accelerator_validated"] is False
-        assert card["profile"] == "exact" and card["profiles"] == EXACT
+        assert card["profile"] == "exact" and card["profiles"] == PROFILES
+        assert [p["name"] for p in PROFILES] == ["exact", "batching", "max_speed"]
+        assert (card["numerics"], card["deviation_from_exact"]) == ("exact", None)
+        assert card["batch_invariance"]["method"] == "equal_length"
         assert card["presets"] == []
         limit = 48 if card["id"] == "pooled" else 64  # max_seq_length, else the positions
         assert card["limits"]["max_input_tokens"] == limit
