@@ -10,8 +10,8 @@ through ``torch.load(weights_only=True)`` (a pickle needing more is refused),
 with ``trust_remote_code`` off, in eval and inference mode. Attention comes
 from the kernel registry: ``eager`` is the pure-torch reference and the
 default; ``sdpa`` is registered as not bit-exact (its fused kernels round
-differently, within about 1e-6), so ``exact`` never picks it and ``batching``
-and ``max_speed`` do (:attr:`NativeEngine.profiles`).
+differently, within about 1e-6), so ``exact`` and ``batching`` never pick it
+and ``max_speed`` does (:attr:`NativeEngine.profiles`).
 """
 
 from __future__ import annotations
@@ -167,8 +167,7 @@ class NativeEngine(Engine):
             EXACT.description + " Native: eager attention, the transformers reference."
         ),
         BATCHING.described(
-            BATCHING.description + " Native: PyTorch scaled-dot-product attention (sdpa), "
-            "as sentence-transformers runs it."
+            BATCHING.description + " Native: eager attention, the transformers reference."
         ),
         MAX_SPEED.described(
             "Native: PyTorch scaled-dot-product attention (fused kernels, not bit-exact) "

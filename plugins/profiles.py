@@ -15,8 +15,7 @@ The three standard profiles (upstream's names):
   answers its rows one by one.
 - ``batching``: rows of any length and any request share a forward; a row's answer is
   within 1e-5 of its answer alone (DESIGN §6), else the probe turns cross-request
-  batching off. Fused kernels (PyTorch SDPA attention) are allowed: they round within
-  about 1e-6 of the reference.
+  batching off. Reference kernels, as ``exact``.
 - ``max_speed``: the fastest path the engine has (fused or quantised graphs, fused
   attention kernels); answers are approximate and the deviation from ``exact`` is
   measured at load on the golden questions.
@@ -92,10 +91,8 @@ BATCHING = Profile(
     "batching",
     "approximate",
     "Cross-request batching: rows of any length share forwards (padded, split by length); "
-    "a row's answer is within 1e-5 of its answer alone. Fused kernels are allowed: the "
-    "load-time probe holds them to the 1e-5.",
+    "a row's answer is within 1e-5 of its answer alone. Reference kernels only.",
     batch_tolerance=1e-5,
-    kernels="fastest",
 )
 MAX_SPEED = Profile(
     "max_speed",
