@@ -174,7 +174,7 @@ def test_valid_questions_in_every_form():
     assert [o.description for o in q["noul_choices"].options] == [None, "late"]
     assert q["score"].keys == ("1", "2")
     assert [o.description for o in q["levels"].options] == ["a", "b", "c"]
-    assert parsed.profile == "exact" and parsed.deadline_ms is None
+    assert parsed.profile is None and parsed.deadline_ms is None
     assert parsed.return_meta is False and parsed.has_states is False
 
 
