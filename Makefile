@@ -51,6 +51,8 @@ bench: install
 		{ apt-get install -y wrk || { apt-get update -qq && apt-get install -y wrk; }; }; } || \
 		echo "wrk could not be installed: bench/run.py uses its Python load generator"
 	$(PY) bench/run.py
+	$(PY) bench/profiles_section.py
+	$(PY) bench/long_inputs.py
 
 .PHONY: bench-startup
 bench-startup: install

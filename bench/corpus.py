@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 SEED = 20260301
 MIN_WORDS = 10
@@ -137,6 +137,32 @@ def stream(seed: int = SEED) -> Iterator[str]:
 def sentences(count: int, seed: int = SEED) -> list[str]:
     """The first ``count`` distinct sentences of the corpus for ``seed``."""
     return list(itertools.islice(stream(seed), count))
+
+
+LONG_SEED = 20261130
+"""The seed of the long-input corpus (:func:`long_texts`), apart from the short one's."""
+
+
+def long_texts(
+    count: int, tokens: Callable[[str], int], low: int = 100, high: int = 150
+) -> list[str]:
+    """``count`` distinct texts of ``low`` to ``high`` tokens each (``tokens`` counts them
+    with the model's tokenizer, special tokens included): consecutive sentences of the
+    :data:`LONG_SEED` corpus joined until a text reaches ``low`` tokens; a text that
+    overshoots ``high`` is dropped and the next one starts afresh."""
+    found: list[str] = []
+    current: list[str] = []
+    for sentence in stream(LONG_SEED):
+        current.append(sentence)
+        size = tokens(" ".join(current))
+        if size < low:
+            continue
+        if size <= high:
+            found.append(" ".join(current))
+            if len(found) == count:
+                return found
+        current = []
+    raise AssertionError("unreachable: the stream has no end")
 
 
 class Corpus:

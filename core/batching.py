@@ -20,8 +20,10 @@ the queue bounds and cache size here are the ones
 from __future__ import annotations
 
 import collections
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vllm_srun.engine_args import EngineArgs
 
@@ -47,6 +49,9 @@ class SchedulerLimits:
             forward (the load-time batch-invariance probe's verdict).
         forward_overhead_tokens: the fixed cost of one forward in padded tokens
             (``None``: never split a batch).
+        equal_length_forwards: the ``exact`` profile's rule: a forward holds only
+            rows of one length (and one shared prefix), so no row is padded and no
+            kernel sees another row's shape (:func:`split_by_length`).
     """
 
     max_queue: int = 256
@@ -58,6 +63,7 @@ class SchedulerLimits:
     result_cache_entries: int = 16384
     cross_request_batching: bool = True
     forward_overhead_tokens: float | None = None
+    equal_length_forwards: bool = False
 
     def fits(self, rows: int, longest: int, row: WorkItem) -> bool:
         """Whether a forward holding ``rows`` rows padded to ``longest`` tokens can take
@@ -68,6 +74,33 @@ class SchedulerLimits:
         return rows == 0 or (
             rows + 1 <= self.max_num_seqs and width * (rows + 1) <= self.max_num_batched_tokens
         )
+
+
+MIN_FORWARD_TOKENS = 32
+"""The fewest tokens an ``exact`` forward holds. Below about 16 tokens (rows times
+length) a CPU matmul library picks other kernels for other row counts, and even
+answers two copies of one row in one forward differently (measured on MiniLM with
+PyTorch's oneDNN: a 3-token row is stable only from 4 copies, a 5-token row from 3);
+from 32 tokens up the probe finds every row count and position equal. A forward
+with fewer tokens is filled up with copies of its last row (:func:`fill_forward`)."""
+
+
+def fill_forward(
+    run: Callable[[list[WorkItem]], list[Any]], min_tokens: int = MIN_FORWARD_TOKENS
+) -> Callable[[list[WorkItem]], list[Any]]:
+    """``run`` wrapped so that a forward of fewer than ``min_tokens`` tokens (rows of one
+    length: the ``exact`` profile's forwards) runs with copies of its last row added up
+    to ``min_tokens``, their outputs dropped. A row alone and the same row among a few
+    others then run at one shape: as many rows as ``min_tokens`` needs at its length."""
+
+    def filled(rows: list[WorkItem]) -> list[Any]:
+        total = sum(row.tokens for row in rows)
+        if not rows or total >= min_tokens:
+            return run(rows)
+        extra = math.ceil((min_tokens - total) / max(rows[-1].tokens, 1))
+        return run(rows + [rows[-1]] * extra)[: len(rows)]
+
+    return filled
 
 
 def plan_forwards(rows: list[WorkItem], limits: SchedulerLimits) -> list[list[WorkItem]]:
@@ -93,12 +126,21 @@ def plan_forwards(rows: list[WorkItem], limits: SchedulerLimits) -> list[list[Wo
     return [
         group
         for forward in taken
-        for group in split_by_length(forward, limits.forward_overhead_tokens)
+        for group in split_by_length(
+            forward, limits.forward_overhead_tokens, limits.equal_length_forwards
+        )
     ]
 
 
-def split_by_length(rows: list[WorkItem], overhead_tokens: float | None) -> list[list[WorkItem]]:
+def split_by_length(
+    rows: list[WorkItem], overhead_tokens: float | None, equal_length: bool = False
+) -> list[list[WorkItem]]:
     """Group rows into forwards that waste the least on padding.
+
+    With ``equal_length`` (the ``exact`` profile) every group holds rows of one
+    length and one shared prefix only, in first-seen order, whatever the
+    overhead: a row is then never padded, and its forward's shape depends on
+    its own length and the number of rows alone.
 
     A forward of ``n`` rows padded to its longest row ``L`` costs ``n * L``
     padded tokens plus ``overhead_tokens`` (the fixed cost of a forward,
@@ -116,11 +158,17 @@ def split_by_length(rows: list[WorkItem], overhead_tokens: float | None) -> list
         rows: the rows of one forward, any order.
         overhead_tokens: fixed cost per forward in padded tokens; ``None``
             keeps the rows in one forward.
+        equal_length: group by exact length (and shared prefix) instead.
 
     Returns:
         The groups (shared-prefix sets, then the other rows shortest first);
         together they hold every row once.
     """
+    if equal_length:
+        same: dict[tuple[int, tuple[int, ...]], list[WorkItem]] = {}
+        for row in rows:
+            same.setdefault((row.tokens, tuple(row.input_ids[: row.prefix])), []).append(row)
+        return list(same.values())
     if overhead_tokens is None or len(rows) < 2:
         return [rows] if rows else []
     shared: dict[tuple[int, ...], list[WorkItem]] = {}

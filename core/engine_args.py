@@ -122,6 +122,15 @@ class EngineArgs:
         help="decision models: compute a multi-question request's shared state once "
         "(default: by model family)",
     )
+    profile: str = option(
+        "exact",
+        kind="text",
+        metavar="NAME",
+        on_card=True,
+        help="numeric profile: exact (bit-identical, the default), batching (cross-request "
+        "batching within 1e-5), max_speed (fastest, approximate), or one an installed "
+        "engine declares",
+    )
     base_path: str | None = option(
         None,
         kind="text",

@@ -58,6 +58,10 @@ class GoldenResult:
             ``""`` when no reference is recorded for this device or the model is
             not built in; ``None`` before the check ran.
         reason: why the check failed, else ``None``.
+        deviation: under an ``approximate`` profile, the largest absolute
+            difference of any number in the golden answers from the recorded
+            ``exact`` answers (labels, spans and shapes must still be equal);
+            ``None`` under ``exact`` or when nothing recorded was compared.
     """
 
     status: str
@@ -65,6 +69,7 @@ class GoldenResult:
     matched: int
     reference: str | None
     reason: str | None = None
+    deviation: float | None = None
 
     def card(self) -> dict[str, Any]:
         """The ``golden`` object of a ``/v1/models`` card (wire contract 2.3
@@ -242,6 +247,20 @@ def difference(actual: Any, expected: Any, tolerance: float, path: str = "") -> 
     return f"{where}: got {actual!r}, recorded {expected!r}"
 
 
+def max_deviation(actual: Any, expected: Any) -> float:
+    """The largest absolute difference between numbers at the same place in two answers of
+    one shape (:func:`difference` with an unbounded tolerance found none other)."""
+    if _is_number(actual) and _is_number(expected):
+        return float(abs(actual - expected))
+    if isinstance(actual, Mapping) and isinstance(expected, Mapping):
+        return max((max_deviation(actual[k], expected[k]) for k in expected), default=0.0)
+    if isinstance(actual, list | tuple) and isinstance(expected, list | tuple):
+        return max(
+            (max_deviation(a, e) for a, e in zip(actual, expected, strict=True)), default=0.0
+        )
+    return 0.0
+
+
 def _well_formed_and_deterministic(
     served: ServedModel, requests: Sequence[Any]
 ) -> list[dict[str, Any]]:
@@ -297,6 +316,9 @@ def check(served: ServedModel, catalog: Catalog) -> GoldenResult:
         recorded = reference.answers[key]
         klass = device_class(key)
         tolerance = tolerance_for(reference, klass, served.placement.accelerator)
+        approximate = getattr(getattr(served, "profile", None), "numerics", "exact") != "exact"
+        if approximate:  # numbers are measured against exact, labels and spans still checked
+            tolerance = math.inf
         answers = run_requests(served, requests)
     except Exception as err:
         reason = (
@@ -325,7 +347,14 @@ def check(served: ServedModel, catalog: Catalog) -> GoldenResult:
                 f"differs at {found} (tolerance {tolerance:g} for {klass})"
             ),
         )
-    return GoldenResult("matched", checked=len(answers), matched=matched, reference=key)
+    deviation = None
+    if approximate:
+        deviation = max(
+            (max_deviation(a, e) for a, e in zip(answers, recorded, strict=True)), default=0.0
+        )
+    return GoldenResult(
+        "matched", checked=len(answers), matched=matched, reference=key, deviation=deviation
+    )
 
 
 def record(

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from vllm_srun.adapters import AdapterModel, prepare_adapter
-from vllm_srun.batching import SchedulerLimits, plan_forwards
+from vllm_srun.batching import SchedulerLimits, fill_forward, plan_forwards
 from vllm_srun.engine_args import EngineArgs
 from vllm_srun.errors import LoadError, is_retryable
 from vllm_srun.extended import attach_extensions
@@ -53,6 +53,7 @@ from vllm_srun.placement import (
 )
 from vllm_srun.plugins import Catalog, Engine, Family, load_catalog
 from vllm_srun.plugins.loaded import LoadedModel
+from vllm_srun.plugins.profiles import EXACT, Profile
 from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.spec import ModelSpec, RequestError, RowOutput, WorkItem
 from vllm_srun.probes import measure_batch_invariance, measure_forward_cost
@@ -120,6 +121,8 @@ class ServedModel:
     prepared: Any = None
     options: LoadOptions = field(default_factory=lambda: LoadOptions())
     adapter: AdapterModel | None = None
+    profile: Profile = EXACT
+    profiles: tuple[Profile, ...] = (EXACT,)
 
     def card(self) -> dict[str, Any]:
         """The model's ``/v1/models`` card: composition, identity (repo, revision,
@@ -136,6 +139,9 @@ class ServedModel:
             "dtype": self.spec.dtype,
             "attention": self.kernels.get("attention"),
             "kernels": dict(self.kernels),
+            "profile": self.profile.name,
+            "profiles": [p.card() for p in self.profiles],
+            "numerics": self.profile.numerics,
             "batch_invariance": dict(self.batch_invariance),
             "forward_cost": dict(self.forward_cost),
             **family_card,
@@ -144,14 +150,27 @@ class ServedModel:
 
     def limits(self) -> SchedulerLimits:
         """The batch bounds of its forwards: the engine arguments it was loaded with, the
-        load-time probes' verdict and the forward cost the length split weighs."""
+        load-time probes' verdict and the forward cost the length split weighs. Under a
+        profile with ``batch_tolerance`` 0.0 rows share a forward only with rows of their
+        own length, and a model whose probe found a difference runs rows one by one."""
+        one_by_one = self.batch_invariance.get("method") == "one_by_one"
         return SchedulerLimits(
-            max_num_seqs=self.options.max_num_seqs,
+            max_num_seqs=1 if one_by_one else self.options.max_num_seqs,
             max_num_batched_tokens=self.options.max_num_batched_tokens,
             batch_window_ms=self.options.batch_window_ms,
             cross_request_batching=bool(self.batch_invariance.get("cross_request_batching")),
             forward_overhead_tokens=self.forward_cost.get("overhead_tokens"),
+            equal_length_forwards=self.profile.batch_tolerance == 0.0,
         )
+
+    def run_rows(self, rows: list[WorkItem]) -> list[Any]:
+        """One forward of ``rows`` through the family's ``run``; under a profile with
+        ``batch_tolerance`` 0.0 (``exact``), a forward of few tokens is filled up with
+        copies of its last row (:func:`~vllm_srun.batching.fill_forward`). The scheduler
+        and :meth:`run_items` run every forward through here."""
+        if self.profile.batch_tolerance == 0.0:
+            return fill_forward(self.loaded.run)(rows)
+        return self.loaded.run(rows)
 
     def run_items(self, items: list[WorkItem]) -> list[RowOutput]:
         """Outputs for rows, each distinct row (by content key) computed once, in the
@@ -166,7 +185,7 @@ class ServedModel:
         results: dict[str, torch.Tensor] = {}
         bounds = dataclasses.replace(self.limits(), forward_overhead_tokens=None)
         for batch in plan_forwards(list(unique.values()), bounds):
-            for item, output in zip(batch, self.loaded.run(batch), strict=True):
+            for item, output in zip(batch, self.run_rows(batch), strict=True):
                 results[item.key] = output
         return [results[item.key] for item in items]
 
@@ -232,11 +251,16 @@ def _detects(family: Any, package: Path) -> bool:
 
 
 def choose_engine(catalog: Catalog, spec: ModelSpec, placement: Placement, forced: str) -> Engine:
-    """The engine for ``spec`` on the placed device.
+    """The engine for ``spec`` on the placed device, under the profile ``spec.profile``.
+
+    ``auto`` tries the engines that declare the profile in the order of the
+    profile's ``auto_priority`` on each (the engine's own when the profile sets
+    none): under ``max_speed`` an engine may ask to be tried first.
 
     Raises:
-        LoadError: the pinned engine is missing or refuses, or (``auto``) no
-            engine accepts; the message lists every engine's reason.
+        LoadError: the pinned engine is missing, refuses or does not declare the
+            profile, or (``auto``) no engine accepts; the message lists every
+            engine's reason.
     """
     engines = catalog.layer("engines")
     if forced != "auto":
@@ -244,17 +268,21 @@ def choose_engine(catalog: Catalog, spec: ModelSpec, placement: Placement, force
         if engine is None:
             installed = ", ".join(sorted(engines)) or "none"
             raise LoadError(f"no engine named {forced!r} is installed (installed: {installed})")
-        reason = engine.supports(spec, placement.device)
+        reason = _profile_refusal(engine, spec.profile) or engine.supports(spec, placement.device)
         if reason is not None:
             raise LoadError(f"engine {forced} cannot run the model: {reason}")
         return engine  # type: ignore[no-any-return]
-    ranked = sorted(
-        (e for e in engines.values() if type(e).auto_priority is not None),
-        key=lambda e: (type(e).auto_priority, e.name),
-    )
+
+    def order(engine: Engine) -> tuple[int, str]:
+        declared = engine.profile(spec.profile)
+        own = type(engine).auto_priority
+        chosen = declared.auto_priority if declared and declared.auto_priority is not None else own
+        return (chosen if chosen is not None else 0, engine.name)
+
+    ranked = sorted((e for e in engines.values() if type(e).auto_priority is not None), key=order)
     reasons = []
     for engine in ranked:
-        reason = engine.supports(spec, placement.device)
+        reason = _profile_refusal(engine, spec.profile) or engine.supports(spec, placement.device)
         if reason is None:
             return engine  # type: ignore[no-any-return]
         reasons.append(f"{engine.name}: {reason}")
@@ -301,6 +329,27 @@ def import_transformers_lean() -> None:
     finally:
         for name, value in flags.items():
             setattr(import_utils, name, value)
+
+
+def _profile_refusal(engine: Engine, profile: str) -> str | None:
+    """Why ``engine`` cannot run ``profile``: it does not declare it (naming those it does)."""
+    if engine.profile(profile) is not None:
+        return None
+    offered = ", ".join(p.name for p in engine.profiles) or "none"
+    return (
+        f"it has no profile {profile!r} (its profiles: {offered}); choose one of those with "
+        "--profile or models-file `profile`, or install an engine that declares it"
+    )
+
+
+def served_profiles(family: Family, engine: Engine, spec: ModelSpec) -> tuple[Profile, ...]:
+    """The profiles the model could be loaded under on ``engine``: those it declares,
+    less those the family refuses for the model (the card's ``profiles``)."""
+    return tuple(
+        p
+        for p in engine.profiles
+        if p.name == spec.profile or family.refuse_profile(p.name, spec) is None
+    )
 
 
 def load_model(
@@ -389,6 +438,7 @@ def load_model(
             dtype=dtype,
             max_model_len=max_model_len,
             shared_context=options.enable_shared_context,
+            profile=options.profile,
         )
     except LoadError:
         raise
@@ -423,9 +473,13 @@ def load_model(
             "or serve a smaller model"
         )
     chosen_engine = choose_engine(catalog, spec, placement, engine)
+    profile = chosen_engine.profile(spec.profile) or EXACT
+    refused = chosen_family.refuse_profile(profile.name, spec)
+    if refused is not None:
+        raise LoadError(f"profile {profile.name} refused by family {chosen_family.name}: {refused}")
     try:
         kernels = chosen_engine.select_kernels(
-            catalog.layer("kernels").values(), placement.accelerator.name
+            catalog.layer("kernels").values(), placement.accelerator.name, profile.name
         )
     except LookupError as err:
         raise LoadError(
@@ -437,6 +491,7 @@ def load_model(
         "providers": placement.accelerator.onnx_providers(placement.device),
         "threads": threads,
         "kernels": kernels,
+        "profile": profile,
     }
     try:
         engine_model = chosen_engine.load(spec, placement.device, engine_options)
@@ -444,7 +499,10 @@ def load_model(
         loaded = attach_extensions(
             catalog, chosen_family.load(package, spec, engine_model, **extra)
         )
-        invariance = measure_batch_invariance(loaded)
+        exact = profile.batch_tolerance == 0.0
+        invariance = measure_batch_invariance(
+            loaded, profile.batch_tolerance, fill_forward(loaded.run) if exact else None
+        )
         forward_cost = measure_forward_cost(loaded)
     except torch.OutOfMemoryError as err:
         free = free_now(placement)
@@ -481,6 +539,8 @@ def load_model(
         prepared=prepared,
         options=options,
         adapter=adapter,
+        profile=profile,
+        profiles=served_profiles(chosen_family, chosen_engine, spec),
     )
     served.batch_invariance = invariance
     served.forward_cost = forward_cost

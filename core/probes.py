@@ -10,6 +10,7 @@ padded tokens (:func:`vllm_srun.batching.split_by_length`).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from vllm_srun.plugins.loaded import LoadedModel
@@ -19,32 +20,81 @@ BATCH_INVARIANCE_TOLERANCE = 1e-5
 """Largest absolute difference allowed between a row alone and inside a batch (DESIGN §6)."""
 
 
-def measure_batch_invariance(loaded: LoadedModel[Any]) -> dict[str, Any]:
-    """Run the family's probe rows alone and together; the largest absolute difference.
+EQUAL_LENGTH_ROWS = (2, 3, 5, 8, 16)
+"""Forward sizes the ``exact`` probe runs each probe row in (copies of the row, so every
+position of every size is compared with the row alone)."""
 
-    A model without probe rows is reported as unprobed, with cross-request
-    batching off (nothing vouches for it).
+
+def measure_batch_invariance(
+    loaded: LoadedModel[Any],
+    tolerance: float | None = BATCH_INVARIANCE_TOLERANCE,
+    run: Callable[[list[WorkItem]], list[Any]] | None = None,
+) -> dict[str, Any]:
+    """Run the family's probe rows alone and inside batches; the largest absolute difference.
+
+    ``tolerance`` is the profile's ``batch_tolerance``:
+
+    - ``0.0`` (``exact``): each probe row runs alone and as every row of forwards of
+      :data:`EQUAL_LENGTH_ROWS` copies of itself (the equal-length forwards the
+      profile runs). Any difference at all and the model answers rows one by one
+      (``method`` ``one_by_one``), else ``equal_length``.
+    - a positive number (``batching``): the probe rows run alone and together
+      (padded to the longest); cross-request batching is on when the largest
+      difference is within it (``method`` ``cross_request``, else ``per_request``).
+    - ``None`` (``max_speed``): as ``batching``, but cross-request batching stays on
+      whatever the deviation (reported only).
+
+    A model without probe rows is reported as unprobed: one by one under ``exact``,
+    cross-request batching off under a tolerance (nothing vouches for it). ``run``
+    runs the rows (default ``loaded.run``; under ``exact`` the runtime passes the
+    filled forwards of :func:`vllm_srun.batching.fill_forward`, as it serves them).
 
     Returns:
-        ``{"max_abs_deviation": float | None, "tolerance": 1e-5,
-        "cross_request_batching": bool}``.
+        ``{"max_abs_deviation": float | None, "tolerance": float | None,
+        "cross_request_batching": bool, "method": str}``.
     """
     items = loaded.probe_items()
+    if tolerance == 0.0:
+        return _equal_length_invariance(run or loaded.run, items)
     if not items:
         return {
             "max_abs_deviation": None,
-            "tolerance": BATCH_INVARIANCE_TOLERANCE,
-            "cross_request_batching": False,
+            "tolerance": tolerance,
+            "cross_request_batching": tolerance is None,
+            "method": "cross_request" if tolerance is None else "per_request",
         }
     together = loaded.run(items)
     deviation = 0.0
     for item, batched in zip(items, together, strict=True):
         [alone] = loaded.run([item])
         deviation = max(deviation, float((alone - batched).abs().max()))
+    shared = tolerance is None or deviation <= tolerance
     return {
         "max_abs_deviation": deviation,
-        "tolerance": BATCH_INVARIANCE_TOLERANCE,
-        "cross_request_batching": deviation <= BATCH_INVARIANCE_TOLERANCE,
+        "tolerance": tolerance,
+        "cross_request_batching": shared,
+        "method": "cross_request" if shared else "per_request",
+    }
+
+
+def _equal_length_invariance(
+    run: Callable[[list[WorkItem]], list[Any]], items: list[WorkItem]
+) -> dict[str, Any]:
+    """The ``exact`` probe (see :func:`measure_batch_invariance`)."""
+    deviation: float | None = None
+    if items:
+        deviation = 0.0
+        for item in items:
+            [alone] = run([item])
+            for rows in EQUAL_LENGTH_ROWS:
+                for output in run([item] * rows):
+                    deviation = max(deviation, float((output - alone).abs().max()))
+    equal = deviation == 0.0
+    return {
+        "max_abs_deviation": deviation,
+        "tolerance": 0.0,
+        "cross_request_batching": equal,
+        "method": "equal_length" if equal else "one_by_one",
     }
 
 
@@ -114,6 +164,7 @@ def measure_forward_cost(loaded: LoadedModel[Any]) -> dict[str, Any]:
 
 __all__ = [
     "BATCH_INVARIANCE_TOLERANCE",
+    "EQUAL_LENGTH_ROWS",
     "FORWARD_COST_MIN_MS",
     "FORWARD_COST_REPEATS",
     "FORWARD_COST_TOKENS",

@@ -357,7 +357,9 @@ class ModelScheduler:
                 to_run.append(job.items[index])
         if hits:
             self._settle_rows(positions, hits, 0.0)
-        for group in split_by_length(to_run, self.limits.forward_overhead_tokens):
+        for group in split_by_length(
+            to_run, self.limits.forward_overhead_tokens, self.limits.equal_length_forwards
+        ):
             started = time.perf_counter()
             try:
                 outputs = self.run(group)

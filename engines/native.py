@@ -10,7 +10,8 @@ through ``torch.load(weights_only=True)`` (a pickle needing more is refused),
 with ``trust_remote_code`` off, in eval and inference mode. Attention comes
 from the kernel registry: ``eager`` is the pure-torch reference and the
 default; ``sdpa`` is registered as not bit-exact (its fused kernels round
-differently), so the ``exact`` profile never picks it.
+differently, within about 1e-6), so ``exact`` and ``batching`` never pick it
+and ``max_speed`` does (:attr:`NativeEngine.profiles`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 import torch
 
-from vllm_srun.plugins import DeviceInfo, Engine, Kernel, hookimpl
+from vllm_srun.plugins import BATCHING, EXACT, MAX_SPEED, DeviceInfo, Engine, Kernel, hookimpl
 from vllm_srun.plugins.hookspecs import RegisterEngine, RegisterKernel
 from vllm_srun.plugins.spec import (
     DecoderBatch,
@@ -161,6 +162,19 @@ class NativeEngine(Engine):
     name = "native"
     auto_priority = 10
     kernel_slots = ("attention",)
+    profiles = (
+        EXACT.described(
+            EXACT.description + " Native: eager attention, the transformers reference."
+        ),
+        BATCHING.described(
+            BATCHING.description + " Native: eager attention, the transformers reference."
+        ),
+        MAX_SPEED.described(
+            "Native: PyTorch scaled-dot-product attention (fused kernels, not bit-exact) "
+            "in place of eager; answers are approximate, their deviation from exact "
+            "measured at load on the golden questions."
+        ),
+    )
 
     def supports(self, spec: Any, device: DeviceInfo) -> str | None:
         """``None`` when transformers has the model type built in and the package has weights

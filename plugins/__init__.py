@@ -67,6 +67,13 @@ from vllm_srun.plugins.manager import (
 )
 from vllm_srun.plugins.models import Mirror, ModelEntry
 from vllm_srun.plugins.package import PackageError, read_config, read_json
+from vllm_srun.plugins.profiles import (
+    BATCHING,
+    EXACT,
+    MAX_SPEED,
+    STANDARD_PROFILES,
+    Profile,
+)
 from vllm_srun.plugins.requests import (
     OVERFLOW_MODES,
     ClassifyRequest,
@@ -96,14 +103,18 @@ from vllm_srun.plugins.spec import (
 )
 
 __all__ = [
+    "BATCHING",
     "DTYPES",
     "ENV_DISABLE",
     "ENV_ONLY",
+    "EXACT",
     "GROUP",
     "ITEM_ERRORS",
     "LAYERS",
+    "MAX_SPEED",
     "OVERFLOW_MODES",
     "REQUEST_ERRORS",
+    "STANDARD_PROFILES",
     "Accelerator",
     "Catalog",
     "Clash",
@@ -135,6 +146,7 @@ __all__ = [
     "PackageError",
     "Plan",
     "PluginRecord",
+    "Profile",
     "ReferenceFileError",
     "Refusal",
     "RegisterAccelerator",

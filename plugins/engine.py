@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from vllm_srun.plugins.accelerator import DeviceInfo
 from vllm_srun.plugins.kernel import Kernel, select_kernel
+from vllm_srun.plugins.profiles import EXACT, Profile
 from vllm_srun.plugins.spec import DecoderModel, EncoderModel, ModelSpec
 
 
@@ -28,11 +29,20 @@ class Engine(abc.ABC):
             :meth:`select_kernels` for them and passes the choice to
             :meth:`load` as ``options["kernels"]``. An engine that runs a
             whole graph (no slots) leaves it empty.
+        profiles: the numeric profiles (:class:`~vllm_srun.plugins.Profile`) this
+            engine runs, each with what it changes here; ``exact`` by default. The
+            runtime passes the chosen one to :meth:`load` as ``options["profile"]``
+            (and in ``spec.profile``); a third party adds a profile by declaring it.
     """
 
     name: ClassVar[str]
     auto_priority: ClassVar[int | None] = None
     kernel_slots: ClassVar[tuple[str, ...]] = ()
+    profiles: ClassVar[tuple[Profile, ...]] = (EXACT,)
+
+    def profile(self, name: str) -> Profile | None:
+        """The declared profile called ``name``, or ``None`` when this engine has none."""
+        return next((p for p in self.profiles if p.name == name), None)
 
     def select_kernels(
         self, kernels: Iterable[Kernel], accelerator: str, profile: str = "exact"
@@ -40,14 +50,19 @@ class Engine(abc.ABC):
         """The implementation of each of :attr:`kernel_slots` on ``accelerator``.
 
         The default takes, per slot, a bit-exact implementation made for the
-        accelerator, else the slot's reference (:func:`select_kernel`).
+        accelerator, else the slot's reference (:func:`select_kernel`); under a
+        profile whose ``kernels`` are ``fastest``, a faster one when registered.
+        ``profile`` is a profile's name (its kernel policy is looked up in
+        :attr:`profiles`; an undeclared name keeps the bit-exact policy).
 
         Raises:
             LookupError: a slot has no implementation the profile admits.
         """
         available = list(kernels)
+        declared = self.profile(profile)
+        policy = "exact" if declared is None or declared.kernels == "bit_exact" else "fastest"
         return {
-            slot: select_kernel(available, slot, accelerator, profile) for slot in self.kernel_slots
+            slot: select_kernel(available, slot, accelerator, policy) for slot in self.kernel_slots
         }
 
     @abc.abstractmethod

@@ -85,6 +85,16 @@ class Family(abc.ABC):
         """
         return None
 
+    def refuse_profile(self, profile: str, spec: ModelSpec) -> str | None:
+        """Why this family will not serve the model ``spec`` describes under ``profile``
+        (a numeric profile its engine offers), or ``None`` when it will (the default).
+
+        A family refuses a profile whose numerics its heads were measured not to
+        tolerate (``max_speed`` for a head whose answers would change); the message
+        says which head and which profile to use instead.
+        """
+        return None
+
     def golden(self, package: Path) -> Sequence[Mapping[str, Any]]:
         """Golden requests the family runs during warming; none by default.
 

@@ -13,8 +13,10 @@ from typing import Any
 
 from vllm_srun.plugins.accelerator import NAME_PATTERN
 
-PROFILES = ("exact",)
-"""Kernel selection profiles; ``exact`` admits bit-exact implementations only."""
+PROFILES = ("exact", "fastest")
+"""Kernel selection policies: ``exact`` admits bit-exact implementations only;
+``fastest`` prefers an implementation that is not the reference (a fused kernel),
+made for the accelerator first, and falls back to the reference."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,9 @@ def select_kernel(
     """Choose the implementation of ``slot`` to run on ``accelerator``.
 
     Under ``exact`` the choice is a bit-exact implementation made for this
-    accelerator when one exists, else the slot's reference.
+    accelerator when one exists, else the slot's reference. Under ``fastest``
+    it is a non-reference implementation (one made for this accelerator first,
+    then one for every accelerator, by name), else the reference.
 
     Raises:
         ValueError: ``profile`` is unknown.
@@ -83,6 +87,12 @@ def select_kernel(
     """
     if profile not in PROFILES:
         raise ValueError(f"unknown kernel profile {profile!r}; use one of {', '.join(PROFILES)}")
+    if profile == "fastest":
+        faster = [
+            k for k in kernels if k.slot == slot and k.runs_on(accelerator) and not k.reference
+        ]
+        if faster:
+            return min(faster, key=lambda k: (not k.accelerators, k.name))
     candidates = [k for k in kernels if k.slot == slot and k.runs_on(accelerator) and k.bit_exact]
     specific = sorted((k for k in candidates if k.accelerators), key=lambda k: k.name)
     if specific:

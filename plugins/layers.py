@@ -14,6 +14,7 @@ from vllm_srun.plugins.family import Family
 from vllm_srun.plugins.golden import GoldenReference, golden_violations
 from vllm_srun.plugins.kernel import Kernel, kernel_violations
 from vllm_srun.plugins.models import ModelEntry, model_violations
+from vllm_srun.plugins.profiles import profile_violations
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,19 @@ def _prioritised_violations(obj: Any, kind: str) -> list[str]:
     return problems
 
 
+def _engine_violations(engine: Engine) -> list[str]:
+    problems = _prioritised_violations(engine, "engine")
+    declared = getattr(engine, "profiles", None)
+    if not isinstance(declared, tuple) or not declared:
+        return [*problems, "engine profiles must be a non-empty tuple of Profile"]
+    for profile in declared:
+        problems.extend(profile_violations(profile))
+    names = [getattr(p, "name", None) for p in declared]
+    if len(set(names)) != len(names):
+        problems.append(f"engine profiles must have distinct names, not {names}")
+    return problems
+
+
 def _accelerator_violations(accelerator: Accelerator) -> list[str]:
     problems = _prioritised_violations(accelerator, "accelerator")
     tolerance = getattr(accelerator, "golden_tolerance", None)
@@ -97,7 +111,7 @@ LAYERS: tuple[Layer, ...] = (
         "register_engines",
         Engine,
         lambda o: o.name,
-        lambda o: _prioritised_violations(o, "engine"),
+        _engine_violations,
     ),
     Layer(
         "accelerators",

@@ -41,6 +41,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from vllm_srun.plugins.decisions import DecisionsRequest, parse_request
+from vllm_srun.plugins.profiles import PROFILE_NAME
 from vllm_srun.plugins.spec import RequestError, clip, listed
 
 Overflow = Literal["reject", "truncate", "window"]
@@ -65,8 +66,9 @@ Milliseconds = StrictFloat
 """A duration in ms: a JSON number (an integer too), never a string or a boolean
 (``true`` is not 1 ms)."""
 
-ProfileName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
-"""A numerics profile's name (``exact``): lower-case letters, digits and ``_``."""
+ProfileName = Annotated[str, Field(pattern=PROFILE_NAME.pattern)]
+"""A numeric profile's name (``exact``, ``batching``, ``max_speed``): lower-case letters,
+digits and ``_`` (:data:`vllm_srun.plugins.profiles.PROFILE_NAME`)."""
 
 
 class Strict(BaseModel):

@@ -69,6 +69,11 @@ class ModelSpec:
             or ``None``.
         shared_context: the ``--enable-shared-context`` load option, or
             ``None`` for the family's default.
+        profile: the numeric profile the model loads under (``--profile``;
+            :mod:`vllm_srun.plugins.profiles`); the engine reads what it changes.
+        int8_tolerant: whether the family measured that every head of the model
+            keeps its quality under int8 dynamic quantisation of the weights
+            (an engine may quantise under a ``max_speed`` profile only then).
     """
 
     package: Path
@@ -84,6 +89,8 @@ class ModelSpec:
     token_limit: int | None = None
     max_model_len: int | None = None
     shared_context: bool | None = None
+    profile: str = "exact"
+    int8_tolerant: bool = False
 
     @property
     def torch_dtype(self) -> torch.dtype:

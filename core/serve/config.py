@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from vllm_srun.batching import SchedulerLimits
 from vllm_srun.engine_args import (
@@ -33,7 +34,6 @@ ENTRY_KEYS = (
     "revision",
     "name",
     "options",
-    "profile",
     *(f.name for f in engine_fields()),
 )
 """Keys a models-file entry may have: the model, and every engine argument."""
@@ -43,36 +43,15 @@ ENTRY_TYPES: dict[str, type] = {
     "revision": str,
     "name": str,
     "options": dict,
-    "profile": str,
 }
 """The types of the entry keys that are not engine arguments."""
 
-
-class Profile(NamedTuple):
-    """A numeric profile: the ``numerics`` it gives (``exact`` or ``approximate``: a
-    card's ``profiles`` and an answer's ``meta.numerics``) and what it means."""
-
-    numerics: str
-    description: str
-
-
-PROFILES = {
-    "exact": Profile(
-        "exact",
-        "Bit-exact reference numerics: every kernel is the reference implementation or "
-        "one proven equal to it, so answers match the golden references within the "
-        "accelerator's tolerance.",
-    ),
-}
-"""The numeric profiles this version serves (the card's ``profiles``). A models-file
-entry's ``profile`` and a request's ``options.profile`` must name one."""
 
 BLANK_FIXES = {
     "model": "give a built-in model name, owner/name@COMMIT or a package directory",
     "name": "give the model ID requests use, or leave name out to serve the model "
     "under its `model`",
     "revision": "give the 40-hex commit, or leave revision out",
-    "profile": "give exact, or leave profile out",
 }
 """What to do about a blank value of an entry key that is not an engine argument."""
 
@@ -91,15 +70,15 @@ class ModelConfig(EngineArgs):
         name: the model ID requests use (default: ``model`` as given).
         revision: the 40-hex commit of a Hub repository.
         options: family options (the family that loads the model checks them).
-        profile: the numeric profile it is served under (one of :data:`PROFILES`;
-            the router writes it for the workers it manages).
+
+    Its ``profile`` (an engine argument, ``--profile``) is the numeric profile it is
+    served under; the router writes it for the workers it manages.
     """
 
     model: str
     name: str | None = None
     revision: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
-    profile: str = "exact"
 
     @property
     def served_name(self) -> str:
@@ -260,17 +239,21 @@ def check_revision(revision: str, where: str) -> str:
 
 
 def check_profile(profile: str, where: str) -> str:
-    """``profile`` when this version serves it (:data:`PROFILES`).
+    """``profile`` when it is a profile name (:data:`~vllm_srun.plugins.profiles.PROFILE_NAME`).
+
+    Whether an engine offers it is known only once the model's engine is chosen:
+    the load refuses a profile the engine does not declare, naming those it does.
 
     Raises:
-        ConfigError: any other profile, prefixed with ``where``: only ``exact``
-            exists in this version.
+        ConfigError: not a name such as ``exact``, ``batching`` or ``max_speed``,
+            prefixed with ``where``.
     """
-    if profile not in PROFILES:
-        served = ", ".join(PROFILES)
+    # The pattern of vllm_srun.plugins.profiles.PROFILE_NAME, written here so that reading
+    # a models file does not import the plugin API (and torch with it).
+    if not re.match(r"^[a-z][a-z0-9_]*$", profile):
         raise ConfigError(
-            f"{where}: profile {profile!r} does not exist in this version of vllm-srun; "
-            f"only {served} does: set profile: exact or leave profile out"
+            f"{where}: profile {profile!r} is not a profile name (lower-case letters, digits "
+            "and _, such as exact, batching or max_speed): fix it or leave profile out"
         )
     return profile
 
@@ -284,7 +267,7 @@ def read_models_file(path: str | os.PathLike[str], defaults: ModelConfig) -> lis
             no ``models`` list; an entry without ``model``; an unknown key
             (``options`` belongs to the family, checked when it loads); a wrong
             type; a blank text; a value out of
-            range; a ``profile`` other than ``exact``. The message names the
+            range; a ``profile`` that is not a profile name. The message names the
             entry (its number and ``model``), the key and what to do.
     """
     import yaml

@@ -37,7 +37,7 @@ from vllm_srun.plugins.requests import SurfaceBody, SurfaceRequest
 from vllm_srun.plugins.spec import RequestError, RowOutput, clip
 from vllm_srun.scheduler import Job, ModelScheduler, Overloaded, Stopped
 
-from .config import PROFILES, ModelConfig, ServeConfig
+from .config import ModelConfig, ServeConfig
 from .metrics import Metrics
 from .requests import ApiError, ClientGone, Timing
 
@@ -271,7 +271,7 @@ class Runtime:
         )
         state.served = served
         state.scheduler = ModelScheduler(
-            state.name, served.loaded.run, limits, self.metrics.for_model(state.name)
+            state.name, served.run_rows, limits, self.metrics.for_model(state.name)
         )
         state.status, state.reason = "ready", None
         self.metrics.model_ready.labels(model=state.name).set(1)
@@ -437,11 +437,13 @@ class Runtime:
         meta, profile = meta_options(request)
         loaded = state.config.profile
         if profile is not None and profile != loaded:
+            offered = ", ".join(p.name for p in served.profiles)
             raise ApiError(
                 "invalid_request",
                 f"options.profile {clip(profile)!r} is not how model {state.name} was loaded: it "
-                f"was loaded with profile {loaded}, and its profiles are "
-                f"{', '.join(PROFILES)}; send {loaded} or leave options.profile out",
+                f"was loaded with profile {loaded}; send {loaded} or leave options.profile out, "
+                f"or load the model with another profile (--profile NAME or models-file "
+                f"`profile: NAME`; it can load under {offered})",
             )
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
@@ -597,7 +599,7 @@ def identity_meta(state: ModelState, profile: str) -> dict[str, Any]:
         "revision": revision,
         "model_sha256": digest,
         "profile": profile,
-        "numerics": PROFILES[profile].numerics,
+        "numerics": served.profile.numerics,
         "engine": served.engine.name,
         "accelerator": served.placement.accelerator.name,
         "device": served.placement.device.device,

@@ -21,6 +21,7 @@ from vllm_srun.plugins.requests import (
     ClassifyRequest,
     EmbeddingsRequest,
     Milliseconds,
+    ProfileName,
     RerankRequest,
     Strict,
 )
@@ -103,7 +104,9 @@ class ResponseMeta(BaseModel):
         None, description="The 40-hex commit of the weights; null for a local package."
     )
     model_sha256: str | None = Field(None, description="The card's model_sha256.")
-    profile: str | None = Field(None, description='The numerics profile answered in ("exact").')
+    profile: str | None = Field(
+        None, description="The numeric profile answered in (exact, batching, max_speed, ...)."
+    )
     numerics: str | None = Field(
         None,
         description="exact (the model's own outputs), or approximate (a zero-shot readout, "
@@ -268,7 +271,7 @@ class DecisionOptions(Strict):
         allow_inf_nan=False,
         description="Answer within this many ms, or deadline_exceeded.",
     )
-    profile: Literal["exact"] = "exact"
+    profile: ProfileName | None = None
     return_meta: StrictBool = False
 
 
@@ -650,7 +653,13 @@ class ModelCard(BaseModel):
     limits: ModelLimits
     licence: str | None
     profile: str = Field(description="The numeric profile the model is served under.")
-    profiles: list[ProfileInfo] = Field(description="Every profile a request may name.")
+    profiles: list[ProfileInfo] = Field(
+        description="Every profile the model can be loaded under on its engine; a request "
+        "may name only the one it was loaded with."
+    )
+    numerics: Literal["exact", "approximate"] = Field(
+        description=EXTENSION + "the numerics of the profile it is served under."
+    )
     engine: str | None
     accelerator: str | None
     accelerator_validated: bool = Field(

@@ -15,7 +15,6 @@ from vllm_srun.plugins import Catalog
 from vllm_srun.plugins.decisions import MAX_CHOICES, MAX_LEVELS, MIN_CHOICES, MIN_LEVELS
 
 from . import autotune
-from .config import PROFILES
 from .runtime import ModelState, Runtime
 from .schemas import API_VERSION
 
@@ -86,13 +85,12 @@ def cards(runtime: Runtime) -> list[dict[str, Any]]:
     ]
 
 
-def profiles() -> list[dict[str, str]]:
-    """The card's ``profiles``: every numeric profile this version serves
-    (``name``, ``numerics``, ``description``)."""
-    return [
-        {"name": name, "numerics": profile.numerics, "description": profile.description}
-        for name, profile in PROFILES.items()
-    ]
+def profiles(profile: str) -> list[dict[str, str]]:
+    """The card's ``profiles`` before the model is loaded (its engine, which declares
+    them, is not chosen yet): the configured ``profile`` alone, its numerics unknown
+    until then unless it is ``exact``."""
+    numerics = "exact" if profile == "exact" else "approximate"
+    return [{"name": profile, "numerics": numerics, "description": "not loaded yet"}]
 
 
 def model_card(
@@ -128,7 +126,8 @@ def model_card(
         "limits": {},
         "licence": None,
         "profile": state.config.profile,
-        "profiles": profiles(),
+        "profiles": profiles(state.config.profile),
+        "numerics": "exact" if state.config.profile == "exact" else "approximate",
         "engine": None,
         "accelerator": None,
         "accelerator_validated": False,
@@ -150,6 +149,16 @@ def model_card(
     if details is not None:
         card.update(details)
         card["id"] = state.name
+    card["deviation_from_exact"] = (
+        None
+        if card["numerics"] == "exact"
+        else {
+            "max_abs": state.golden.deviation,
+            "measured_on": "golden questions",
+            "golden_cases": state.golden.checked,
+            "reference": state.golden.reference,
+        }
+    )
     repo = card.get("repo")
     if isinstance(repo, str) and "/" in repo:
         card["owned_by"] = repo.split("/", 1)[0]  # the Hub organisation, as OpenAI names owners

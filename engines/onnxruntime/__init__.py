@@ -11,6 +11,15 @@ Sessions run on the execution providers the accelerator names (those this
 onnxruntime build lacks are dropped; CPU always closes the list), with
 sequential, deterministic session options and ``threads`` intra-op threads.
 
+Profiles (:attr:`OnnxRuntimeEngine.profiles`): ``exact`` and ``batching`` run the
+graph as shipped or exported; ``max_speed`` runs an exported graph through
+optimum's transformer fusions (attention, GELU, layer norm; int8 dynamic
+quantisation only where the family says every head tolerates it,
+``spec.int8_tolerant``), cached beside the export by the weights digest, and
+drops deterministic compute. A package's own graph (already quantised, such as a
+4-bit ``MatMulNBits`` graph) runs as shipped under ``max_speed`` too, without
+deterministic compute.
+
 This package is named like the library it wraps; ``import onnxruntime`` in it is
 an absolute import and always gets the library, never this package (whose full
 name is ``vllm_srun.engines.onnxruntime``).
@@ -26,7 +35,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from vllm_srun.plugins import DeviceInfo, Engine, ExecutionProvider, hookimpl
+from vllm_srun.plugins import (
+    BATCHING,
+    EXACT,
+    MAX_SPEED,
+    DeviceInfo,
+    Engine,
+    ExecutionProvider,
+    Profile,
+    hookimpl,
+)
 from vllm_srun.plugins.hookspecs import RegisterEngine
 from vllm_srun.plugins.spec import EncoderBatch, ModelSpec
 
@@ -35,6 +53,7 @@ from .export import (
     GRAPH_FILE,
     cache_root,
     ensure_export,
+    ensure_optimized,
     export_dir,
     export_onnx,
     weights_digest,
@@ -163,6 +182,23 @@ class OnnxRuntimeEngine(Engine):
 
     name = "onnxruntime"
     auto_priority = 20
+    profiles = (
+        EXACT.described(
+            EXACT.description + " ONNX Runtime: the graph as shipped or exported, "
+            "deterministic compute."
+        ),
+        BATCHING.described(
+            BATCHING.description + " ONNX Runtime: the graph as shipped or exported, "
+            "deterministic compute."
+        ),
+        MAX_SPEED.described(
+            "ONNX Runtime: the exported graph with optimum's fused attention, GELU and layer "
+            "norm (int8 dynamic quantisation where the family says its heads tolerate it), "
+            "cached by the weights digest; a package's own graph as shipped; deterministic "
+            "compute off. Tried before native under --engine auto.",
+            auto_priority=5,
+        ),
+    )
 
     def supports(self, spec: Any, device: DeviceInfo) -> str | None:
         """``None`` when the spec has an ONNX graph, or weights optimum can export; else why not."""
@@ -236,6 +272,9 @@ class OnnxRuntimeEngine(Engine):
                 dropped; ``CPUExecutionProvider`` always closes the list.
             threads: intra-op threads of the session (``None``: ONNX Runtime's
                 default, one per core).
+            profile: the :class:`~vllm_srun.plugins.Profile` to run (default
+                ``exact``); under ``max_speed`` an exported graph is fused
+                (:func:`ensure_optimized`) and compute is not deterministic.
 
         Raises:
             ValueError: :meth:`supports` refuses the spec, ``threads`` is not
@@ -251,7 +290,14 @@ class OnnxRuntimeEngine(Engine):
             raise ValueError(f"threads must be a positive int or None, not {threads!r}")
         import onnxruntime
 
-        graph = spec.package / spec.onnx if spec.onnx is not None else ensure_export(spec)
+        profile: Profile = options.get("profile") or EXACT
+        fastest = profile.kernels == "fastest"
+        if spec.onnx is not None:
+            graph = spec.package / spec.onnx
+        elif fastest:
+            graph = ensure_optimized(spec, int8=spec.int8_tolerant)
+        else:
+            graph = ensure_export(spec)
         if not graph.is_file():
             raise FileNotFoundError(f"the ONNX graph {graph} does not exist")
         requested = list(options.get("providers") or [(CPU_PROVIDER, {})])
@@ -263,7 +309,7 @@ class OnnxRuntimeEngine(Engine):
         session_options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
         session_options.inter_op_num_threads = 1
         session_options.intra_op_num_threads = threads or 0
-        session_options.use_deterministic_compute = True
+        session_options.use_deterministic_compute = not fastest
         session_options.log_severity_level = 3  # errors only: no per-node provider warnings
         session = onnxruntime.InferenceSession(
             str(graph),
@@ -291,6 +337,7 @@ __all__ = [
     "OnnxRuntimeEngine",
     "cache_root",
     "ensure_export",
+    "ensure_optimized",
     "export_dir",
     "export_onnx",
     "register_engines",

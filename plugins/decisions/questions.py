@@ -139,7 +139,8 @@ class DecisionsRequest:
         model: the ``model`` field, or ``None``.
         entries: the top-level state first, then each ``states`` entry.
         deadline_ms: ``options.deadline_ms``, or ``None``.
-        profile: ``options.profile`` (only ``exact``).
+        profile: ``options.profile``: the numeric profile the request expects (it must
+            be the one the model was loaded with), or ``None`` for whichever it was.
         return_meta: ``options.return_meta``.
         has_states: whether the request carried ``states`` (the response then
             carries ``states`` too).
@@ -152,7 +153,7 @@ class DecisionsRequest:
     model: str | None
     entries: tuple[StateEntry, ...]
     deadline_ms: float | None = None
-    profile: str = "exact"
+    profile: str | None = None
     return_meta: bool = False
     has_states: bool = False
     named_states: bool = False

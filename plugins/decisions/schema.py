@@ -37,6 +37,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from vllm_srun.plugins.profiles import PROFILE_NAME
 from vllm_srun.plugins.spec import RequestError, clip, listed
 
 from .body import Path, describe_path, loads_checked
@@ -49,9 +50,6 @@ from .questions import (
     Question,
     StateEntry,
 )
-
-PROFILES = ("exact",)
-"""Values ``options.profile`` accepts."""
 
 REQUEST_FIELDS = ("model", "state", "questions", "states", "images", "options")
 ENTRY_FIELDS = ("state", "questions", "images")
@@ -374,9 +372,9 @@ def _state_entries(states: Any, duplicates: Sequence[Path]) -> list[StateEntry]:
     return entries
 
 
-def _options(raw: Any) -> tuple[float | None, str, bool]:
+def _options(raw: Any) -> tuple[float | None, str | None, bool]:
     if raw is None:
-        return None, "exact", False
+        return None, None, False
     if not isinstance(raw, dict):
         raise RequestError("invalid_request", f"options must be an object, not {_kind(raw)}")
     unknown = [k for k in raw if k not in OPTION_FIELDS]
@@ -393,13 +391,12 @@ def _options(raw: Any) -> tuple[float | None, str, bool]:
         raise RequestError(
             "invalid_request", f"options.deadline_ms must be a number above 0, not {deadline!r}"
         )
-    profile = raw.get("profile", "exact")
-    if profile is None:
-        profile = "exact"
-    if profile not in PROFILES:
+    profile = raw.get("profile")
+    if profile is not None and (not isinstance(profile, str) or not PROFILE_NAME.match(profile)):
         raise RequestError(
             "invalid_request",
-            f"options.profile must be one of {', '.join(PROFILES)}, not {clip(str(profile))!r}",
+            "options.profile must be a profile name (lower-case letters, digits and _, such "
+            f"as exact), not {clip(repr(profile))}",
         )
     meta = raw.get("return_meta", False)
     if meta is None:

@@ -78,8 +78,8 @@ def test_health_liveness_and_models_decode_with_major_2_and_every_model_ready(
         assert card["ready"] is True and card["status"] == "ready", card["id"]
         assert card["golden"]["status"] in ("matched", "unverified"), card["golden"]
         assert card["golden"]["matched"] <= card["golden"]["checked"]
-        assert [p["name"] for p in card["profiles"]] == ["exact"]
-        assert card["profile"] == "exact"
+        assert card["profiles"][0]["name"] == card["profile"] == "exact"
+        assert card["profiles"][0]["numerics"] == "exact"
         if "rerank" in card["surfaces"]:
             exits = card["rerank"]["exits"]
             assert exits and card["rerank"]["default"] in exits, card["id"]

@@ -119,7 +119,11 @@ def test_the_minilm_card_is_the_2_3_contract(minilm, catalog):
     }
     [head] = card["heads"]
     assert (head["kind"], head["overflow"], head["reduction"]) == ("pooled", "reject", None)
-    assert card["profile"] == "exact" and [p["name"] for p in card["profiles"]] == ["exact"]
+    assert card["profile"] == "exact" and [p["name"] for p in card["profiles"]] == [
+        "exact",
+        "batching",
+        "max_speed",
+    ]
     assert card["ready"] is True and card["status"] == "ready"
     cases = len(catalog.layer("golden_references")[card["id"]].requests)
     golden = card["golden"]

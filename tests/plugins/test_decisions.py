@@ -174,7 +174,7 @@ def test_valid_questions_in_every_form():
     assert [o.description for o in q["noul_choices"].options] == [None, "late"]
     assert q["score"].keys == ("1", "2")
     assert [o.description for o in q["levels"].options] == ["a", "b", "c"]
-    assert parsed.profile == "exact" and parsed.deadline_ms is None
+    assert parsed.profile is None and parsed.deadline_ms is None
     assert parsed.return_meta is False and parsed.has_states is False
 
 
@@ -431,8 +431,9 @@ REQUEST_ERRORS = {
         "options.overflow is not an option of decisions (deadline_ms, profile, return_meta)",
     ),
     "profile": (
-        {"state": "s", "questions": {"q": NOUL}, "options": {"profile": "fast"}},
-        "options.profile must be one of exact, not 'fast'",
+        {"state": "s", "questions": {"q": NOUL}, "options": {"profile": "Fast"}},
+        "options.profile must be a profile name (lower-case letters, digits and _, such as "
+        "exact), not 'Fast'",
     ),
     "deadline": (
         {"state": "s", "questions": {"q": NOUL}, "options": {"deadline_ms": 0}},
@@ -962,7 +963,8 @@ def test_a_states_entry_names_itself_in_each_problem():
         ),
         (
             {"state": "s", "questions": {"q": NOUL}, "options": {"profile": "Exact"}},
-            "options.profile must be one of exact, not 'Exact'",
+            "options.profile must be a profile name (lower-case letters, digits and _, such "
+            "as exact), not 'Exact'",
         ),
         (
             {"state": "s", "questions": {"q": NOUL}, "options": {"return_meta": 1}},
@@ -1004,13 +1006,14 @@ def test_each_request_problem_is_named_exactly(body, message):
 
 def test_options_take_their_defaults_from_null_and_keep_what_is_given():
     parsed = parse_request({**request(q=NOUL), "options": {"profile": None, "return_meta": None}})
-    assert (parsed.deadline_ms, parsed.profile, parsed.return_meta) == (None, "exact", False)
+    # no profile named: the request takes whichever the model was loaded with
+    assert (parsed.deadline_ms, parsed.profile, parsed.return_meta) == (None, None, False)
     parsed = parse_request({**request(q=NOUL), "options": {"deadline_ms": 0.5}})
     assert parsed.deadline_ms == 0.5 and parsed.return_meta is False
     parsed = parse_request({**request(q=NOUL), "options": {"return_meta": True}})
     assert parsed.return_meta is True and parsed.deadline_ms is None
     parsed = parse_request({**request(q=NOUL), "options": None, "model": None})
-    assert parsed.model is None and parsed.profile == "exact"
+    assert parsed.model is None and parsed.profile is None
 
 
 def test_parse_request_takes_any_mapping_and_refuses_anything_else():

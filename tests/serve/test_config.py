@@ -81,25 +81,27 @@ def test_an_unknown_key_names_the_key_and_the_entry(tmp_path):
     )
 
 
-def test_a_profile_is_accepted_when_exact_and_refused_otherwise(tmp_path):
-    """The router writes ``profile`` into the models file of the workers it manages."""
+def test_a_profile_name_is_read_and_a_malformed_one_refused(tmp_path):
+    """The router writes ``profile`` into the models file of the workers it manages; which
+    names exist is the engines' say, checked at load (tests/serve/test_profiles.py)."""
     path = models_file(
         tmp_path,
         """
         models:
           - model: /models/a
-            profile: exact
+            profile: max_speed
           - model: /models/b
         """,
     )
     a, b = read_models_file(path, DEFAULTS)
-    assert a.profile == b.profile == "exact"
-    path = models_file(tmp_path, "models:\n  - model: /models/a\n    profile: fast\n")
+    assert (a.profile, b.profile) == ("max_speed", "exact")
+    path = models_file(tmp_path, "models:\n  - model: /models/a\n    profile: Max-Speed\n")
     with pytest.raises(ConfigError) as caught:
         read_models_file(path, DEFAULTS)
     assert str(caught.value) == (
-        f"models file {path}, entry 1 (/models/a): profile 'fast' does not exist in this "
-        "version of vllm-srun; only exact does: set profile: exact or leave profile out"
+        f"models file {path}, entry 1 (/models/a): profile 'Max-Speed' is not a profile name "
+        "(lower-case letters, digits and _, such as exact, batching or max_speed): fix it or "
+        "leave profile out"
     )
     path = models_file(tmp_path, "models:\n  - model: /models/a\n    profile: 1\n")
     with pytest.raises(ConfigError, match="profile must be str"):
@@ -108,8 +110,14 @@ def test_a_profile_is_accepted_when_exact_and_refused_otherwise(tmp_path):
 
 def test_a_served_profile_is_the_card_s_profile():
     card = model_card(ModelState(ModelConfig(model="/models/a", profile="exact")))
-    assert card["profile"] == "exact"
-    assert [p["name"] for p in card["profiles"]] == ["exact"]
+    assert (card["profile"], card["numerics"], card["deviation_from_exact"]) == (
+        "exact",
+        "exact",
+        None,
+    )
+    assert card["profiles"] == [
+        {"name": "exact", "numerics": "exact", "description": "not loaded yet"}
+    ]
     assert (card["ready"], card["status"], card["golden"]["status"]) == (
         False,
         "loading",
@@ -209,7 +217,7 @@ def test_serve_models_takes_the_command_line_defaults(tmp_path):
         ([], "models:\n  - model: /m\n    max_num_seqs: many\n", "max_num_seqs must be int"),
         (["/other"], "models:\n  - model: /m\n", "give MODEL arguments or --models FILE, not both"),
         ([], "models:\n  - model: /m\n  - model: /m\n", "two models share the ID /m"),
-        ([], "models:\n  - model: /m\n    profile: fast\n", "only exact does"),
+        ([], "models:\n  - model: /m\n    profile: Fast\n", "is not a profile name"),
         (
             ["--served-model-name", "x"],
             "models:\n  - model: /m\n  - model: /n\n",

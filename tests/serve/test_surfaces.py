@@ -13,6 +13,8 @@ import struct
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from vllm_srun.engines.native import NativeEngine
+
 from ..fixtures import HEAD_LABELS
 from . import reference
 from .conftest import HEADS, control, make_client, timed_phases
@@ -280,12 +282,17 @@ def test_duplicate_inputs_get_the_same_answer_at_their_own_index(make_runtime, p
     runtime = make_runtime(("pooled", "token"), result_cache_entries=0)
     client = make_client(runtime)
     texts = ["good movie", "okay", "good movie", "dana from paris", "okay"]
+    before = len(control(runtime, "pooled").forwards)
     data = client.post("/v1/embeddings", json={"model": "pooled", "input": texts}).json()["data"]
     assert [d["index"] for d in data] == [0, 1, 2, 3, 4]
     assert data[0]["embedding"] == data[2]["embedding"]
     assert data[1]["embedding"] == data[4]["embedding"]
     assert data[0]["embedding"] != data[1]["embedding"] != data[3]["embedding"]
-    assert len(control(runtime, "pooled").forwards[-1]) == 3  # each distinct row once
+    # each distinct row runs once: under exact, in one forward per length, each forward
+    # filled up to 32 tokens with copies of its last row (never another row)
+    forwards = control(runtime, "pooled").forwards[before:]
+    firsts = [key for forward in forwards for key in dict.fromkeys(forward)]
+    assert len(firsts) == len(set(firsts)) == 3
     for item, text in zip(data, texts, strict=True):
         assert close(item["embedding"], reference.embedding(packages["pooled"], text)), text
     for index, text in enumerate(texts):
@@ -690,15 +697,8 @@ HEAD_FIELDS = {  # 2.3 HeadCard, with our extensions overflow_policies and windo
     "reduction",
     "window_reduction",
 }
-EXACT = [
-    {
-        "name": "exact",
-        "numerics": "exact",
-        "description": "Bit-exact reference numerics: every kernel is the reference "
-        "implementation or one proven equal to it, so answers match the golden references "
-        "within the accelerator's tolerance.",
-    }
-]
+PROFILES = [p.card() for p in NativeEngine.profiles]
+"""The native engine's profiles, as every card of a model it runs lists them."""
 
 
 def integers_are_integers(value, where=""):
@@ -732,6 +732,7 @@ def test_models_lists_limits_plugins_and_a_card_per_model(make_runtime):
         "batch_window_ms": 2.0,
         "max_model_len": None,
         "enable_shared_context": None,
+        "profile": "exact",
         "base_path": None,
     }
     for card in cards.values():
@@ -743,7 +744,9 @@ def test_models_lists_limits_plugins_and_a_card_per_model(make_runtime):
         assert card["golden"]["status"] == "unverified"  # not built in: nothing recorded
         assert card["golden"]["checked"] >= 1 and card["golden"]["matched"] == 0
         assert card["accelerator_validated"] is False
-        assert card["profile"] == "exact" and card["profiles"] == EXACT
+        assert card["profile"] == "exact" and card["profiles"] == PROFILES
+        assert [p["name"] for p in PROFILES] == ["exact", "batching", "max_speed"]
+        assert (card["numerics"], card["deviation_from_exact"]) == ("exact", None)
         assert card["presets"] == []
         limit = 48 if card["id"] == "pooled" else 64  # max_seq_length, else the positions
         assert card["limits"]["max_input_tokens"] == limit
@@ -995,7 +998,9 @@ def test_metrics_count_requests_by_model_without_request_text(make_runtime):
     duration = "vllm_srun_request_duration_seconds_count"
     assert value(samples, duration, model="pooled", surface="embeddings") == 2
     assert value(samples, "vllm_srun_queue_duration_seconds_count", model="pooled") == 2
-    assert value(samples, "vllm_srun_forward_duration_seconds_count", model="pooled") == 1
+    # the first request's two rows (of two lengths: one forward each under exact); the
+    # second request is answered from the cache
+    assert value(samples, "vllm_srun_forward_duration_seconds_count", model="pooled") == 2
     assert value(samples, "vllm_srun_batch_rows_sum", model="pooled") == 2
     assert value(samples, "vllm_srun_batch_rows_count", model="sequence") == 2
     assert value(samples, "vllm_srun_queue_rows", model="pooled") == 0

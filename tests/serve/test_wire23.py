@@ -166,8 +166,9 @@ def test_a_profile_other_than_the_loaded_one_is_refused(client):
         fast = client.post(path, json={**body, "options": {"profile": "fast"}})
         assert error_of(fast, 400, "invalid_request") == (
             f"options.profile 'fast' is not how model {body['model']} was loaded: it was loaded "
-            "with profile exact, and its profiles are exact; send exact or leave "
-            "options.profile out"
+            "with profile exact; send exact or leave options.profile out, or load the model "
+            "with another profile (--profile NAME or models-file `profile: NAME`; it can load "
+            "under exact, batching, max_speed)"
         )
         bad = client.post(path, json={**body, "options": {"profile": "Fast!"}})
         assert error_of(bad, 400, "invalid_request") == (
