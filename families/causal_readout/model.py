@@ -149,6 +149,8 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
         engine_model: the engine's decoder; ``forward`` returns float32 CPU logits.
         max_model_len: the ``--max-model-len`` load option, or ``None`` (the model's limit).
         shared_context: the ``--enable-shared-context`` load option; ``None`` is on.
+        weights: what the weights are when the package was converted (the card's
+            ``weights``: a GGUF file's format, quantisation and conversion), or ``None``.
 
     Raises:
         ValueError: ``max_model_len N is above the model's limit`` (or below 1).
@@ -163,6 +165,7 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
         engine_model: DecoderModel,
         max_model_len: int | None = None,
         shared_context: bool | None = None,
+        weights: dict[str, Any] | None = None,
     ) -> None:
         limit = description.token_limit
         if max_model_len is not None:
@@ -180,6 +183,7 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
         self.limit = max_model_len if max_model_len is not None else limit
         self.shared_context = True if shared_context is None else bool(shared_context)
         self.temperatures = dict(description.temperatures)
+        self.weights = weights
 
     # -- the card -------------------------------------------------------------------------
     def card(self) -> ModelCard:
@@ -202,6 +206,7 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
                 "calibrated": self.description.calibrated,
                 "temperature": dict(self.temperatures),
             },
+            **({"weights": dict(self.weights)} if self.weights is not None else {}),
         }
 
     # -- plan -----------------------------------------------------------------------------
