@@ -13,12 +13,13 @@ every step below reads that package; the card's ``weights`` says so.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vllm_srun.plugins import Family, hookimpl
-from vllm_srun.plugins.hookspecs import RegisterFamily
+from vllm_srun.plugins import Family, GoldenReference, hookimpl, read_reference_file
+from vllm_srun.plugins.hookspecs import RegisterFamily, RegisterGoldenReference
 from vllm_srun.plugins.package import PackageError
 from vllm_srun.plugins.spec import ModelSpec
 
@@ -58,6 +59,23 @@ GOLDEN_REQUESTS: tuple[dict[str, Any], ...] = (
 states); their answers are deterministic for a given model, device and dtype."""
 
 
+CALIBRATION_DIR = Path(__file__).with_name("calibration")
+"""The family's measured calibrations of built-in GGUF models (package data): one JSON file
+each, ``calibration.json``'s shape plus ``gguf_sha256``, the file it was measured on."""
+
+
+def shipped_calibration(digest: str, directory: Path = CALIBRATION_DIR) -> Path | None:
+    """The shipped calibration file measured on the GGUF file with SHA-256 ``digest``."""
+    for path in sorted(directory.glob("*.json")):
+        try:
+            table = json.loads(path.read_bytes())
+        except (ValueError, OSError):
+            continue
+        if isinstance(table, dict) and table.get("gguf_sha256") == digest:
+            return path
+    return None
+
+
 class CausalReadoutFamily(Family):
     """Decoders answering decisions from label-token logits."""
 
@@ -91,11 +109,13 @@ class CausalReadoutFamily(Family):
             self._conversions[key] = known
         return known
 
-    def readable(self, package: Path) -> Path:
-        """The folder the other steps read: the converted package of a GGUF package,
-        else ``package`` itself."""
+    def readable(self, package: Path) -> tuple[Path, Path | None]:
+        """The folder the other steps read (the converted package of a GGUF package, else
+        ``package`` itself) and the shipped calibration that applies to it, if any."""
         converted = self.conversion(package)
-        return package if converted is None else converted.package
+        if converted is None:
+            return package, None
+        return converted.package, shipped_calibration(str(converted.record["gguf"]["sha256"]))
 
     def verify(self, package: Path) -> None:
         """The files this family loads are present.
@@ -105,8 +125,8 @@ class CausalReadoutFamily(Family):
                 template that does not place the question exactly once, a bad
                 ``calibration.json``, a GGUF file that cannot be converted.
         """
-        package = self.readable(package)
-        packages.verify(package)
+        package, calibration = self.readable(package)
+        packages.verify(package, calibration)
         try:
             Renderer(package)  # reads the tokenizer files and checks the chat template
         except (ValueError, OSError) as err:
@@ -115,7 +135,7 @@ class CausalReadoutFamily(Family):
     def describe(self, package: Path) -> ModelSpec:
         """The engine-facing spec: task ``causal_lm``, ``token_limit`` the model's limit
         (``spec.package`` is the converted folder for a GGUF package)."""
-        return packages.describe(self.readable(package)).spec
+        return packages.describe(*self.readable(package)).spec
 
     def fixture(self, root: Path) -> tuple[Path, str, dict[str, Any]]:
         """A tiny Qwen3 with a chat template written under ``root``, and a decisions request."""
@@ -134,8 +154,8 @@ class CausalReadoutFamily(Family):
             ValueError: ``max_model_len N is above the model's limit``.
         """
         converted = self.conversion(package)
-        package = package if converted is None else converted.package
-        description = packages.describe(package)
+        package, calibration = self.readable(package)
+        description = packages.describe(package, calibration)
         return ReadoutModel(
             description,
             Renderer(package),
@@ -146,7 +166,32 @@ class CausalReadoutFamily(Family):
         )
 
 
-__all__ = ["CausalReadoutFamily", "register_families", "register_models"]
+GOLDEN_DIR = Path(__file__).with_name("golden")
+"""The built-in decoders' golden references (package data; ``vllm-srun golden record``)."""
+
+
+def golden_references(directory: Path = GOLDEN_DIR) -> list[GoldenReference]:
+    """Every reference file in ``directory``, sorted by file name.
+
+    Raises:
+        ReferenceFileError: a file cannot be read.
+    """
+    return [read_reference_file(path) for path in sorted(directory.glob("*.json"))]
+
+
+@hookimpl
+def register_golden_references(register: RegisterGoldenReference) -> None:
+    """Register the built-in decoders' golden references (``golden/*.json``)."""
+    for reference in golden_references():
+        register(reference)
+
+
+__all__ = [
+    "CausalReadoutFamily",
+    "register_families",
+    "register_golden_references",
+    "register_models",
+]
 
 
 @hookimpl

@@ -250,7 +250,8 @@ def _build(source: Path, digest: str, base: Path, target: Path) -> None:
         del model
         quant, types = quantisation(source)
         files = {
-            p.relative_to(out).as_posix(): sha256_file(p) for p in sorted(out.rglob("*"))
+            p.relative_to(out).as_posix(): sha256_file(p)
+            for p in sorted(out.rglob("*"))
             if p.is_file()
         }
         record = {

@@ -737,6 +737,7 @@ def test_meta_lists_each_questions_labels_tokens_and_temperature(unshared, packa
         "numerics": "exact",
         "template": "chat",
         "shared_context": False,
+        "readout": "letters",
         "prefix_tokens": 0,
         "questions": questions,
     }
@@ -776,6 +777,7 @@ def test_the_card_describes_the_readout_and_its_limits(unshared, packages, catal
         "template": "plain",
         "shared_context": False,
         "calibrated": False,
+        "readout": "letters",
         "temperature": {"choice": 1.0, "noul": 1.0, "score": 1.0},
     }
     limited = load_model(
