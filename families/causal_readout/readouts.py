@@ -11,13 +11,11 @@ is the answer's distribution:
 - ``letters_cf``: contextual calibration (Zhao et al. 2021, "Calibrate Before
   Use: Improving Few-Shot Performance of Language Models", ICML): the label
   log-probabilities less those the same question gets about a content-free
-  state (:data:`CONTENT_FREE`, averaged in probability over its entries).
+  state (:data:`CONTENT_FREE`).
 - ``option_sum``: the log-probability of each option's own text as the
   assistant's reply (:func:`option_message` lists the options without labels
   and asks for one), summed over its tokens.
 - ``option_mean``: the same, divided by the option's token count.
-- ``option_cf``: ``option_sum`` less the content-free state's ``option_sum``
-  (domain-conditional PMI, Holtzman et al. 2021, "Surface Form Competition").
 
 Every score comes from the engine's ``forward`` (next-token logits of
 left-padded rows continuing a shared prefix), so no engine change is needed.
@@ -35,11 +33,11 @@ from vllm_srun.plugins.spec import DecoderBatch
 
 from .prompts import message
 
-METHODS = ("letters", "letters_cf", "option_sum", "option_mean", "option_cf")
+METHODS = ("letters", "letters_cf", "option_sum", "option_mean")
 """The readouts :func:`option_scores` computes."""
 
-CONTENT_FREE = ("N/A", "", "[MASK]")
-"""Content-free states of contextual calibration (the three Zhao et al. 2021 average)."""
+CONTENT_FREE = ("N/A",)
+"""The content-free state of contextual calibration (Zhao et al. 2021's main one)."""
 
 NOUL_REPLIES = ("no", "yes")
 """A Noul question's reply texts, false first (the order of its options)."""
@@ -129,17 +127,13 @@ def option_logprobs(loaded: Any, state: str, question: Question) -> tuple[torch.
 _FREE: dict[tuple[int, str, Question], torch.Tensor] = {}
 
 
-def _content_free(loaded: Any, question: Question, kind: str) -> torch.Tensor:
-    """The content-free states' label probabilities (mean) or option sums (mean), once per
-    question and model."""
-    key = (id(loaded), kind, question)
+def _content_free(loaded: Any, question: Question) -> torch.Tensor:
+    """The content-free states' label log-probabilities (of their mean probability), once
+    per question and model."""
+    key = (id(loaded), "letters", question)
     if key not in _FREE:
-        if kind == "letters":
-            free = [letter_logprobs(loaded, s, question).exp() for s in CONTENT_FREE]
-            _FREE[key] = torch.log(torch.stack(free).mean(0))
-        else:
-            sums = [option_logprobs(loaded, s, question)[0] for s in CONTENT_FREE]
-            _FREE[key] = torch.stack(sums).mean(0)
+        free = [letter_logprobs(loaded, s, question).exp() for s in CONTENT_FREE]
+        _FREE[key] = torch.log(torch.stack(free).mean(0))
     return _FREE[key]
 
 
@@ -159,12 +153,10 @@ def option_scores(loaded: Any, state: str, question: Question, method: str) -> l
         return letter_logprobs(loaded, state, question).tolist()
     if method == "letters_cf":
         own = letter_logprobs(loaded, state, question)
-        return (own - _content_free(loaded, question, "letters")).tolist()
-    if method in ("option_sum", "option_mean", "option_cf"):
+        return (own - _content_free(loaded, question)).tolist()
+    if method in ("option_sum", "option_mean"):
         sums, lengths = option_logprobs(loaded, state, question)
         if method == "option_mean":
             return (sums / torch.tensor(lengths, dtype=torch.float64)).tolist()
-        if method == "option_cf":
-            return (sums - _content_free(loaded, question, "option")).tolist()
         return sums.tolist()
     raise ValueError(f"unknown readout {method!r}: choose one of {', '.join(METHODS)}")

@@ -64,7 +64,9 @@ def expected_scores(model, name):
     )
     renderer = model.loaded.renderer
     prompt = renderer.encode(option_message(STATE, question))
-    replies = [renderer.text.encode(t, add_special_tokens=False).ids for t in option_texts(question)]
+    replies = [
+        renderer.text.encode(t, add_special_tokens=False).ids for t in option_texts(question)
+    ]
     rows = [prompt + reply[:j] for reply in replies for j in range(len(reply))]
     logprobs = torch.log_softmax(reference_logits(str(model.spec.package), rows).double(), 1)
     sums, row = [], 0
