@@ -92,7 +92,9 @@ def test_answers_are_the_softmax_of_each_options_reply_log_probability(served, r
     assert model.card()["decisions"]["readout"] == readout
     for name in QUESTIONS:
         sums, lengths = expected_scores(model, name)
-        scores = sums if readout == "option_sum" else [s / n for s, n in zip(sums, lengths)]
+        scores = (
+            sums if readout == "option_sum" else [s / n for s, n in zip(sums, lengths, strict=True)]
+        )
         want = softmax(scores)
         got = body["answers"][name]
         if got["type"] == "noul":
@@ -107,9 +109,7 @@ def test_a_question_alone_equals_the_same_question_among_others(served):
     for name, question in QUESTIONS.items():
         alone = model.answer("decisions", {"state": STATE, "questions": {name: question}})
         for key, value in alone["answers"][name].items():
-            if isinstance(value, dict):
-                assert value == pytest.approx(together[name][key], abs=1e-5)
-            elif isinstance(value, float):
+            if isinstance(value, dict | float):
                 assert value == pytest.approx(together[name][key], abs=1e-5)
             else:
                 assert value == together[name][key]
