@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import random
 import sys
 import time
 from pathlib import Path
@@ -57,7 +59,20 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=None, help="first N examples only")
     parser.add_argument("--scores", type=Path, default=Path("/tmp/decoder-readouts.json"))
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/decoder-readouts.md")
+    parser.add_argument(
+        "--report-from",
+        type=Path,
+        default=None,
+        help="write the report from scores already measured (a .partial.jsonl) and stop",
+    )
     args = parser.parse_args()
+    if args.report_from is not None:
+        lines = args.report_from.read_text().splitlines()
+        measured = [json.loads(line) for line in lines if line.strip()]
+        methods = tuple(measured[0]["scores"])
+        args.out.write_text(report(measured, methods))
+        print(args.out.read_text())
+        return 0
     from vllm_srun.families.causal_readout.readouts import METHODS, option_scores
     from vllm_srun.plugins.decisions import parse_request
 
@@ -90,22 +105,32 @@ def main() -> int:
 
 
 def interleaved(examples: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The examples taken in turn from each question type (so any first N are a mix)."""
-    by_type: dict[str, list[dict[str, Any]]] = {}
-    for example in examples:
-        by_type.setdefault(example["question"]["type"], []).append(example)
-    queues = list(by_type.values())
-    ordered = []
-    while any(queues):
-        for queue in queues:
-            if queue:
-                ordered.append(queue.pop(0))
+    """The examples in a fixed shuffled order (seed 0), so any first N are a fair sample
+    of the set (the file lists each question's examples together, option by option)."""
+    ordered = list(examples)
+    random.Random(0).shuffle(ordered)
     return ordered
 
 
-def _nll(scores: list[float], label: int) -> float:
-    values = torch.tensor(scores, dtype=torch.float64)
+def _nll(scores: list[float], label: int, temperature: float = 1.0) -> float:
+    values = torch.tensor(scores, dtype=torch.float64) / temperature
     return float(-torch.log_softmax(values, 0)[label])
+
+
+GRID = tuple(round(0.05 * (1.1**k), 4) for k in range(0, 64))
+"""Candidate temperatures, 0.05 to about 20, 10 % apart."""
+
+
+def fit_temperature(rows: list[dict[str, Any]], method: str) -> tuple[float, float]:
+    """The grid temperature minimising the mean NLL of the labelled option over ``rows``
+    (temperature scaling, Guo et al. 2017), and that NLL."""
+    best = (1.0, math.inf)
+    for temperature in GRID:
+        nll = sum(_nll(r["scores"][method], r["label"], temperature) for r in rows)
+        nll /= max(len(rows), 1)
+        if nll < best[1]:
+            best = (temperature, nll)
+    return best
 
 
 def report(rows: list[dict[str, Any]], methods: tuple[str, ...]) -> str:
@@ -125,6 +150,7 @@ def report(rows: list[dict[str, Any]], methods: tuple[str, ...]) -> str:
         "| readout | choice | noul | score | all | NLL choice | NLL noul | NLL score |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    fitted: list[str] = []
     for method in methods:
         right = {t: 0 for t in types}
         nll = {t: 0.0 for t in types}
@@ -137,12 +163,23 @@ def report(rows: list[dict[str, Any]], methods: tuple[str, ...]) -> str:
         cells = [f"{right[t] / max(counts[t], 1):.3f}" for t in types]
         nlls = [f"{nll[t] / max(counts[t], 1):.3f}" for t in types]
         lines.append(f"| `{method}` | {' | '.join(cells)} | {total:.3f} | {' | '.join(nlls)} |")
+        fits = [fit_temperature([r for r in rows if r["type"] == t], method) for t in types]
+        fitted.append(f"| `{method}` | " + " | ".join(f"{t:g} ({n:.3f})" for t, n in fits) + " |")
     acc = minilm["accuracy"]
     lines.append(
         f"| MiniLM similarity readout (its `temperature.json`) | {acc['choice']:.3f} | "
         f"{acc['noul']:.3f} | {acc['score']:.3f} | {acc['all']:.3f} | - | - | - |"
     )
-    lines.append("")
+    lines += [
+        "",
+        "Temperatures fitted per type on the same examples (grid 0.05 to 20, 10 % apart; "
+        "the NLL at that temperature in brackets):",
+        "",
+        "| readout | choice | noul | score |",
+        "| --- | --- | --- | --- |",
+        *fitted,
+        "",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -109,8 +109,7 @@ def model_violations(entry: ModelEntry) -> list[str]:
             "mirrors must be a tuple of Mirror(distribution, version, relative package path)"
         )
     elif not all(
-        isinstance(m.code, tuple) and all(_relative_file(c) for c in m.code)
-        for m in entry.mirrors
+        isinstance(m.code, tuple) and all(_relative_file(c) for c in m.code) for m in entry.mirrors
     ):
         problems.append("a mirror's code must be a tuple of relative path patterns")
     if type(entry.licence_restricted) is not bool:

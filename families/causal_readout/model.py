@@ -438,7 +438,7 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
         """One score per option from a question's row outputs (see :data:`READOUTS`)."""
         if slot.labels is not None:  # a label row: its logits in option order
             return parts[0]
-        total = torch.zeros(len(slot.question.options), dtype=torch.float64)
+        total = torch.zeros(len(slot.lengths), dtype=torch.float64)
         for owner, logprob in zip(slot.owners, parts, strict=True):
             total[owner] += float(logprob[0])
         if self.readout == "option_mean":
