@@ -36,7 +36,7 @@ from vllm_srun.plugins.spec import DecoderBatch, DecoderModel, RequestError, Row
 
 from .package import Description
 from .prompts import Labels, Renderer, message
-from .readouts import option_message, option_texts
+from .readouts import CONTENT_FREE, option_message, option_texts
 
 SURFACE = "decisions"
 
@@ -92,10 +92,13 @@ def row_key(
     return digest.hexdigest()
 
 
-READOUTS = ("letters", "option_sum", "option_mean")
+READOUTS = ("letters", "letters_cf", "option_sum", "option_mean")
 """How a question's option scores are read (``calibration.json``'s ``readout``):
 
 - ``letters`` (the default): the next-token logit of each option's label, one row;
+- ``letters_cf``: the label log-probabilities (over the labels) less those of the same
+  question about the content-free state ``N/A`` (contextual calibration, Zhao et al.
+  2021); two rows, the second the same for every request asking that question;
 - ``option_sum``: the log-probability of each option's own text as the reply
   (:func:`.readouts.option_message`), summed over its tokens (one row per token);
 - ``option_mean``: the same divided by the option's token count.
@@ -328,13 +331,15 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
             )
             return []
         slot.labels = labels
+        states = [state, *CONTENT_FREE] if self.readout == "letters_cf" else [state]
         return [
             (
-                self.renderer.encode(message(state, question, labels.shown)),
+                self.renderer.encode(message(text, question, labels.shown)),
                 labels.token_ids,
                 False,
-                0,
+                k,
             )
+            for k, text in enumerate(states)
         ]
 
     # -- run ------------------------------------------------------------------------------
@@ -436,8 +441,12 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
 
     def _scores(self, slot: Slot, parts: list[torch.Tensor]) -> torch.Tensor:
         """One score per option from a question's row outputs (see :data:`READOUTS`)."""
-        if slot.labels is not None:  # a label row: its logits in option order
+        if slot.labels is not None and len(parts) == 1:  # a label row: its logits
             return parts[0]
+        if slot.labels is not None:  # letters_cf: less the content-free state's
+            own = torch.log_softmax(parts[0].double(), 0)
+            free = torch.stack([torch.softmax(p.double(), 0) for p in parts[1:]]).mean(0)
+            return own - torch.log(free)
         total = torch.zeros(len(slot.lengths), dtype=torch.float64)
         for owner, logprob in zip(slot.owners, parts, strict=True):
             total[owner] += float(logprob[0])

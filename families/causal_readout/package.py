@@ -45,7 +45,7 @@ CALIBRATION_FILE = "calibration.json"
 """Optional per-type softmax temperatures and the readout:
 ``{"temperature": {"choice": t, "noul": t, "score": t}, "readout": "letters"}``."""
 
-READOUT_NAMES = ("letters", "option_sum", "option_mean")
+READOUT_NAMES = ("letters", "letters_cf", "option_sum", "option_mean")
 """The readouts ``calibration.json`` may name (:data:`.model.READOUTS` explains them)."""
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")

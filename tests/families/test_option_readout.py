@@ -29,7 +29,7 @@ def catalog():
 def served(tmp_path_factory, catalog):
     root = tmp_path_factory.mktemp("option-readouts")
     models = {}
-    for readout in ("option_sum", "option_mean"):
+    for readout in ("option_sum", "option_mean", "letters_cf", "letters"):
         package = write_decoder(
             root, "qwen3", calibration={"temperature": {}, "readout": readout}, name=readout
         )
@@ -137,7 +137,8 @@ def test_an_unknown_readout_fails_the_load(tmp_path, catalog):
     with pytest.raises(LoadError) as raised:
         load_model(package, LoadOptions(device="cpu"), catalog=catalog)
     assert str(raised.value).endswith(
-        "calibration.json: readout 'letters_perm' is not one of letters, option_sum, option_mean"
+        "calibration.json: readout 'letters_perm' is not one of letters, letters_cf, "
+        "option_sum, option_mean"
     )
 
 
@@ -147,3 +148,23 @@ def test_a_shipped_calibration_is_found_by_its_gguf_digest(tmp_path):
     (tmp_path / "broken.json").write_text("{")
     assert shipped_calibration("2" * 64, tmp_path) == tmp_path / "b.json"
     assert shipped_calibration("3" * 64, tmp_path) is None
+
+
+def test_letters_cf_subtracts_the_content_free_states_label_log_probabilities(served):
+    calibrated, plain = served["letters_cf"], served["letters"]
+    body = {"state": STATE, "questions": QUESTIONS}
+    got = calibrated.answer("decisions", body)["answers"]
+    own = plain.loaded.plan("decisions", parse_request(body))
+    free = plain.loaded.plan("decisions", parse_request({**body, "state": "N/A"}))
+    own_rows = plain.run_items(own.items)
+    free_rows = plain.run_items(free.items)
+    for index, name in enumerate(QUESTIONS):
+        scores = torch.log_softmax(own_rows[index].double(), 0) - torch.log_softmax(
+            free_rows[index].double(), 0
+        )
+        want = softmax(scores.tolist())
+        if got[name]["type"] == "noul":
+            assert got[name]["noul"] == pytest.approx(want[1], abs=1e-5)
+        else:
+            assert list(got[name]["probabilities"].values()) == pytest.approx(want, abs=1e-5)
+    assert calibrated.card()["decisions"]["readout"] == "letters_cf"
