@@ -14,7 +14,7 @@ import pytest
 
 from vllm_srun.families.causal_readout import GOLDEN_REQUESTS
 from vllm_srun.families.causal_readout.builtin import SMOLLM2, SMOLLM2_FILE, SMOLLM2_SHA256
-from vllm_srun.golden import check
+from vllm_srun.golden import check, reference_keys, select_key
 from vllm_srun.loader import LoadOptions, load_model
 from vllm_srun.plugins import load_catalog
 from vllm_srun.probes import BATCH_INVARIANCE_TOLERANCE
@@ -85,20 +85,33 @@ def test_a_second_conversion_reuses_the_cached_package(smollm2, catalog):
     assert (conversion.package, conversion.reused) == (smollm2.spec.package, True)
 
 
-def test_the_golden_reference_matches(smollm2, catalog):
+def test_the_golden_reference_matches_where_it_was_recorded(smollm2, catalog):
+    reference = catalog.layer("golden_references")[SMOLLM2.name]
+    assert list(reference.answers) == ["cpu:x86_64:avx512:bf16_native"]
     result = check(smollm2, catalog)
-    assert (result.status, result.checked, result.matched) == (
-        "matched",
-        len(GOLDEN_REQUESTS),
-        len(GOLDEN_REQUESTS),
-    )
+    cases = len(GOLDEN_REQUESTS)
+    if select_key(reference, reference_keys(smollm2)) is None:  # another CPU: not recorded
+        assert (result.status, result.checked, result.matched) == ("unverified", cases, 0)
+    else:
+        assert (result.status, result.checked, result.matched) == ("matched", cases, cases)
 
 
-def test_a_row_alone_and_in_a_batch_agree_within_the_promise(smollm2):
+def test_it_reads_each_options_text_with_the_shipped_calibration(smollm2):
+    decisions = smollm2.card()["decisions"]
+    assert (decisions["readout"], decisions["calibrated"]) == ("option_mean", True)
+    assert decisions["temperature"] == {"choice": 13.8401, "noul": 20.2633, "score": 20.2633}
+
+
+def test_a_question_alone_and_in_a_batch_agree_within_the_promise(smollm2):
+    # The load-time probe compares raw row outputs: here log-probabilities over the whole
+    # 49,152-token vocabulary, whose float32 batch noise measured about 1.7e-5 on this
+    # machine, so the card may turn cross-request batching off; it must say which.
     invariance = smollm2.card()["batch_invariance"]
     assert invariance["tolerance"] == BATCH_INVARIANCE_TOLERANCE
-    assert invariance["max_abs_deviation"] <= BATCH_INVARIANCE_TOLERANCE
-    assert invariance["cross_request_batching"] is True
+    assert invariance["cross_request_batching"] is (
+        invariance["max_abs_deviation"] <= BATCH_INVARIANCE_TOLERANCE
+    )
+    # The promise on answers: every probability alone equals the batched one within 1e-5.
     [body] = [r["body"] for r in GOLDEN_REQUESTS[1:]]
     together = smollm2.answer("decisions", body)["answers"]
     for name, question in body["questions"].items():
