@@ -382,7 +382,9 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
         )
         logits = self.engine_model.forward(batch)
         values = []
-        for r, row in enumerate(rows):
+        # zip(strict=True): an engine answering another number of rows is an error, never
+        # answers shifted onto the wrong questions.
+        for r, (row, _) in enumerate(zip(rows, logits, strict=True)):
             wanted = list(_row(row).read_ids)
             if not whole:
                 values.append(logits[r, : len(wanted)])

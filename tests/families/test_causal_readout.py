@@ -841,11 +841,11 @@ def test_rows_with_different_prefixes_run_in_their_own_forwards(shared, unshared
 
 
 def test_only_readout_rows_run():
-    from vllm_srun.families.causal_readout.model import _read_ids
+    from vllm_srun.families.causal_readout.model import _row
     from vllm_srun.plugins.spec import WorkItem
 
     with pytest.raises(TypeError) as err:
-        _read_ids(WorkItem((1, 2), None, "k"))
+        _row(WorkItem((1, 2), None, "k"))
     assert str(err.value) == "causal_readout runs its own ReadoutRow rows only"
 
 
