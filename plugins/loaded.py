@@ -147,6 +147,9 @@ class ModelCard(TypedDict, total=False):
             template, temperatures, ...).
         extensions: the surface extensions attached to the model, each with
             ``name``, ``surfaces``, ``numerics``, ``method`` and its own card.
+        weights: what the weights are when the family converted them from another
+            format (a GGUF file: ``format``, ``quantisation``, the conversion); absent
+            for a package whose weights load as they are.
     """
 
     surfaces: list[str]
@@ -158,6 +161,7 @@ class ModelCard(TypedDict, total=False):
     limits: dict[str, int | None]
     decisions: dict[str, Any]
     extensions: list[dict[str, Any]]
+    weights: dict[str, Any]
 
 
 PlanT = TypeVar("PlanT", bound=Plan)

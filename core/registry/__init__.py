@@ -105,6 +105,7 @@ def prepare(
             status=status,
             source=source.origin,
             digest=digests.sha256,
+            mirror=source.mirror,
         )
     finally:  # the digests of the files read are kept even when one of them failed
         digests.save()

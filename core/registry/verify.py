@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_srun.errors import LoadError
-from vllm_srun.plugins import ModelEntry
+from vllm_srun.plugins import Mirror, ModelEntry
 
 HASH_CHUNK_BYTES = 1 << 20
 """Bytes read per step while hashing (1 MiB)."""
@@ -220,6 +220,7 @@ def verify_package(
     status: str = "local",
     source: str = "",
     digest: Callable[[Path], str] | None = None,
+    mirror: Mirror | None = None,
 ) -> Verification:
     """Check a package's files before any weight loads.
 
@@ -233,6 +234,8 @@ def verify_package(
         digest: how a file's SHA-256 is had (:meth:`.digests.DigestCache.sha256`,
             which remembers unchanged files); ``None`` hashes every file
             (:func:`sha256_file`).
+        mirror: the mirror the bytes came from; files its ``code`` patterns name
+            (the distribution's own modules, never loaded) count as extra files.
 
     Raises:
         LoadError (final, never retried): a link escapes ``root``
@@ -257,7 +260,13 @@ def verify_package(
             f"a file the model needs is missing: {', '.join(sorted(missing))} of {entry.name}"
             f"{where} (the copy is incomplete or damaged). {fix}"
         )
-    unlisted = sorted(rel for rel in present if rel not in entry.files and is_loadable(rel))
+    unlisted = sorted(
+        rel
+        for rel in present
+        if rel not in entry.files
+        and is_loadable(rel)
+        and not (mirror is not None and mirror.is_code(rel))
+    )
     if unlisted:
         raise LoadError(
             f"the package holds a file the built-in table does not list: "

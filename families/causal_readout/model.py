@@ -36,6 +36,7 @@ from vllm_srun.plugins.spec import DecoderBatch, DecoderModel, RequestError, Row
 
 from .package import Description
 from .prompts import Labels, Renderer, message
+from .readouts import CONTENT_FREE, option_message, option_texts
 
 SURFACE = "decisions"
 
@@ -63,7 +64,10 @@ class ReadoutRow(WorkItem):
     """One question's row: its prompt, the label ids to read, and its shared prefix.
 
     Attributes:
-        read_ids: the vocabulary ids of the option labels, in option order.
+        read_ids: the vocabulary ids of the option labels, in option order (an option
+            scoring row: the one next token of its option's reply).
+        normalise: read log-probabilities over the whole vocabulary at ``read_ids``
+            (option scoring) rather than raw logits (labels).
 
     Its ``prefix`` (:class:`~vllm_srun.plugins.spec.WorkItem`) is how many leading
     tokens it shares with the other questions of its state; such rows run as
@@ -71,15 +75,35 @@ class ReadoutRow(WorkItem):
     """
 
     read_ids: tuple[int, ...] = ()
+    normalise: bool = False
 
 
-def row_key(ids: Sequence[int], read_ids: Sequence[int], prefix: int) -> str:
-    """Content key of a row: BLAKE2b over its token ids, label ids and prefix length."""
+def row_key(
+    ids: Sequence[int], read_ids: Sequence[int], prefix: int, normalise: bool = False
+) -> str:
+    """Content key of a row: BLAKE2b over its token ids, label ids, prefix length and
+    whether it reads log-probabilities."""
     digest = hashlib.blake2b(array("q", ids).tobytes(), digest_size=16)
     digest.update(b"|")
     digest.update(array("q", read_ids).tobytes())
     digest.update(f"|{prefix}".encode())
+    if normalise:
+        digest.update(b"|logprob")
     return digest.hexdigest()
+
+
+READOUTS = ("letters", "letters_cf", "option_sum", "option_mean")
+"""How a question's option scores are read (``calibration.json``'s ``readout``):
+
+- ``letters`` (the default): the next-token logit of each option's label, one row;
+- ``letters_cf``: the label log-probabilities (over the labels) less those of the same
+  question about the content-free state ``N/A`` (contextual calibration, Zhao et al.
+  2021); two rows, the second the same for every request asking that question;
+- ``option_sum``: the log-probability of each option's own text as the reply
+  (:func:`.readouts.option_message`), summed over its tokens (one row per token);
+- ``option_mean``: the same divided by the option's token count.
+
+:mod:`.readouts` explains them and ``bench/decoder_readouts.py`` measures them."""
 
 
 @dataclass
@@ -90,13 +114,20 @@ class Slot:
         question: the question, valid or not.
         row: its row's index in the plan's items, when it runs.
         error: ``(code, message)`` when it fails before running.
-        labels: the labels its answer is read from.
+        labels: the labels its answer is read from (label readouts).
+        rows: every row its answer reads, in plan order (``row`` is the first).
+        owners: per row of ``rows``, the option whose reply token it reads (option
+            readouts; 0 for a label row).
+        lengths: per option, its reply's token count (option readouts).
     """
 
     question: Question | InvalidQuestion
     row: int | None = None
     error: tuple[str, str] | None = None
     labels: Labels | None = None
+    rows: tuple[int, ...] = ()
+    owners: tuple[int, ...] = ()
+    lengths: tuple[int, ...] = ()
 
 
 @dataclass
@@ -149,6 +180,8 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
         engine_model: the engine's decoder; ``forward`` returns float32 CPU logits.
         max_model_len: the ``--max-model-len`` load option, or ``None`` (the model's limit).
         shared_context: the ``--enable-shared-context`` load option; ``None`` is on.
+        weights: what the weights are when the package was converted (the card's
+            ``weights``: a GGUF file's format, quantisation and conversion), or ``None``.
 
     Raises:
         ValueError: ``max_model_len N is above the model's limit`` (or below 1).
@@ -163,6 +196,7 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
         engine_model: DecoderModel,
         max_model_len: int | None = None,
         shared_context: bool | None = None,
+        weights: dict[str, Any] | None = None,
     ) -> None:
         limit = description.token_limit
         if max_model_len is not None:
@@ -180,6 +214,8 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
         self.limit = max_model_len if max_model_len is not None else limit
         self.shared_context = True if shared_context is None else bool(shared_context)
         self.temperatures = dict(description.temperatures)
+        self.readout = description.readout
+        self.weights = weights
 
     # -- the card -------------------------------------------------------------------------
     def card(self) -> ModelCard:
@@ -200,8 +236,10 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
                 "template": "chat" if self.renderer.chat else "plain",
                 "shared_context": self.shared_context,
                 "calibrated": self.description.calibrated,
+                "readout": self.readout,
                 "temperature": dict(self.temperatures),
             },
+            **({"weights": dict(self.weights)} if self.weights is not None else {}),
         }
 
     # -- plan -----------------------------------------------------------------------------
@@ -227,41 +265,36 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
     ) -> EntryPlan:
         state = entry.state_text()
         slots: list[Slot] = []
-        prompts: list[tuple[Slot, list[int]]] = []
+        prompts: list[tuple[Slot, list[int], tuple[int, ...], bool, int]] = []
         for question in entry.questions:
             slot = Slot(question)
             slots.append(slot)
             if isinstance(question, InvalidQuestion):
                 continue
-            labels = self.renderer.labels(question.type, len(question.options))
-            if labels is None:
-                slot.error = (
-                    "unavailable",
-                    f"this model's tokenizer has no single-token labels for "
-                    f"{len(question.options)} options of a {question.type} question; "
-                    "ask with fewer options",
-                )
+            rows = self._question_rows(state, question, slot)
+            if slot.error is not None:
                 continue
-            slot.labels = labels
-            ids = self.renderer.encode(message(state, question, labels.shown))
-            if len(ids) > limit:
+            longest = max(len(ids) for ids, _, _, _ in rows)
+            if longest > limit:
                 which = "max_model_len" if self.max_model_len is not None else "the model's limit"
                 slot.error = (
                     "max_length_exceeded",
-                    f"the question is {len(ids)} tokens with its state; this model takes at "
+                    f"the question is {longest} tokens with its state; this model takes at "
                     f"most {limit} ({which}); shorten the state or the question",
                 )
                 continue
-            prompts.append((slot, ids))
-        prefix = _common_prefix([ids for _, ids in prompts]) if shared else 0
+            prompts.extend((slot, ids, read, norm, owner) for ids, read, norm, owner in rows)
+        prefix = _common_prefix([ids for _, ids, _, _, _ in prompts]) if shared else 0
         plan = EntryPlan(entry, slots, prefix)
         seen: set[str] = set()
-        for slot, ids in prompts:
-            assert slot.labels is not None
-            key = row_key(ids, slot.labels.token_ids, prefix)
-            slot.row = len(items)
+        for slot, ids, read, normalise, owner in prompts:
+            key = row_key(ids, read, prefix, normalise)
+            if slot.row is None:
+                slot.row = len(items)
+            slot.rows = (*slot.rows, len(items))
+            slot.owners = (*slot.owners, owner)
             items.append(
-                ReadoutRow(tuple(ids), None, key, prefix=prefix, read_ids=slot.labels.token_ids)
+                ReadoutRow(tuple(ids), None, key, prefix=prefix, read_ids=read, normalise=normalise)
             )
             if key not in seen:
                 seen.add(key)
@@ -270,9 +303,49 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
             plan.input_tokens += prefix
         return plan
 
+    def _question_rows(
+        self, state: str, question: Question, slot: Slot
+    ) -> list[tuple[list[int], tuple[int, ...], bool, int]]:
+        """The rows of one question under this model's readout: ``(ids, read ids,
+        normalise, owner)``; sets ``slot.error`` (and returns nothing) when its options
+        have no single-token labels."""
+        count = len(question.options)
+        if self.readout in ("option_sum", "option_mean"):
+            prompt = self.renderer.encode(option_message(state, question))
+            replies = [
+                list(self.renderer.text.encode(text, add_special_tokens=False).ids)
+                for text in option_texts(question)
+            ]
+            slot.lengths = tuple(len(r) for r in replies)
+            return [
+                (prompt + reply[:j], (token,), True, k)
+                for k, reply in enumerate(replies)
+                for j, token in enumerate(reply)
+            ]
+        labels = self.renderer.labels(question.type, count)
+        if labels is None:
+            slot.error = (
+                "unavailable",
+                f"this model's tokenizer has no single-token labels for {count} options of a "
+                f"{question.type} question; ask with fewer options",
+            )
+            return []
+        slot.labels = labels
+        states = [state, *CONTENT_FREE] if self.readout == "letters_cf" else [state]
+        return [
+            (
+                self.renderer.encode(message(text, question, labels.shown)),
+                labels.token_ids,
+                False,
+                k,
+            )
+            for k, text in enumerate(states)
+        ]
+
     # -- run ------------------------------------------------------------------------------
     def run(self, items: list[WorkItem]) -> list[torch.Tensor]:
-        """Label logits per row: float32 ``[options]``, in option order.
+        """Per row, float32 ``[reads]``: label logits in option order, or an option
+        scoring row's log-probability of its one reply token.
 
         Rows that share a prefix run as one forward continuing it; the others
         run left-padded in one forward, in the order given.
@@ -283,15 +356,15 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
         outputs: list[torch.Tensor | None] = [None] * len(items)
         for prefix_ids, indices in groups.items():
             rows = [items[i] for i in indices]
-            logits = self._forward(rows, prefix_ids)
-            for i, row, values in zip(indices, rows, logits, strict=True):
-                outputs[i] = values[: len(_read_ids(row))]
+            for i, values in zip(indices, self._forward(rows, prefix_ids), strict=True):
+                outputs[i] = values
         return [o for o in outputs if o is not None]
 
-    def _forward(self, rows: list[WorkItem], prefix_ids: tuple[int, ...]) -> torch.Tensor:
+    def _forward(self, rows: list[WorkItem], prefix_ids: tuple[int, ...]) -> list[torch.Tensor]:
         skip = len(prefix_ids)
         width = max(row.tokens - skip for row in rows)
-        reads = max(len(_read_ids(row)) for row in rows)
+        whole = any(_row(row).normalise for row in rows)
+        reads = max(len(_row(row).read_ids) for row in rows)
         ids = torch.full((len(rows), width), self.renderer.pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         read = torch.zeros((len(rows), reads), dtype=torch.long)
@@ -299,15 +372,27 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
             suffix = row.input_ids[skip:]
             ids[r, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
             mask[r, width - len(suffix) :] = 1
-            labels = _read_ids(row)
+            labels = _row(row).read_ids
             read[r, : len(labels)] = torch.tensor(labels, dtype=torch.long)
         batch = DecoderBatch(
             ids,
             mask,
             prefix_ids=torch.tensor(prefix_ids, dtype=torch.long) if prefix_ids else None,
-            read_ids=read,
+            read_ids=None if whole else read,
         )
-        return self.engine_model.forward(batch)
+        logits = self.engine_model.forward(batch)
+        values = []
+        # zip(strict=True): an engine answering another number of rows is an error, never
+        # answers shifted onto the wrong questions.
+        for r, (row, _) in enumerate(zip(rows, logits, strict=True)):
+            wanted = list(_row(row).read_ids)
+            if not whole:
+                values.append(logits[r, : len(wanted)])
+            elif _row(row).normalise:  # log-probabilities over the whole vocabulary
+                values.append(torch.log_softmax(logits[r].double(), 0)[wanted].float())
+            else:
+                values.append(logits[r, wanted])
+        return values
 
     def probe_items(self) -> list[WorkItem]:
         """Rows of several lengths for the load-time batch-invariance probe.
@@ -346,16 +431,30 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
             elif slot.error is not None:
                 answers[question.name] = failed_answer(question.type, *slot.error)
             else:
-                assert slot.row is not None
-                output = outputs[slot.row]
-                if isinstance(output, torch.Tensor):
-                    answers[question.name] = answer(
-                        question, output, self.temperatures[question.type]
-                    )
-                else:
-                    code = output.code if output.code in QUESTION_ERRORS else "unavailable"
-                    answers[question.name] = failed_answer(question.type, code, output.message)
+                parts = [outputs[r] for r in slot.rows]
+                failed = next((o for o in parts if not isinstance(o, torch.Tensor)), None)
+                if failed is not None and not isinstance(failed, torch.Tensor):
+                    code = failed.code if failed.code in QUESTION_ERRORS else "unavailable"
+                    answers[question.name] = failed_answer(question.type, code, failed.message)
+                    continue
+                scores = self._scores(slot, [cast(torch.Tensor, o) for o in parts])
+                answers[question.name] = answer(question, scores, self.temperatures[question.type])
         return answers
+
+    def _scores(self, slot: Slot, parts: list[torch.Tensor]) -> torch.Tensor:
+        """One score per option from a question's row outputs (see :data:`READOUTS`)."""
+        if slot.labels is not None and len(parts) == 1:  # a label row: its logits
+            return parts[0]
+        if slot.labels is not None:  # letters_cf: less the content-free state's
+            own = torch.log_softmax(parts[0].double(), 0)
+            free = torch.stack([torch.softmax(p.double(), 0) for p in parts[1:]]).mean(0)
+            return own - torch.log(free)
+        total = torch.zeros(len(slot.lengths), dtype=torch.float64)
+        for owner, logprob in zip(slot.owners, parts, strict=True):
+            total[owner] += float(logprob[0])
+        if self.readout == "option_mean":
+            total /= torch.tensor(slot.lengths, dtype=torch.float64)
+        return total
 
     def _meta(self, entry: EntryPlan) -> dict[str, Any]:
         questions = {
@@ -372,12 +471,13 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
             "numerics": "exact",
             "template": "chat" if self.renderer.chat else "plain",
             "shared_context": self.shared_context,
+            "readout": self.readout,
             "prefix_tokens": entry.prefix,
             "questions": questions,
         }
 
 
-def _read_ids(row: WorkItem) -> tuple[int, ...]:
+def _row(row: WorkItem) -> ReadoutRow:
     if not isinstance(row, ReadoutRow):
         raise TypeError("causal_readout runs its own ReadoutRow rows only")
-    return row.read_ids
+    return row

@@ -42,8 +42,11 @@ LARGE_MODEL_MAX_LENGTH = 1_000_000
 """transformers writes ``model_max_length`` of about 1e30 when a tokenizer has no limit."""
 
 CALIBRATION_FILE = "calibration.json"
-"""Optional per-type softmax temperatures:
-``{"temperature": {"choice": t, "noul": t, "score": t}}``."""
+"""Optional per-type softmax temperatures and the readout:
+``{"temperature": {"choice": t, "noul": t, "score": t}, "readout": "letters"}``."""
+
+READOUT_NAMES = ("letters", "letters_cf", "option_sum", "option_mean")
+"""The readouts ``calibration.json`` may name (:data:`.model.READOUTS` explains them)."""
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 """Files any of which makes a tokenizer transformers can load without remote code."""
@@ -61,6 +64,8 @@ class Description:
             ``calibration.json`` says nothing for it).
         calibrated: whether the package has ``calibration.json``.
         config: ``config.json``.
+        readout: how option scores are read (``letters`` unless ``calibration.json``
+            names another of :data:`READOUT_NAMES`).
     """
 
     spec: ModelSpec
@@ -68,6 +73,7 @@ class Description:
     temperatures: dict[str, float] = field(default_factory=dict)
     calibrated: bool = False
     config: dict[str, Any] = field(default_factory=dict)
+    readout: str = "letters"
 
 
 def _architecture(config: Any) -> str | None:
@@ -118,17 +124,31 @@ def _token_limit(package: Path, config: dict[str, Any]) -> int:
     return min(limits)
 
 
-def read_temperatures(package: Path) -> tuple[dict[str, float], bool]:
-    """Per-type temperatures from ``calibration.json`` (1.0 where it says nothing).
+def read_temperatures(
+    package: Path, calibration: Path | None = None
+) -> tuple[dict[str, float], bool, str]:
+    """Per-type temperatures (1.0 where it says nothing) and the readout (``letters``
+    unless it names another) from ``calibration.json``.
+
+    Args:
+        package: the package directory.
+        calibration: a calibration file to read instead of the package's own (the
+            family's shipped calibration of a built-in model).
 
     Raises:
-        PackageError: the file is not ``{"temperature": {type: number > 0}}``.
+        PackageError: the file is not ``{"temperature": {type: number > 0}}`` with an
+            optional ``"readout"`` of :data:`READOUT_NAMES`.
     """
     temperatures = dict.fromkeys(QUESTION_TYPES, 1.0)
-    path = package / CALIBRATION_FILE
+    path = calibration or package / CALIBRATION_FILE
     if not path.is_file():
-        return temperatures, False
+        return temperatures, False, "letters"
     table = read_json(path)
+    readout = table.get("readout", "letters") if isinstance(table, dict) else "letters"
+    if readout not in READOUT_NAMES:
+        raise PackageError(
+            f"{CALIBRATION_FILE}: readout {readout!r} is not one of {', '.join(READOUT_NAMES)}"
+        )
     values = table.get("temperature") if isinstance(table, dict) else None
     if not isinstance(values, dict):
         raise PackageError(
@@ -145,11 +165,11 @@ def read_temperatures(package: Path) -> tuple[dict[str, float], bool]:
                 f"not {value!r}"
             )
         temperatures[kind] = float(value)
-    return temperatures, True
+    return temperatures, True, str(readout)
 
 
-def describe(package: Path) -> Description:
-    """Describe a decoder package.
+def describe(package: Path, calibration: Path | None = None) -> Description:
+    """Describe a decoder package (``calibration``: see :func:`read_temperatures`).
 
     Raises:
         PackageError: not a decoder, no position limit, or a malformed
@@ -160,7 +180,7 @@ def describe(package: Path) -> Description:
     if architecture is None or config.get("model_type") in ENCODER_MODEL_TYPES:
         raise PackageError("config.json names no causal LM architecture (*ForCausalLM)")
     limit = _token_limit(package, config)
-    temperatures, calibrated = read_temperatures(package)
+    temperatures, calibrated, readout = read_temperatures(package, calibration)
     dtype = str(config.get("dtype") or config.get("torch_dtype") or "float32")
     spec = ModelSpec(
         package=package,
@@ -171,17 +191,18 @@ def describe(package: Path) -> Description:
         released_dtype=dtype if dtype in ("float32", "bfloat16", "float16") else "float32",
         token_limit=limit,
     )
-    return Description(spec, limit, temperatures, calibrated, config)
+    return Description(spec, limit, temperatures, calibrated, config, readout)
 
 
-def verify(package: Path) -> None:
-    """The files this family loads are present and readable.
+def verify(package: Path, calibration: Path | None = None) -> None:
+    """The files this family loads are present and readable (``calibration``: see
+    :func:`read_temperatures`).
 
     Raises:
         PackageError: no weights (safetensors, or pickled ``pytorch_model*.bin``), no
             tokenizer, or a bad ``calibration.json``.
     """
-    description = describe(package)
+    description = describe(package, calibration)
     if not description.spec.weights:
         raise PackageError(
             "the package has no weights (*.safetensors, or pickled pytorch_model*.bin)"

@@ -739,6 +739,7 @@ def test_meta_lists_each_questions_labels_tokens_and_temperature(unshared, packa
         "numerics": "exact",
         "template": "chat",
         "shared_context": False,
+        "readout": "letters",
         "prefix_tokens": 0,
         "questions": questions,
     }
@@ -778,6 +779,7 @@ def test_the_card_describes_the_readout_and_its_limits(unshared, packages, catal
         "template": "plain",
         "shared_context": False,
         "calibrated": False,
+        "readout": "letters",
         "temperature": {"choice": 1.0, "noul": 1.0, "score": 1.0},
     }
     limited = load_model(
@@ -841,11 +843,11 @@ def test_rows_with_different_prefixes_run_in_their_own_forwards(shared, unshared
 
 
 def test_only_readout_rows_run():
-    from vllm_srun.families.causal_readout.model import _read_ids
+    from vllm_srun.families.causal_readout.model import _row
     from vllm_srun.plugins.spec import WorkItem
 
     with pytest.raises(TypeError) as err:
-        _read_ids(WorkItem((1, 2), None, "k"))
+        _row(WorkItem((1, 2), None, "k"))
     assert str(err.value) == "causal_readout runs its own ReadoutRow rows only"
 
 
