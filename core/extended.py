@@ -5,8 +5,9 @@ After a family loads a model, every installed
 model's card, and that adds a surface the model does not serve yet, is
 attached in name order; so is one that augments a surface the host serves
 (``augments``), the first in name order per surface. :class:`ExtendedModel`
-then routes each surface to whoever serves or augments it; every row still runs through the host model's ``run``,
-so the scheduler batches an extension's rows with the host's own.
+then routes each surface to whoever serves or augments it; every row still
+runs through the host model's ``run``, so the scheduler batches an
+extension's rows with the host's own.
 """
 
 from __future__ import annotations
