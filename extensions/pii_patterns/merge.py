@@ -6,9 +6,11 @@ Rules, in order, for spans that overlap (share at least one code point):
    an SSN, a date of birth on Rampart) replaces every model span it overlaps:
    the model's span over it is necessarily a mislabel (Rampart reads a test
    card as ``BUILDING_NUMBER`` + ``PHONE``);
-2. otherwise the longer span wins; at equal length the model's span wins over
-   a pattern's, and between two patterns the higher score, then the earlier
-   recognizer in :data:`~.recognizers.RECOGNIZERS`.
+2. otherwise the longer span wins; at equal length a pattern's span wins over
+   a model's of another label (the recognizer validated that exact text: a URL
+   the model read as a ZIP code) and the model's wins over a pattern's of its
+   own label (no duplicate); between two patterns the higher score, then the
+   earlier recognizer in :data:`~.recognizers.RECOGNIZERS`.
 
 Each kept span says where it came from: ``source`` ``model`` or ``pattern``,
 and ``recognizer`` (the Presidio class for a pattern, ``null`` for the model).
@@ -29,14 +31,22 @@ def _overlap(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 
 def _rank(
-    span: Mapping[str, Any], model_labels: Collection[str]
+    span: Mapping[str, Any],
+    model_labels: Collection[str],
+    model_kinds: Mapping[tuple[int, int], str],
 ) -> tuple[int, int, int, float, int]:
     pattern = span["source"] == "pattern"
     unknown = pattern and span["label"] not in model_labels
+    extent = (int(span["start"]), int(span["end"]))
+    # at equal extent: a pattern of another label (2), the model (1), a pattern of its label (0)
+    if pattern:
+        order = 2 if extent in model_kinds and model_kinds[extent] != span["label"] else 0
+    else:
+        order = 1
     return (
         1 if unknown else 0,
-        int(span["end"]) - int(span["start"]),
-        0 if pattern else 1,
+        extent[1] - extent[0],
+        order,
         float(span["probability"]),
         -_ORDER.get(str(span.get("recognizer")), 0),
     )
@@ -76,8 +86,10 @@ def merged(
         }
         for f in found
     ]
+    kinds = {(int(s["start"]), int(s["end"])): str(s["label"]) for s in model_spans}
     kept: list[dict[str, Any]] = []
-    for span in sorted(candidates, key=lambda s: _rank(s, model_labels), reverse=True):
+    ranked = sorted(candidates, key=lambda s: _rank(s, model_labels, kinds), reverse=True)
+    for span in ranked:
         if not any(_overlap(span, other) for other in kept):
             kept.append(span)
     kept.sort(key=lambda s: (int(s["start"]), int(s["end"])))

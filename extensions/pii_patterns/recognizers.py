@@ -42,6 +42,17 @@ BIRTH_CUE = re.compile(
 "date of birth", "birthday is"), with at most 16 characters and no digit or full
 stop between the cue and the date."""
 
+MONTH = (
+    r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
+    r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+)
+WRITTEN_DATE = (
+    rf"(?i)\b(?:\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{MONTH}\.?,?\s+\d{{4}}"
+    rf"|{MONTH}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?,?\s+\d{{4}})\b"
+)
+"""A date with its month written out ("12 May 1990", "April 3, 1992"), which Presidio's
+``DateRecognizer`` patterns leave out; run through Presidio's ``PatternRecognizer``."""
+
 URL_TAIL = ".,;:!?'\")]}>"
 """Characters trimmed off a URL's end (sentence punctuation Presidio's pattern keeps)."""
 
@@ -73,6 +84,14 @@ RECOGNIZERS = (
     Recognizer("IP_ADDRESS", "IpRecognizer", "IP_ADDRESS", "IPv4/IPv6 address parse"),
     Recognizer("URL", "UrlRecognizer", "URL", "scheme or known top-level domain"),
     Recognizer("DATE_OF_BIRTH", "DateRecognizer", "DATE_TIME", "date introduced as a birth date"),
+    Recognizer(
+        "DATE_OF_BIRTH",
+        "WrittenDateRecognizer",
+        "DATE_TIME",
+        "month-name date introduced as a birth date",
+    ),
+    Recognizer("ROUTING_NUMBER", "AbaRoutingRecognizer", "ABA_ROUTING_NUMBER", "ABA checksum"),
+    Recognizer("BANK_ACCOUNT", "UsBankRecognizer", "US_BANK_NUMBER", "8-17 digits after a cue"),
 )
 """Every recognizer, in the order the card lists them."""
 
@@ -135,8 +154,10 @@ class PatternScanner:
 
     def __init__(self) -> None:
         import tldextract
+        from presidio_analyzer import Pattern, PatternRecognizer
         from presidio_analyzer.nlp_engine import NlpArtifacts
         from presidio_analyzer.predefined_recognizers import (
+            AbaRoutingRecognizer,
             CreditCardRecognizer,
             DateRecognizer,
             EmailRecognizer,
@@ -144,6 +165,7 @@ class PatternScanner:
             IpRecognizer,
             PhoneRecognizer,
             UrlRecognizer,
+            UsBankRecognizer,
             UsSsnRecognizer,
         )
 
@@ -164,6 +186,13 @@ class PatternScanner:
             "IpRecognizer": IpRecognizer,
             "UrlRecognizer": UrlRecognizer,
             "DateRecognizer": DateRecognizer,
+            "WrittenDateRecognizer": lambda: PatternRecognizer(
+                supported_entity="DATE_TIME",
+                name="WrittenDateRecognizer",
+                patterns=[Pattern("written date", WRITTEN_DATE, 0.6)],
+            ),
+            "AbaRoutingRecognizer": AbaRoutingRecognizer,
+            "UsBankRecognizer": UsBankRecognizer,
         }
         self._recognizers = [(spec, built[spec.name]()) for spec in RECOGNIZERS]
         self._artifacts = NlpArtifacts(
@@ -203,6 +232,7 @@ __all__ = [
     "CUE_WINDOW",
     "MIN_SCORE",
     "RECOGNIZERS",
+    "WRITTEN_DATE",
     "Found",
     "PatternScanner",
     "Recognizer",

@@ -79,6 +79,24 @@ def test_a_date_is_a_birth_date_only_when_introduced_as_one(scanner):
     ]
 
 
+def test_written_dates_of_birth_and_bank_numbers(scanner):
+    text = "She was born 12 May 1990; birthday: April 3, 1992. Meeting on 4 June 2024."
+    assert finds(scanner, text) == [
+        ("DATE_OF_BIRTH", "12 May 1990", "WrittenDateRecognizer"),
+        ("DATE_OF_BIRTH", "April 3, 1992", "WrittenDateRecognizer"),
+    ]
+    # the ABA checksum passes for 021000021 and fails for 021000022 (phonenumbers reads
+    # both as a phone; merging lets the checksum-validated routing number win)
+    assert finds(scanner, "Routing number 021000021, account number 000123456789.") == [
+        ("PHONE", "021000021", "PhoneRecognizer"),
+        ("ROUTING_NUMBER", "021000021", "AbaRoutingRecognizer"),
+        ("BANK_ACCOUNT", "000123456789", "UsBankRecognizer"),
+    ]
+    assert finds(scanner, "Routing 021000022, order 000123456789.") == [
+        ("PHONE", "021000022", "PhoneRecognizer")
+    ]
+
+
 def test_ip_url_and_phone(scanner):
     text = "Host 192.168.1.20, docs at https://example.org/x, call +44 20 7946 0958."
     assert finds(scanner, text) == [
@@ -103,6 +121,13 @@ def test_a_kind_the_model_lacks_replaces_what_it_overlaps():
     assert [(s["start"], s["end"], s["label"], s["source"]) for s in got] == [
         (5, 24, "CREDIT_CARD", "pattern")
     ]
+
+
+def test_at_equal_extent_a_pattern_of_another_label_beats_the_model():
+    model = [span(6, 42, "ZIP_CODE", 0.7)]
+    found = [Found(6, 42, "URL", 0.6, "UrlRecognizer")]
+    got = merged("x" * 50, model, found, MODEL_LABELS)
+    assert [(s["label"], s["source"]) for s in got] == [("URL", "pattern")]
 
 
 def test_the_longer_span_wins_and_a_tie_goes_to_the_model():
@@ -186,8 +211,11 @@ def test_the_card_lists_the_recognizers(rampart):
         ("IP_ADDRESS", "IpRecognizer"),
         ("URL", "UrlRecognizer"),
         ("DATE_OF_BIRTH", "DateRecognizer"),
+        ("DATE_OF_BIRTH", "WrittenDateRecognizer"),
+        ("ROUTING_NUMBER", "AbaRoutingRecognizer"),
+        ("BANK_ACCOUNT", "UsBankRecognizer"),
     ]
-    assert len(RECOGNIZERS) == 8
+    assert len(RECOGNIZERS) == 11
 
 
 def test_the_extension_satisfies_its_contract_and_skips_models_without_token_heads():
