@@ -10,7 +10,9 @@ answer with each span marked ``source: model``; token-level answers
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from vllm_srun.plugins import SurfaceExtension
@@ -132,12 +134,15 @@ class PatternSpans(SurfaceModel[PatternPlan]):
         return body
 
     def card(self) -> dict[str, Any]:
-        """The recognizers: label, Presidio class and validation of each."""
+        """The recognizers (label, Presidio class and validation of each) and the held-out
+        figures ``make eval`` wrote (``held_out``, ``null`` when it has not run)."""
+        held_out = Path(__file__).with_name("held_out.json")
         return {
+            "held_out": json.loads(held_out.read_text("utf-8")) if held_out.is_file() else None,
             "recognizers": [
                 {"label": r.label, "recognizer": r.name, "validation": r.validation}
                 for r in RECOGNIZERS
-            ]
+            ],
         }
 
 
