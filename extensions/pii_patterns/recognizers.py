@@ -171,7 +171,7 @@ class PatternScanner:
 
         offline = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
 
-        class OfflineEmailRecognizer(EmailRecognizer):  # type: ignore[misc]
+        class OfflineEmailRecognizer(EmailRecognizer):
             """Presidio's e-mail recognizer reading tldextract's bundled suffix snapshot."""
 
             def validate_result(self, pattern_text: str) -> bool:
@@ -195,8 +195,16 @@ class PatternScanner:
             "UsBankRecognizer": UsBankRecognizer,
         }
         self._recognizers = [(spec, built[spec.name]()) for spec in RECOGNIZERS]
+        # No spaCy Doc: an empty token list stands in (the pattern recognizers read only
+        # the text; context words, which would read tokens, are applied in find()).
+        no_tokens: Any = []
         self._artifacts = NlpArtifacts(
-            entities=[], tokens=[], tokens_indices=[], lemmas=[], nlp_engine=None, language="en"
+            entities=[],
+            tokens=no_tokens,
+            tokens_indices=[],
+            lemmas=[],
+            nlp_engine=None,
+            language="en",
         )
 
     def find(self, text: str) -> list[Found]:

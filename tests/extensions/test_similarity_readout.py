@@ -404,7 +404,8 @@ def test_minilm_answers_equal_sentence_transformers_cosines_over_each_types_temp
         "not_travel": f"{TRAVEL} No, something else",
         "trip": f"{TRAVEL} Yes, a trip",
         "topic_travel": "What is this about? travel: Flights and trips",
-        "topic_food": "What is this about? food",  # a null description: the key alone
+        # a null description: the key as words in the bare-key template
+        "topic_food": "What is this about? This is about food.",
         **{
             f"mood{k}": f"How positive is the message? {k}: {d}"
             for k, d in ((1, "Negative"), (2, "Neutral"), (3, "Positive"))
@@ -423,9 +424,10 @@ def test_minilm_answers_equal_sentence_transformers_cosines_over_each_types_temp
 
     p_true = written_softmax([baseline, cos("travel")], temperature["noul"])[1]
     assert answers["travel"] == {"type": "noul", "noul": pytest.approx(p_true, abs=1e-5)}
-    # The shipped numbers: MiniLM finds the state a little more similar to the question
-    # than the baseline 0.16, so P(true) is a little above one half.
-    assert baseline == 0.16 and answers["travel"]["noul"] == pytest.approx(0.5893, abs=1e-3)
+    # The shipped numbers: MiniLM finds the state more similar to the question than the
+    # baseline 0.11 (0.16 before the Noul fit read the 48 labelled Noul examples of issue 18;
+    # P(true) was 0.5893 then), so P(true) is above one half.
+    assert baseline == 0.11 and answers["travel"]["noul"] == pytest.approx(0.7704, abs=1e-3)
 
     p_true = written_softmax([cos("not_travel"), cos("trip")], temperature["noul"])[1]
     assert answers["travel_described"]["noul"] == pytest.approx(p_true, abs=1e-5)
