@@ -64,6 +64,8 @@ class ExtendedModel(LoadedModel[Plan]):
         self.surfaces = tuple(host.surfaces) + tuple(
             s for s in self.by_surface if s not in host.surfaces
         )
+        # surfaces the host serves whose answers an extension rewrites
+        self.augmented = frozenset(s for s in self.by_surface if s in host.surfaces)
 
     def plan(self, surface: str, request: SurfaceRequest) -> Plan:
         """Plan on the extension that added ``surface``, else on the host.

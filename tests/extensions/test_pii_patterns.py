@@ -231,3 +231,16 @@ def test_the_extension_satisfies_its_contract_and_skips_models_without_token_hea
     assert ext.qualifies({"surfaces": ["classify"], "heads": [{"kind": "sequence"}]}) == (
         "the model has no token head"
     )
+
+
+def test_the_golden_self_check_reads_the_familys_own_classify_answers():
+    # The recorded golden spans are the family's (no source or recognizer): the check runs
+    # an augmented surface on the family's model alone and matches.
+    from vllm_srun.golden import check
+
+    catalog = load_catalog({})
+    served = load_model(RAMPART, LoadOptions(name="arcjet/rampart-pii"), catalog=catalog)
+    assert served.loaded.augmented == frozenset({"classify"})
+    result = check(served, catalog)
+    assert result.status == "matched"
+    assert result.matched == result.checked >= 1
