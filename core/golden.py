@@ -35,6 +35,7 @@ from typing import Any
 from vllm_srun.loader import ServedModel
 from vllm_srun.plugins import Accelerator, Catalog, GoldenReference, read_reference_file
 from vllm_srun.plugins.golden import write_reference_answers
+from vllm_srun.plugins.loaded import LoadedModel
 from vllm_srun.plugins.spec import RequestError
 
 _KEY_CLASS = re.compile(r"[:@]")
@@ -174,7 +175,8 @@ def run_requests(served: ServedModel, requests: Sequence[Any]) -> list[dict[str,
         # answers rewritten after the family's) is checked on the family's model alone.
         target = served
         if request["surface"] in getattr(served.loaded, "augmented", ()):
-            target = dataclasses.replace(served, loaded=served.loaded.host)
+            host: LoadedModel[Any] = getattr(served.loaded, "host")  # noqa: B009
+            target = dataclasses.replace(served, loaded=host)
         try:
             answer = target.answer(request["surface"], dict(request["body"]))
         except RequestError as err:
