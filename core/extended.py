@@ -3,9 +3,11 @@
 After a family loads a model, every installed
 :class:`~vllm_srun.plugins.SurfaceExtension` whose ``qualifies`` accepts the
 model's card, and that adds a surface the model does not serve yet, is
-attached in name order. :class:`ExtendedModel` then routes each surface to
-whoever serves it; every row still runs through the host model's ``run``,
-so the scheduler batches an extension's rows with the host's own.
+attached in name order; so is one that augments a surface the host serves
+(``augments``), the first in name order per surface. :class:`ExtendedModel`
+then routes each surface to whoever serves or augments it; every row still
+runs through the host model's ``run``, so the scheduler batches an
+extension's rows with the host's own.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class ExtendedModel(LoadedModel[Plan]):
         host: the family's loaded model.
         attached: ``(extension, its loaded model, the surfaces it adds)``, in
             attachment order; a surface the host (or an earlier extension)
-            serves is never listed as added.
+            serves is never listed as added, except one it augments.
     """
 
     def __init__(
@@ -59,7 +61,11 @@ class ExtendedModel(LoadedModel[Plan]):
         self.host = host
         self.attached = attached
         self.by_surface = {s: model for _, model, added in attached for s in added}
-        self.surfaces = tuple(host.surfaces) + tuple(self.by_surface)
+        self.surfaces = tuple(host.surfaces) + tuple(
+            s for s in self.by_surface if s not in host.surfaces
+        )
+        # surfaces the host serves whose answers an extension rewrites
+        self.augmented = frozenset(s for s in self.by_surface if s in host.surfaces)
 
     def plan(self, surface: str, request: SurfaceRequest) -> Plan:
         """Plan on the extension that added ``surface``, else on the host.
@@ -127,21 +133,26 @@ def attach_extensions(catalog: Catalog, loaded: LoadedModel[Any]) -> LoadedModel
     card = loaded.card()
     served = set(loaded.surfaces)
     attached: list[tuple[SurfaceExtension, SurfaceModel[Any], tuple[str, ...]]] = []
+    augmented: set[str] = set()
     for name in sorted(extensions):
         ext = extensions[name]
         new = tuple(s for s in ext.surfaces if s not in served)
-        if not new:
+        wrapped = tuple(
+            s for s in getattr(ext, "augments", ()) if s in loaded.surfaces and s not in augmented
+        )
+        if not new and not wrapped:
             continue
         try:
             reason = ext.qualifies(card)
             if reason is not None:
                 log.debug("extension %s does not apply: %s", name, reason)
                 continue
-            attached.append((ext, ext.attach(loaded, card), new))
+            attached.append((ext, ext.attach(loaded, card), new + wrapped))
         except Exception:
             log.exception("extension %s failed to attach; the model serves without it", name)
             continue
         served.update(new)
+        augmented.update(wrapped)
     if not attached:
         return loaded
     return ExtendedModel(loaded, attached)

@@ -24,6 +24,7 @@ under its first reference key (``vllm-srun golden record``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -34,6 +35,7 @@ from typing import Any
 from vllm_srun.loader import ServedModel
 from vllm_srun.plugins import Accelerator, Catalog, GoldenReference, read_reference_file
 from vllm_srun.plugins.golden import write_reference_answers
+from vllm_srun.plugins.loaded import LoadedModel
 from vllm_srun.plugins.spec import RequestError
 
 _KEY_CLASS = re.compile(r"[:@]")
@@ -174,8 +176,14 @@ def run_requests(served: ServedModel, requests: Sequence[Any]) -> list[dict[str,
                 f"golden answers are malformed: {what} is not {{surface, body}}; "
                 "fix the golden reference"
             )
+        # Golden answers are the family's own: a surface an extension augments (its
+        # answers rewritten after the family's) is checked on the family's model alone.
+        target = served
+        if request["surface"] in getattr(served.loaded, "augmented", ()):
+            host: LoadedModel[Any] = getattr(served.loaded, "host")  # noqa: B009
+            target = dataclasses.replace(served, loaded=host)
         try:
-            answer = served.answer(request["surface"], dict(request["body"]))
+            answer = target.answer(request["surface"], dict(request["body"]))
         except RequestError as err:
             raise GoldenError(
                 f"golden answers are malformed: {what} was refused ({err.code}: {err.message})"

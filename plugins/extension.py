@@ -11,6 +11,12 @@ model: an extension that :meth:`~SurfaceExtension.qualifies` and adds a
 surface the model does not serve yet is attached through
 :meth:`~SurfaceExtension.attach`. The answers it gives are reported on the
 model's card under ``extensions`` with their ``numerics`` and ``method``.
+
+An extension may instead (or also) *augment* a surface the host serves
+(:attr:`SurfaceExtension.augments`): ``pii_patterns`` adds pattern-recognised
+spans to a token model's ``classify`` answers. Requests for that surface then
+plan and finish through the extension's model, which plans on the host and
+rewrites the host's answer; the rows are still the host's.
 """
 
 from __future__ import annotations
@@ -35,10 +41,15 @@ class SurfaceExtension(abc.ABC):
         numerics: ``exact`` or ``approximate`` (answers from a method that is
             not the model's trained readout, e.g. zero-shot cosine similarity).
         method: one line naming the method, shown on the card.
+        augments: surfaces the host already serves whose answers the extension
+            rewrites (its model plans on the host and finishes from the host's
+            answer); at most one extension augments a surface, the first in
+            name order.
     """
 
     name: ClassVar[str]
     surfaces: ClassVar[tuple[str, ...]] = ()
+    augments: ClassVar[tuple[str, ...]] = ()
     numerics: ClassVar[str] = "approximate"
     method: ClassVar[str] = ""
 
@@ -102,12 +113,14 @@ def extension_violations(extension: SurfaceExtension) -> list[str]:
     if type(name) is not str or not NAME_PATTERN.match(name):
         problems.append(f"extension name {name!r} must match {NAME_PATTERN.pattern}")
     surfaces = getattr(extension, "surfaces", None)
-    if (
-        not isinstance(surfaces, tuple)
-        or not surfaces
-        or not all(type(s) is str and s for s in surfaces)
-    ):
-        problems.append("extension surfaces must be a non-empty tuple of surface names")
+    augments = getattr(extension, "augments", ())
+    if not all(
+        isinstance(names, tuple) and all(type(s) is str and s for s in names)
+        for names in (surfaces, augments)
+    ) or not (surfaces or augments):
+        problems.append(
+            "extension surfaces and augments must be tuples of surface names, not both empty"
+        )
     if getattr(extension, "numerics", None) not in NUMERICS:
         problems.append(f"extension numerics must be one of {', '.join(NUMERICS)}")
     method = getattr(extension, "method", None)

@@ -139,6 +139,11 @@ class ClassifyOptions(InputOptions):
         description="Extension (a 2.3 client ignores it): how a token head's word pieces "
         "become word labels (max, first, average, none).",
     )
+    patterns: StrictBool | None = Field(
+        default=None,
+        description="Extension (a 2.3 client ignores it): false leaves out the pii_patterns "
+        "recognizers' spans on a model that has them (the card's extensions); default true.",
+    )
     return_tokens: StrictBool | None = Field(
         default=None,
         description="Token heads: each result lists tokens, every content token's code-point "

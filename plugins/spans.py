@@ -33,6 +33,16 @@ AGGREGATIONS = ("max", "first", "average", "none")
 OUTSIDE = "O"
 """The label of a token or word in no entity."""
 
+CONFIDENT = 0.5
+"""Under ``max``, a piece whose entity tag has more than this probability labels its word
+even when an ``O`` piece of the word is surer (the ``Ms.`` of ``Ms.Okonkwo``, the ``tel:``
+of ``tel:+12125550147``): above one half the tag outweighs every other label of that piece
+together."""
+
+BRACKETS = {"(": ")", "[": "]", "{": "}", "\uff08": "\uff09"}
+"""Opening bracket to its closing one: a span that holds one of a pair without the other
+takes in the partner right outside its edge (``(555) 010-2334``)."""
+
 
 @dataclass(frozen=True)
 class Span:
@@ -182,7 +192,10 @@ def decode_spans(
 
             - ``max``: the label of its most probable token (the token whose
               top probability is highest; ties go to the earlier token):
-              that token's argmax label and top probability;
+              that token's argmax label and top probability; but when a token
+              whose argmax is an entity tag exceeds :data:`CONFIDENT`, the
+              most probable such token labels the word instead, so an ``O``
+              piece glued to a name never erases it;
             - ``first``: its first token's argmax label and probability;
             - ``average``: per entity type T, each token scores
               ``p(B-T) + p(I-T)`` (and ``O`` scores ``p(O)``); the word takes
@@ -208,8 +221,11 @@ def decode_spans(
     spaces or edge punctuation. A word no token overlaps is ``O``. Words join
     into spans: ``B-T`` opens one; ``I-T`` continues the span of type T that
     the immediately preceding word is in, else opens one; ``O`` closes. A span
-    runs from its first word's start to its last word's end; its probability
-    is the mean of its words' probabilities.
+    runs from its first word's start to its last word's end, so it never starts
+    or ends inside a word; when it holds a bracket of a :data:`BRACKETS` pair
+    without its partner and the partner sits right outside that edge, the span
+    takes the partner in (``(555) 010-2334``, not ``555) 010-2334``). Its
+    probability is the mean of its words' probabilities.
 
     Returns:
         Spans in text order.
@@ -311,6 +327,12 @@ def _pick(
         rows = probs[tokens]
         tops = rows.max(axis=1)
         chosen = 0 if first else int(np.argmax(tops))
+        if not first and tags[int(np.argmax(rows[chosen]))].role == "O":
+            tagged = [i for i, row in enumerate(rows) if tags[int(np.argmax(row))].role != "O"]
+            if tagged:
+                surest = max(tagged, key=lambda i: (tops[i], -i))
+                if tops[surest] > CONFIDENT:
+                    chosen = surest
         best = int(np.argmax(rows[chosen]))
         tag = tags[best]
         result.append((tag.role, tag.type, float(tops[chosen])))
@@ -367,10 +389,37 @@ def _join(text: str, words: list[tuple[int, int]], word_tags: list[_Word]) -> li
         else:
             runs.append((kind, word_start, word_end, [score]))
             open_run = True
-    return [
-        Span(start, end, text[start:end], kind, sum(scores) / len(scores))
-        for kind, start, end, scores in runs
-    ]
+    spans: list[Span] = []
+    for kind, start, end, scores in runs:
+        start, end = _bracketed(text, start, end)
+        spans.append(Span(start, end, text[start:end], kind, sum(scores) / len(scores)))
+    return spans
 
 
-__all__ = ["AGGREGATIONS", "OUTSIDE", "Span", "decode_spans", "is_cjk", "split_words"]
+def _bracketed(text: str, start: int, end: int) -> tuple[int, int]:
+    """``[start, end)`` widened by one at an edge whose bracket partner it lacks."""
+    inside = text[start:end]
+    for opening, closing in BRACKETS.items():
+        depth = 0
+        for char in inside:
+            if char == opening:
+                depth += 1
+            elif char == closing:
+                depth -= 1
+        if depth < 0 and start > 0 and text[start - 1] == opening:
+            start -= 1
+        elif depth > 0 and end < len(text) and text[end] == closing:
+            end += 1
+    return start, end
+
+
+__all__ = [
+    "AGGREGATIONS",
+    "BRACKETS",
+    "CONFIDENT",
+    "OUTSIDE",
+    "Span",
+    "decode_spans",
+    "is_cjk",
+    "split_words",
+]

@@ -52,12 +52,23 @@ def _is_edge(char: str) -> bool:
     return category == "Cf" and not EMOJI_TAGS[0] <= ord(char) <= EMOJI_TAGS[1]
 
 
+POSSESSIVE = ("'s", "\u2019s")
+"""English possessive clitics (ASCII and typographic apostrophe) cut off a word's end:
+BERT's basic tokenizer splits at the apostrophe, so ``Okonkwo's`` is ``Okonkwo`` plus a
+clitic, and an entity ends before it."""
+
+
 def _trimmed(text: str, start: int, end: int, words: list[tuple[int, int]]) -> None:
-    """Append ``[start, end)`` less its edge characters, unless nothing is left."""
+    """Append ``[start, end)`` less its edge characters and a possessive clitic after a
+    letter (:data:`POSSESSIVE`, any case), unless nothing is left."""
     while start < end and _is_edge(text[start]):
         start += 1
     while end > start and _is_edge(text[end - 1]):
         end -= 1
+    if end - start > 2 and text[end - 2 : end].lower() in POSSESSIVE and text[end - 3].isalpha():
+        end -= 2
+        while end > start and _is_edge(text[end - 1]):
+            end -= 1
     if start < end:
         words.append((start, end))
 
@@ -70,8 +81,9 @@ def split_words(text: str) -> list[tuple[int, int]]:
     symbols stay, so ``+1-212-555-0147`` is whole) and its edge invisible
     characters trimmed (``Cc``/``Cf``, zero-width space, ZWJ, BOM; not the
     emoji tag characters U+E0020 to U+E007F). Inner punctuation stays
-    (``dana.whitfield@example.org``). Each CJK ideograph (BERT's
-    ``_is_chinese_char`` ranges) is a word of its own and splits the run
+    (``dana.whitfield@example.org``). A possessive ``'s`` or ``\u2019s`` after a letter
+    ends the word before its apostrophe (``Okonkwo's`` gives ``Okonkwo``). Each CJK
+    ideograph (BERT's ``_is_chinese_char`` ranges) is a word of its own and splits the run
     around it. A run with nothing left after trimming is no word.
 
     Returns:
@@ -97,4 +109,4 @@ def split_words(text: str) -> list[tuple[int, int]]:
     return words
 
 
-__all__ = ["EMOJI_TAGS", "is_cjk", "split_words"]
+__all__ = ["EMOJI_TAGS", "POSSESSIVE", "is_cjk", "split_words"]

@@ -129,7 +129,9 @@ def test_a_broken_rule_is_caught(tmp_path, where, source, contract):
     assert contract in broken, result.stdout
 
 
-BUILTIN_NAMES = re.compile(r"\b(native|onnxruntime|task_heads|causal_readout|similarity_readout)\b")
+BUILTIN_NAMES = re.compile(
+    r"\b(native|onnxruntime|task_heads|causal_readout|similarity_readout|pii_patterns)\b"
+)
 """The built-in families, engines and extensions by their entry-point names."""
 
 

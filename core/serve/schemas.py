@@ -156,6 +156,16 @@ class Span(Strict):
     text: str
     label: str
     probability: float
+    source: Literal["model", "pattern"] | None = Field(
+        None,
+        description="Extension (a 2.3 client ignores it), on models a pattern extension augments: "
+        "model (the token head) or pattern (a validated pattern recognizer).",
+    )
+    recognizer: str | None = Field(
+        None,
+        description="Extension: the pattern recognizer that found the span (Presidio's class "
+        "name, e.g. CreditCardRecognizer); null for the model's spans.",
+    )
 
 
 class ClassifyWindow(Strict):

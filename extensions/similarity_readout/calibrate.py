@@ -10,11 +10,15 @@ with the option a careful reader would pick::
 cosine similarities; :func:`fit` chooses the temperature ``T`` on a log grid
 that minimises the mean negative log-likelihood of the labelled option under
 ``softmax(cos / T)`` (temperature scaling, Guo et al. 2017, "On Calibration
-of Modern Neural Networks"). Choice and Score share one ``T`` (both are a
-softmax over option similarities; fitted apart, a set the model answers
-without a mistake drives ``T`` to the bottom of the grid). Noul fits its
-``T`` together with the baseline ``b`` an undescribed false option reads.
-Accuracy (the labelled option scores highest) does not depend on ``T``.
+of Modern Neural Networks"). Choice takes the ``T`` fitted over Choice and
+Score together (fitted alone, a set the model answers without a mistake
+drives ``T`` to the bottom of the grid). Score is read as an ordinal scale:
+its answer is the expected level ``sum_k k * p_k``, so its own ``T`` is the
+one with the least mean absolute error between that expected level and the
+labelled one (:func:`mean_abs_error`). Noul fits its ``T`` together with the
+baseline ``b`` an undescribed false option reads, so ``P(true) > 0.5`` exactly
+when the state is more similar to the question than ``b``: Platt scaling of
+the cosine. Accuracy (the labelled option scores highest) does not depend on ``T``.
 """
 
 from __future__ import annotations
@@ -102,6 +106,16 @@ def mean_nll(measured: Sequence[Measured], temperature: float) -> float:
     return total / max(len(measured), 1)
 
 
+def mean_abs_error(measured: Sequence[Measured], temperature: float) -> float:
+    """Mean ``|sum_k k * p_k - label level|`` under ``p = softmax(cos / T)`` (levels from 1)."""
+    total = 0.0
+    for _, cosines, label, _ in measured:
+        p = torch.softmax(cosines / temperature, dim=0)
+        levels = torch.arange(1, len(p) + 1, dtype=p.dtype)
+        total += abs(float((p * levels).sum()) - (label + 1))
+    return total / max(len(measured), 1)
+
+
 def accuracy(measured: Sequence[Measured]) -> float:
     """Share of examples whose labelled option has the highest cosine (first on a tie)."""
     hits = sum(int(torch.argmax(cosines)) == label for _, cosines, label, _ in measured)
@@ -113,7 +127,7 @@ def fit(measured: Sequence[Measured]) -> dict[str, Any]:
 
     Returns:
         ``{"temperature": {type: T}, "noul_baseline": b, "examples": {type: n},
-        "accuracy": {type: a, "all": a}, "nll": {type: mean NLL}}``.
+        "accuracy": {type: a, "all": a}, "nll": {type: mean NLL}, "score_mae": e}``.
 
     Raises:
         ValueError: a question type has no example.
@@ -124,11 +138,12 @@ def fit(measured: Sequence[Measured]) -> dict[str, Any]:
             raise ValueError(f"the labelled set has no {kind} example")
     options = [*by_type["choice"], *by_type["score"]]
     shared = min(GRID, key=lambda t: mean_nll(options, t))
+    ordinal = min(GRID, key=lambda t: mean_abs_error(by_type["score"], t))
     baseline, noul_t = min(
         ((b, t) for b in BASELINES for t in GRID),
         key=lambda bt: mean_nll(_with_baseline(by_type["noul"], bt[0]), bt[1]),
     )
-    temperature = {"choice": shared, "noul": noul_t, "score": shared}
+    temperature = {"choice": shared, "noul": noul_t, "score": ordinal}
     scored = {
         kind: _with_baseline(subset, baseline) if kind == "noul" else subset
         for kind, subset in by_type.items()
@@ -143,6 +158,7 @@ def fit(measured: Sequence[Measured]) -> dict[str, Any]:
         },
     }
     result["accuracy"]["all"] = round(accuracy([m for s in scored.values() for m in s]), 4)
+    result["score_mae"] = round(mean_abs_error(by_type["score"], ordinal), 4)
     for kind, value in result["nll"].items():
         if not math.isfinite(value):
             raise ValueError(f"the {kind} fit is not finite")

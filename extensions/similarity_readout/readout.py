@@ -7,14 +7,18 @@ embeds
   as JSON), windowed when it is longer than the model's input limit (the
   host's pooled-window mean);
 - each Choice or Score option as ``"{instructions} {key}: {description}"``
-  (``"{instructions} {key}"`` when the description is null; Score keys are
-  the levels ``1..N``);
+  (Score keys are the levels ``1..N``); a Choice key without a description
+  is expanded into ``"{instructions} This is about {words}."``, its words the
+  key with ``_``, ``-`` and ``.`` as spaces, camelCase split and lower case
+  (``billing_dispute`` reads "This is about billing dispute.");
 - a Noul question's true option as ``"{instructions} {description}"`` (the
   instructions alone without a description), its false option the same way
   only when the client describes it,
 
 then ``z_i = cos(e(s), e(o_i))`` and ``p = softmax(z / T)`` with the
 temperature ``T`` of the question type from ``calibration/temperature.json``.
+A Score answer is the expected level ``sum_k k * p_k`` (an ordinal readout),
+its ``T`` fitted for the least mean absolute error of that level.
 A Noul question whose false option is not described reads ``z_false = b``,
 the calibrated ``noul_baseline``: "not this" has no text of its own, so the
 state must be more similar to the question than ``b`` for P(true) > 0.5.
@@ -32,6 +36,7 @@ caches option rows shared by many questions.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +59,8 @@ from vllm_srun.plugins.requests import EmbeddingsRequest, InputOptions, SurfaceR
 from vllm_srun.plugins.spec import RequestError, RowOutput, WorkItem
 
 CALIBRATION = Path(__file__).with_name("calibration") / "temperature.json"
+HELD_OUT = Path(__file__).with_name("calibration") / "held_out.json"
+"""The figures ``make eval`` measured on the held-out set (eval/decisions.jsonl)."""
 """Per-type temperatures and the accuracy measured when they were fitted."""
 
 NAME = "similarity_readout"
@@ -77,6 +84,14 @@ def read_calibration(path: Path = CALIBRATION) -> dict[str, Any]:
     return dict(data)
 
 
+def read_held_out(path: Path) -> dict[str, Any] | None:
+    """The held-out figures ``make eval`` wrote (``None`` when the file is absent)."""
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return dict(data) if isinstance(data, dict) else None
+
+
 def option_texts(question: Question) -> list[str | None]:
     """The text embedded for each option of ``question`` (see the module docstring).
 
@@ -92,11 +107,20 @@ def option_texts(question: Question) -> list[str | None]:
                 texts.append(f"{question.instructions} {option.description}")
         return texts
     return [
-        f"{question.instructions} {o.key}"
+        f"{question.instructions} This is about {key_words(o.key)}."
         if o.description is None
         else f"{question.instructions} {o.key}: {o.description}"
         for o in question.options
     ]
+
+
+def key_words(key: str) -> str:
+    """A bare option key as words: ``_``, ``-`` and ``.`` runs become spaces, a camelCase
+    boundary a space, all lower case (``creativeWriting`` and ``creative_writing`` give
+    ``creative writing``); a key that leaves nothing reads as itself."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", key)
+    words = " ".join(re.sub(r"[_\-.]+", " ", spaced).split()).lower()
+    return words or key
 
 
 class SimilarityReadout(SurfaceExtension):
@@ -176,6 +200,7 @@ class SimilarityDecisions(SurfaceModel[SimilarityPlan]):
                 for k in ("model", "examples", "accuracy")
                 if k in self.calibration
             },
+            "held_out": read_held_out(HELD_OUT),
         }
 
     def plan(self, surface: str, request: SurfaceRequest) -> SimilarityPlan:

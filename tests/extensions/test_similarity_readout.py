@@ -179,10 +179,14 @@ def test_the_shipped_calibration_is_the_fit_of_the_shipped_labelled_set(minilm):
     assert shipped["temperature"] == fitted["temperature"]
     assert shipped["noul_baseline"] == fitted["noul_baseline"]
     assert shipped["accuracy"] == fitted["accuracy"]
-    assert shipped["examples"] == fitted["examples"] == {"choice": 25, "noul": 18, "score": 14}
+    assert shipped["score_mae"] == fitted["score_mae"]
+    # 57 examples first; 55 more (issue 18) so Noul's baseline and Score's temperature
+    # rest on more than a dozen examples each
+    assert shipped["examples"] == fitted["examples"] == {"choice": 31, "noul": 48, "score": 33}
     # the accuracy the closing note reports; a change of method must not lose it silently
     assert fitted["accuracy"]["choice"] == 1.0
-    assert fitted["accuracy"]["all"] >= 0.8
+    # 0.807 on the first 57 examples; the 55 added (issue 18) are harder for MiniLM
+    assert fitted["accuracy"]["all"] >= 0.75
 
 
 def labelled_option_texts(question):
@@ -199,14 +203,16 @@ def labelled_option_texts(question):
     if question["type"] == "score":
         return [f"{ask} {k}: {d}" for k, d in enumerate(question["criteria"], 1)]
     return [
-        f"{ask} {k}" if d is None else f"{ask} {k}: {d}" for k, d in question["criteria"].items()
+        f"{ask} This is about {k}." if d is None else f"{ask} {k}: {d}"
+        for k, d in question["criteria"].items()
     ]
 
 
 def test_the_shipped_calibration_is_an_independent_refit_of_the_labelled_set(sentence_transformer):
-    """The documented fit redone with numpy over sentence-transformers' embeddings: one
-    temperature shared by Choice and Score, Noul's temperature and baseline together, each the
-    least mean negative log-likelihood of the labelled option on the documented grids
+    """The documented fit redone with numpy over sentence-transformers' embeddings: Choice's
+    temperature fitted over Choice and Score, Noul's temperature and baseline together, each the
+    least mean negative log-likelihood of the labelled option; Score's temperature the least
+    mean absolute error of the expected level; on the documented grids
     (T = 0.002 * 1.05**k for k < 110, b = -0.2 + 0.01 * k for k <= 80, first minimum)."""
     import importlib.resources
 
@@ -239,6 +245,15 @@ def test_the_shipped_calibration_is_an_independent_refit_of_the_labelled_set(sen
 
     options = [(c, label) for kind, c, label in rows if kind != "noul"]
     shared = [np.mean([nll(c, label, t) for c, label in options]) for t in grid]
+
+    def expected_error(cosines, label, temperature):
+        z = cosines / temperature
+        p = np.exp(z - z.max())
+        p /= p.sum()
+        return abs(float((p * np.arange(1, len(p) + 1)).sum()) - (label + 1))
+
+    levels = [(c, label) for kind, c, label in rows if kind == "score"]
+    ordinal = [np.mean([expected_error(c, label, t) for c, label in levels]) for t in grid]
     noul = np.zeros((len(baselines), len(grid)))  # mean NLL per (baseline, temperature)
     nouls = sum(kind == "noul" for kind, _, _ in rows)
     for kind, cosines, label in rows:
@@ -251,8 +266,9 @@ def test_the_shipped_calibration_is_an_independent_refit_of_the_labelled_set(sen
     assert shipped["temperature"] == {
         "choice": float(grid[np.argmin(shared)]),
         "noul": float(grid[t]),
-        "score": float(grid[np.argmin(shared)]),
+        "score": float(grid[np.argmin(ordinal)]),
     }
+    assert shipped["score_mae"] == pytest.approx(min(ordinal), abs=1e-4)
     assert shipped["noul_baseline"] == float(baselines[b])
     # Accuracy: the labelled option has the highest cosine (the baseline in the NaN's place).
     hits = {"choice": [], "noul": [], "score": []}
@@ -388,7 +404,8 @@ def test_minilm_answers_equal_sentence_transformers_cosines_over_each_types_temp
         "not_travel": f"{TRAVEL} No, something else",
         "trip": f"{TRAVEL} Yes, a trip",
         "topic_travel": "What is this about? travel: Flights and trips",
-        "topic_food": "What is this about? food",  # a null description: the key alone
+        # a null description: the key as words in the bare-key template
+        "topic_food": "What is this about? This is about food.",
         **{
             f"mood{k}": f"How positive is the message? {k}: {d}"
             for k, d in ((1, "Negative"), (2, "Neutral"), (3, "Positive"))
@@ -407,9 +424,10 @@ def test_minilm_answers_equal_sentence_transformers_cosines_over_each_types_temp
 
     p_true = written_softmax([baseline, cos("travel")], temperature["noul"])[1]
     assert answers["travel"] == {"type": "noul", "noul": pytest.approx(p_true, abs=1e-5)}
-    # The shipped numbers: MiniLM finds the state a little more similar to the question
-    # than the baseline 0.16, so P(true) is a little above one half.
-    assert baseline == 0.16 and answers["travel"]["noul"] == pytest.approx(0.5893, abs=1e-3)
+    # The shipped numbers: MiniLM finds the state more similar to the question than the
+    # baseline 0.11 (0.16 before the Noul fit read the 48 labelled Noul examples of issue 18;
+    # P(true) was 0.5893 then), so P(true) is above one half.
+    assert baseline == 0.11 and answers["travel"]["noul"] == pytest.approx(0.7704, abs=1e-3)
 
     p_true = written_softmax([cos("not_travel"), cos("trip")], temperature["noul"])[1]
     assert answers["travel_described"]["noul"] == pytest.approx(p_true, abs=1e-5)
@@ -488,7 +506,7 @@ R2 = math.sqrt(0.5)
 VECTORS = {
     "state": [2.0, 0.0, 0.0],
     "Pick a: same": [3.0, 0.0, 0.0],
-    "Pick b": [0.0, 5.0, 0.0],
+    "Pick This is about b.": [0.0, 5.0, 0.0],
     "Pick c: opposite": [-0.001, 0.0, 0.0],
     "Late?": [R2, R2, 0.0],
     "Late? on time": [0.0, 0.0, 1.0],
@@ -561,7 +579,7 @@ def test_the_host_embeds_the_documented_texts_once_each_states_windowed_options_
         {
             "input": [
                 "Pick a: same",  # "{instructions} {key}: {description}"
-                "Pick b",  # a null description: "{instructions} {key}"
+                "Pick This is about b.",  # a null description: the key as words
                 "Pick c: opposite",
                 "Late?",  # Noul true without a description; its false reads the baseline
                 "Late? on time",
@@ -572,10 +590,10 @@ def test_the_host_embeds_the_documented_texts_once_each_states_windowed_options_
     )
     # Usage counts each text an entry embeds once (this host reports len(text) tokens),
     # each entry on its own: the top-level state's texts, then the other entry's.
-    texts = ["state", "Pick a: same", "Pick b", "Pick c: opposite", "Late?"]
+    texts = ["state", "Pick a: same", "Pick This is about b.", "Pick c: opposite", "Late?"]
     texts += ["Late? on time", "Late? late"]
     assert body["usage"] == {"input_tokens": sum(map(len, texts)), "output_tokens": 0}
-    own = ["other", "Pick a: same", "Pick b", "Pick c: opposite"]
+    own = ["other", "Pick a: same", "Pick This is about b.", "Pick c: opposite"]
     assert body["states"][0]["usage"] == {"input_tokens": sum(map(len, own)), "output_tokens": 0}
     assert body["answers"]["again"] == body["answers"]["pick"]
     [other] = body["states"]
@@ -585,7 +603,7 @@ def test_the_host_embeds_the_documented_texts_once_each_states_windowed_options_
         read_request("decisions", {"state": "state", "questions": {"q": PICK}, "states": []}),
     )
     assert plan.queue_entries == 1
-    assert [*plan.items] == ["state", "Pick a: same", "Pick b", "Pick c: opposite"]
+    assert [*plan.items] == ["state", "Pick a: same", "Pick This is about b.", "Pick c: opposite"]
 
 
 def test_a_noul_false_option_described_alone_embeds_it_and_the_true_one_reads_the_question():
@@ -622,7 +640,11 @@ def test_meta_names_the_readout_and_the_temperatures():
 
 
 def test_the_card_shows_temperatures_baseline_and_what_the_calibration_measured():
-    from vllm_srun.extensions.similarity_readout.readout import SimilarityDecisions
+    from vllm_srun.extensions.similarity_readout.readout import (
+        HELD_OUT,
+        SimilarityDecisions,
+        read_held_out,
+    )
 
     calibration = {
         "temperature": {"choice": 0.5, "noul": 2.0, "score": 0.25},
@@ -637,7 +659,13 @@ def test_the_card_shows_temperatures_baseline_and_what_the_calibration_measured(
         "temperature": {"choice": 0.5, "noul": 2.0, "score": 0.25},
         "noul_baseline": 0.125,
         "calibration": {"model": "m", "examples": {"choice": 3}, "accuracy": {"all": 0.9}},
+        "held_out": read_held_out(HELD_OUT),
     }
+    # what `make eval` measured on eval/decisions.jsonl, never fitted on
+    held_out = read_held_out(HELD_OUT)
+    assert held_out is not None
+    assert held_out["questions"] == {"choice": 48, "noul": 48, "score": 39}
+    assert set(held_out["accuracy"]) == {"choice", "choice_bare_keys", "noul", "score"}
     # Without a baseline in the file, an undescribed false option reads cosine 0.
     del calibration["noul_baseline"]
     host = VectorHost(VECTORS)
@@ -702,7 +730,7 @@ def test_an_embedding_failure_answers_the_questions_that_read_it(failure, code, 
     }
     assert body["answers"]["pick"]["choice"] == "a"
     # A failed text counts no tokens (this host reports len(text) for the others).
-    read = ["state", "Pick a: same", "Pick b", "Pick c: opposite", "Late? on time"]
+    read = ["state", "Pick a: same", "Pick This is about b.", "Pick c: opposite", "Late? on time"]
     assert body["usage"]["input_tokens"] == sum(map(len, read))
     # The state fails: every question of that state answers the error; other states answer.
     host = VectorHost(VECTORS, {"state": failure})
@@ -712,7 +740,7 @@ def test_an_embedding_failure_answers_the_questions_that_read_it(failure, code, 
         {
             "state": "state",
             "questions": {"pick": PICK, "rate": RATE},
-            "states": [{"state": "Pick b", "questions": {"pick": PICK}}],
+            "states": [{"state": "Pick This is about b.", "questions": {"pick": PICK}}],
         },
     )
     expected = message.format(what="the state", fix="it")
@@ -816,7 +844,9 @@ def test_a_host_error_without_a_message_answers_with_no_made_up_text(code, answe
     """A host from another family plugin may leave an item error's message out."""
     host = VectorHost(VECTORS, {"Late? late": (code,), "state": (code,)})
     late = answered(
-        readout_over(host), host, {"state": "Pick b", "questions": {"q": LATE_DESCRIBED}}
+        readout_over(host),
+        host,
+        {"state": "Pick This is about b.", "questions": {"q": LATE_DESCRIBED}},
     )
     what, fix = "an option", "the instructions or the description"
     assert late["answers"]["q"] == {
@@ -831,7 +861,11 @@ def test_a_host_error_without_a_message_answers_with_no_made_up_text(code, answe
 def test_tokens_count_only_what_the_host_reports_as_processed():
     host = VectorHost(
         VECTORS,
-        inputs={"state": {"tokens": 5}, "Pick a: same": ["not", "an", "object"], "Pick b": None},
+        inputs={
+            "state": {"tokens": 5},
+            "Pick a: same": ["not", "an", "object"],
+            "Pick This is about b.": None,
+        },
     )
     body = answered(readout_over(host), host, {"state": "state", "questions": {"q": PICK}})
     assert body["answers"]["q"]["choice"] == "a"
@@ -846,7 +880,7 @@ def test_each_states_entry_counts_the_tokens_its_own_request_would_read():
     twice = {"state": "Late?", "questions": {"q": PICK, "again": PICK}}
     late = {"state": "state", "questions": {"r": LATE_DESCRIBED}}
     body = answered(readout, host, {**first, "states": {"twice": twice, "late": late}})
-    options = len("Pick a: same") + len("Pick b") + len("Pick c: opposite")
+    options = len("Pick a: same") + len("Pick This is about b.") + len("Pick c: opposite")
     assert body["usage"] == {"input_tokens": len("state") + options, "output_tokens": 0}
     assert body["states"]["twice"]["usage"]["input_tokens"] == len("Late?") + options
     assert body["states"]["twice"]["answers"]["again"] == body["states"]["twice"]["answers"]["q"]

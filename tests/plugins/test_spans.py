@@ -985,3 +985,102 @@ def test_float32_probabilities_are_averaged_in_float64(as_input: object):
     (span,) = decode_spans("abc", [(0, 1), (1, 2), (2, 3)], probs, SMALL, aggregation="average")
     assert (span.text, span.label) == ("abc", "X")
     assert span.probability == pytest.approx(expected, rel=0, abs=1e-15)
+
+
+# --- word decoding fixes (issue 18), each with the sentence that failed ----------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Okonkwo's office", ["Okonkwo", "office"]),
+        ("Okonkwo\u2019S desk", ["Okonkwo", "desk"]),
+        ("it's 's x's", ["it", "s", "x"]),  # a bare clitic is punctuation-trimmed to "s"
+        ("ruth@example.com's inbox", ["ruth@example.com", "inbox"]),
+        ("42's", ["42's"]),  # only after a letter
+    ],
+)
+def test_a_possessive_clitic_ends_the_word_before_its_apostrophe(text: str, expected: list[str]):
+    assert words_of(text) == expected
+
+
+def test_rampart_keeps_a_surname_followed_by_a_possessive():
+    # Before: max gave only "Ruth" (the "'" and "s" pieces are surer O than any surname
+    # piece), first and average gave SURNAME "Okonkwo's".
+    text = "Please send it to Ruth Okonkwo's office by Friday."
+    for aggregation in ("max", "first", "average"):
+        assert real_spans(text, aggregation) == [
+            (18, 22, "Ruth", "GIVEN_NAME"),
+            (23, 30, "Okonkwo", "SURNAME"),
+        ]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Before: [] for both; the "Ms" and "." or "tel" and ":" pieces are surer O.
+        ("Ms.Okonkwo called", [(0, 10, "Ms.Okonkwo", "SURNAME")]),
+        ("tel:+12125550147", [(0, 16, "tel:+12125550147", "PHONE")]),
+    ],
+)
+def test_rampart_a_confident_entity_piece_labels_its_word_under_max(
+    text: str, expected: list[tuple[int, int, str, str]]
+):
+    assert real_spans(text, "max") == expected
+
+
+def test_max_prefers_a_confident_entity_piece_to_a_surer_o_piece():
+    text = "ab cd"
+    probs = [[0.875, 0.125, 0.0], [0.25, 0.75, 0.0], [1.0, 0.0, 0.0]]
+    spans = decode_spans(text, [(0, 1), (1, 2), (3, 5)], probs, SMALL)
+    assert as_tuples(spans) == [(0, 2, "ab", "X", 0.75)]
+    below = [[0.875, 0.125, 0.0], [0.25, 0.25, 0.5], [1.0, 0.0, 0.0]]  # I-X 0.5: not above
+    assert decode_spans(text, [(0, 1), (1, 2), (3, 5)], below, SMALL) == []
+
+
+def test_rampart_phone_keeps_its_opening_bracket():
+    # Before: "555) 010-2334" (11-25 less the "(").
+    text = "Call me at (555) 010-2334 tomorrow."
+    for aggregation in ("max", "first", "average"):
+        assert real_spans(text, aggregation) == [(11, 25, "(555) 010-2334", "PHONE")]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("x (ab) cd y", "(ab) cd"),  # ")" inside, "(" right before: taken in
+        ("x ab (cd) y", "ab (cd)"),  # "(" inside, ")" right after: taken in
+        ("x (ab cd) y", "ab cd"),  # a pair wholly outside stays outside
+        ("x (ab) y", "ab"),  # a span of one bracketed word holds no bracket: unchanged
+        ("x [ab] cd y", "[ab] cd"),
+        ("x {ab) cd y", "ab) cd"),  # no partner outside: unchanged
+    ],
+)
+def test_a_bracket_pair_is_kept_whole(text: str, expected: str):
+    words = split_words(text)
+    offsets = list(words)
+    probs = [[1.0, 0.0, 0.0]] + [[0.0, 1.0, 0.0]] + [[0.0, 0.0, 1.0]] * (len(words) - 3)
+    probs += [[1.0, 0.0, 0.0]]
+    [span] = decode_spans(text, offsets, probs, SMALL)
+    assert span.text == expected
+
+
+EDGE_SENTENCES = [
+    "Please send it to Ruth Okonkwo's office by Friday.",
+    "Call me at (555) 010-2334 tomorrow.",
+    "Ms.Okonkwo called from tel:+12125550147 about Email:dana@example.org.",
+    "Ruth's laptop is at 42 Elm Street, Portland, OR 97201 [unit 4].",
+    "SSN:123-45-6789, card 4111 1111 1111 1111, born 12/03/1984.",
+]
+
+
+@pytest.mark.parametrize("aggregation", ["max", "first", "average"])
+def test_rampart_spans_never_start_or_end_inside_a_word(aggregation: str):
+    found = 0
+    for text in EDGE_SENTENCES:
+        spans = real_spans(text, aggregation)
+        found += len(spans)
+        for start, end, _, _ in spans:
+            assert start == 0 or not (text[start - 1].isalnum() and text[start].isalnum())
+            assert end == len(text) or not (text[end - 1].isalnum() and text[end].isalnum())
+    assert found >= 8
