@@ -337,6 +337,7 @@ def test_a_host_without_probe_rows_stays_unprobed_under_an_extension():
         "max_abs_deviation": None,
         "tolerance": 1e-5,
         "cross_request_batching": False,
+        "method": "per_request",
     }
 
 

@@ -133,9 +133,12 @@ def controlled_loader(
     """A ``Runtime`` loader: the session's model for a path behind a fresh :class:`Controlled`."""
 
     def loader(model: str, options: LoadOptions, **kwargs: Any) -> ServedModel:
-        if model not in loaded_models:
-            loaded_models[model] = load_model(model, catalog=catalog)
-        served = loaded_models[model]
+        key = model if options.profile == "exact" else f"{model} ({options.profile})"
+        if key not in loaded_models:
+            loaded_models[key] = load_model(
+                model, LoadOptions(profile=options.profile), catalog=catalog
+            )
+        served = loaded_models[key]
         return dataclasses.replace(
             served, name=options.name or served.name, loaded=Controlled(served.loaded)
         )

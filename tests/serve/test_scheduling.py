@@ -176,7 +176,9 @@ def agree(path: str, alone: dict[str, Any], batched: dict[str, Any]) -> None:
 def test_a_row_alone_and_inside_a_concurrent_batch_agree(
     make_runtime, live_server, path, model, request_of
 ):
-    runtime = make_runtime((model,), result_cache_entries=0, batch_window_ms=20)
+    # Cross-request batching of rows of any length is the `batching` profile's (under
+    # `exact`, a fixture whose rows differ in the last bits answers one by one).
+    runtime = make_runtime((model,), result_cache_entries=0, batch_window_ms=20, profile="batching")
     # One forward for every queued row: no split by length (tests/test_scheduler.py covers it).
     runtime.models[model].scheduler.limits.forward_overhead_tokens = None
     server = live_server(runtime)
