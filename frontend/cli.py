@@ -156,7 +156,11 @@ def _add_serve(commands: Any) -> None:
     serve.add_argument("--device", help="the default deployment's device: auto, cpu, cuda:N ...")
     serve.add_argument("--revision", metavar="SHA", help="the 40-hex commit of MODEL")
     serve.add_argument(
-        "--runtime-profile", dest="profile", metavar="NAME", help="numeric profile (exact)"
+        "--runtime-profile",
+        dest="profile",
+        metavar="NAME",
+        help="numeric profile of the default deployment's workers: exact (default, "
+        "bit-identical), batching or max_speed (docs/profiles.md)",
     )
     engine = serve.add_argument_group("engine arguments of the default deployment")
     engine.add_argument("--max-num-seqs", type=_positive_int, metavar="N")
