@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_srun.errors import LoadError
-from vllm_srun.plugins import ModelEntry
+from vllm_srun.plugins import ModelEntry, runtime_cache_dir
 from vllm_srun.registry import prepare
 from vllm_srun.registry.resolve import looks_local
 from vllm_srun.registry.verify import (
@@ -231,16 +231,8 @@ class AdapterModel:
 
 def cache_root(environ: Mapping[str, str] | None = None) -> Path:
     """Where merged adapter packages are kept: ``adapters`` under the runtime's cache
-    (``$VLLM_SRUN_CACHE_DIR``, else ``$XDG_CACHE_HOME/vllm-srun``, else
-    ``~/.cache/vllm-srun``; empty variables count as unset)."""
-    env = os.environ if environ is None else environ
-    if env.get("VLLM_SRUN_CACHE_DIR"):
-        root = Path(env["VLLM_SRUN_CACHE_DIR"]).expanduser()
-    elif env.get("XDG_CACHE_HOME"):
-        root = Path(env["XDG_CACHE_HOME"]).expanduser() / "vllm-srun"
-    else:
-        root = Path.home() / ".cache" / "vllm-srun"
-    return root / "adapters"
+    (:func:`vllm_srun.plugins.runtime_cache_dir`)."""
+    return runtime_cache_dir(environ) / "adapters"
 
 
 def is_adapter_package(model: str | os.PathLike[str]) -> bool:

@@ -24,6 +24,7 @@ from vllm_srun.plugins.accelerator import (
     torch_devices,
     torch_memory_info,
 )
+from vllm_srun.plugins.cache import runtime_cache_dir
 from vllm_srun.plugins.discovery import ENV_DISABLE, ENV_ONLY, GROUP, DiscoveredPlugin, discover
 from vllm_srun.plugins.engine import Engine
 from vllm_srun.plugins.extension import SurfaceExtension, SurfaceModel
@@ -178,6 +179,7 @@ __all__ = [
     "read_json",
     "read_reference_file",
     "read_request",
+    "runtime_cache_dir",
     "select_kernel",
     "slug",
     "torch_devices",

@@ -38,6 +38,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from vllm_srun.plugins import runtime_cache_dir
+
 from .verify import sha256_file
 
 log = logging.getLogger(__name__)
@@ -61,15 +63,9 @@ _KEY_FIELDS = ("device", "inode", "size", "mtime_ns", "ctime_ns")
 
 
 def runtime_cache_root(environ: Mapping[str, str] | None = None) -> Path:
-    """The runtime's cache directory: ``$VLLM_SRUN_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/vllm-srun``, else ``~/.cache/vllm-srun`` (empty variables count
-    as unset), as the adapter and ONNX export caches use."""
-    env = os.environ if environ is None else environ
-    if env.get("VLLM_SRUN_CACHE_DIR"):
-        return Path(env["VLLM_SRUN_CACHE_DIR"]).expanduser()
-    if env.get("XDG_CACHE_HOME"):
-        return Path(env["XDG_CACHE_HOME"]).expanduser() / "vllm-srun"
-    return Path.home() / ".cache" / "vllm-srun"
+    """The runtime's cache directory (:func:`vllm_srun.plugins.runtime_cache_dir`), where
+    the adapter and ONNX export caches live too."""
+    return runtime_cache_dir(environ)
 
 
 @dataclass(frozen=True)

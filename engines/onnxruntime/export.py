@@ -11,12 +11,12 @@ and renames it in, so a crash never leaves a half graph there.
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from vllm_srun.plugins.cache import runtime_cache_dir
 from vllm_srun.plugins.spec import ModelSpec
 
 EXPORT_TASKS = {
@@ -31,20 +31,9 @@ GRAPH_FILE = "model.onnx"
 
 
 def cache_root(environ: Mapping[str, str] | None = None) -> Path:
-    """The runtime's cache directory, where exported graphs are kept.
-
-    ``$VLLM_SRUN_CACHE_DIR`` when set; else ``$XDG_CACHE_HOME/vllm-srun``;
-    else ``~/.cache/vllm-srun``. Empty variables count as unset.
-
-    Args:
-        environ: the environment to read (default ``os.environ``).
-    """
-    env = os.environ if environ is None else environ
-    if env.get("VLLM_SRUN_CACHE_DIR"):
-        return Path(env["VLLM_SRUN_CACHE_DIR"]).expanduser()
-    if env.get("XDG_CACHE_HOME"):
-        return Path(env["XDG_CACHE_HOME"]).expanduser() / "vllm-srun"
-    return Path.home() / ".cache" / "vllm-srun"
+    """The runtime's cache directory, where exported graphs are kept
+    (:func:`vllm_srun.plugins.runtime_cache_dir`)."""
+    return runtime_cache_dir(environ)
 
 
 def weights_digest(spec: ModelSpec) -> str:

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vllm_srun.plugins import runtime_cache_dir
+
 log = logging.getLogger("vllm_srun.families.causal_readout")
 
 GGUF_SUFFIX = ".gguf"
@@ -88,16 +90,8 @@ class Conversion:
 
 def cache_root(environ: Mapping[str, str] | None = None) -> Path:
     """Where converted GGUF packages are kept: ``gguf`` under the runtime's cache
-    (``$VLLM_SRUN_CACHE_DIR``, else ``$XDG_CACHE_HOME/vllm-srun``, else
-    ``~/.cache/vllm-srun``; empty variables count as unset), beside merged adapters."""
-    env = os.environ if environ is None else environ
-    if env.get("VLLM_SRUN_CACHE_DIR"):
-        root = Path(env["VLLM_SRUN_CACHE_DIR"]).expanduser()
-    elif env.get("XDG_CACHE_HOME"):
-        root = Path(env["XDG_CACHE_HOME"]).expanduser() / "vllm-srun"
-    else:
-        root = Path.home() / ".cache" / "vllm-srun"
-    return root / "gguf"
+    (:func:`vllm_srun.plugins.runtime_cache_dir`), beside merged adapters."""
+    return runtime_cache_dir(environ) / "gguf"
 
 
 def gguf_file(package: Path) -> Path | None:

@@ -18,7 +18,6 @@ import base64
 import hashlib
 import io
 import json
-import os
 import pickle
 import tempfile
 from collections.abc import Mapping
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_srun.plugins import PackageError
+from vllm_srun.plugins import PackageError, runtime_cache_dir
 
 PICKLE = "tokenizer.pkl"
 """The package's pickled tokenizer."""
@@ -124,14 +123,8 @@ def read_pickled_encoding(data: bytes) -> EncodingState:
 
 
 def cache_root(environ: Mapping[str, str] | None = None) -> Path:
-    """vllm-srun's cache folder: ``$VLLM_SRUN_CACHE_DIR``, else ``$XDG_CACHE_HOME/vllm-srun``,
-    else ``~/.cache/vllm-srun`` (empty variables count as unset)."""
-    env = os.environ if environ is None else environ
-    if env.get("VLLM_SRUN_CACHE_DIR"):
-        return Path(env["VLLM_SRUN_CACHE_DIR"]).expanduser()
-    if env.get("XDG_CACHE_HOME"):
-        return Path(env["XDG_CACHE_HOME"]).expanduser() / "vllm-srun"
-    return Path.home() / ".cache" / "vllm-srun"
+    """vllm-srun's cache folder (:func:`vllm_srun.plugins.runtime_cache_dir`)."""
+    return runtime_cache_dir(environ)
 
 
 def ranks_text(ranks: Mapping[bytes, int]) -> bytes:
