@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_srun.errors import LoadError
-from vllm_srun.plugins import ModelEntry, runtime_cache_dir
+from vllm_srun.plugins import ModelEntry, runtime_cache_dir, sha256_file
 from vllm_srun.registry import prepare
 from vllm_srun.registry.resolve import looks_local
 from vllm_srun.registry.verify import (
@@ -51,7 +51,6 @@ from vllm_srun.registry.verify import (
     is_loadable,
     link_root,
     package_files,
-    sha256_file,
 )
 
 log = logging.getLogger("vllm_srun.adapters")

@@ -67,7 +67,7 @@ from vllm_srun.plugins.manager import (
     load_catalog,
 )
 from vllm_srun.plugins.models import Mirror, ModelEntry
-from vllm_srun.plugins.package import PackageError, read_config, read_json
+from vllm_srun.plugins.package import PackageError, read_config, read_json, sha256_file
 from vllm_srun.plugins.profiles import (
     BATCHING,
     EXACT,
@@ -181,6 +181,7 @@ __all__ = [
     "read_request",
     "runtime_cache_dir",
     "select_kernel",
+    "sha256_file",
     "slug",
     "torch_devices",
     "torch_memory_info",

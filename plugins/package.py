@@ -7,14 +7,31 @@ name the file, so an operator knows which one to fix.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
+
+HASH_CHUNK_BYTES = 1 << 20
+"""How much of a file :func:`sha256_file` reads at a time (1 MiB)."""
 
 
 class PackageError(Exception):
     """A package a family cannot serve; the message names the file or the missing part
     and what to do."""
+
+
+def sha256_file(path: Path) -> str:
+    """Lower-case hex SHA-256 of a file's bytes (read in 1 MiB chunks; links followed).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(HASH_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def read_json(path: Path) -> Any:

@@ -38,9 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_srun.plugins import runtime_cache_dir
-
-from .verify import sha256_file
+from vllm_srun.plugins import runtime_cache_dir, sha256_file
 
 log = logging.getLogger(__name__)
 

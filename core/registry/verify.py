@@ -20,10 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_srun.errors import LoadError
-from vllm_srun.plugins import Mirror, ModelEntry
-
-HASH_CHUNK_BYTES = 1 << 20
-"""Bytes read per step while hashing (1 MiB)."""
+from vllm_srun.plugins import Mirror, ModelEntry, sha256_file
 
 WEIGHT_AND_CODE_SUFFIXES = frozenset(
     {
@@ -100,15 +97,6 @@ def is_loadable(relative: str) -> bool:
         return True
     suffix = os.path.splitext(name)[1].lower()
     return suffix in LOADABLE_SUFFIXES
-
-
-def sha256_file(path: Path) -> str:
-    """Lower-case hex SHA-256 of a file's bytes (read in 1 MiB chunks; links followed)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(HASH_CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def identity(digests: Mapping[str, str]) -> str:

@@ -21,7 +21,6 @@ float32: the same numbers, none of the quantisation's speed.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -32,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_srun.plugins import runtime_cache_dir
+from vllm_srun.plugins import runtime_cache_dir, sha256_file
 
 log = logging.getLogger("vllm_srun.families.causal_readout")
 
@@ -48,9 +47,6 @@ CONVERSION_RECORD = "conversion.json"
 CONVERSION_FORMAT = "1"
 """The version of the converted layout; part of the folder name, so a new layout converts
 again."""
-
-HASH_CHUNK_BYTES = 1 << 20
-"""Bytes read per step while hashing (1 MiB)."""
 
 
 @dataclass(frozen=True)
@@ -108,15 +104,6 @@ def gguf_file(package: Path) -> Path | None:
     except OSError:
         return None
     return found[0] if magic == GGUF_MAGIC else None
-
-
-def sha256_file(path: Path) -> str:
-    """Lower-case hex SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(HASH_CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 _DIGESTS: dict[tuple[str, int, int], str] = {}
