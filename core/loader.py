@@ -105,6 +105,8 @@ class ServedModel:
         prepared: how the registry resolved and verified the package
             (:class:`vllm_srun.registry.PreparedModel`): repo, revision,
             ``model_sha256``, verification, licence, parameters, files.
+        compute_dtype: the dtype the engine model says it runs at (its
+            ``compute_dtype``), the card's ``dtype``; ``None``: the requested ``--dtype``.
     """
 
     name: str
@@ -123,6 +125,7 @@ class ServedModel:
     adapter: AdapterModel | None = None
     profile: Profile = EXACT
     profiles: tuple[Profile, ...] = (EXACT,)
+    compute_dtype: str | None = None
 
     def card(self) -> dict[str, Any]:
         """The model's ``/v1/models`` card: composition, identity (repo, revision,
@@ -136,7 +139,7 @@ class ServedModel:
             "engine": self.engine.name,
             "accelerator": self.placement.accelerator.name,
             "device": self.placement.device.device,
-            "dtype": self.spec.dtype,
+            "dtype": self.compute_dtype or self.spec.dtype,
             "attention": self.kernels.get("attention"),
             "kernels": dict(self.kernels),
             "profile": self.profile.name,
@@ -253,9 +256,10 @@ def _detects(family: Any, package: Path) -> bool:
 def choose_engine(catalog: Catalog, spec: ModelSpec, placement: Placement, forced: str) -> Engine:
     """The engine for ``spec`` on the placed device, under the profile ``spec.profile``.
 
-    ``auto`` tries the engines that declare the profile in the order of the
-    profile's ``auto_priority`` on each (the engine's own when the profile sets
-    none): under ``max_speed`` an engine may ask to be tried first.
+    ``auto`` tries the engines in the order of their
+    :meth:`~vllm_srun.plugins.Engine.auto_rank` for the model on the placed device
+    (the profile's ``auto_priority`` on each engine, the engine's own when the
+    profile sets none): under ``max_speed`` an engine may ask to be tried first.
 
     Raises:
         LoadError: the pinned engine is missing, refuses or does not declare the
@@ -273,15 +277,11 @@ def choose_engine(catalog: Catalog, spec: ModelSpec, placement: Placement, force
             raise LoadError(f"engine {forced} cannot run the model: {reason}")
         return engine  # type: ignore[no-any-return]
 
-    def order(engine: Engine) -> tuple[int, str]:
-        declared = engine.profile(spec.profile)
-        own = type(engine).auto_priority
-        chosen = declared.auto_priority if declared and declared.auto_priority is not None else own
-        return (chosen if chosen is not None else 0, engine.name)
-
-    ranked = sorted((e for e in engines.values() if type(e).auto_priority is not None), key=order)
+    ranks = {name: engine.auto_rank(spec, placement.device) for name, engine in engines.items()}
+    tried = sorted((rank, name) for name, rank in ranks.items() if rank is not None)
     reasons = []
-    for engine in ranked:
+    for _, name in tried:
+        engine = engines[name]
         reason = _profile_refusal(engine, spec.profile) or engine.supports(spec, placement.device)
         if reason is None:
             return engine  # type: ignore[no-any-return]
@@ -541,6 +541,7 @@ def load_model(
         adapter=adapter,
         profile=profile,
         profiles=served_profiles(chosen_family, chosen_engine, spec),
+        compute_dtype=getattr(engine_model, "compute_dtype", None),
     )
     served.batch_invariance = invariance
     served.forward_cost = forward_cost

@@ -12,6 +12,13 @@ from the kernel registry: ``eager`` is the pure-torch reference and the
 default; ``sdpa`` is registered as not bit-exact (its fused kernels round
 differently, within about 1e-6), so ``exact`` and ``batching`` never pick it
 and ``max_speed`` does (:attr:`NativeEngine.profiles`).
+
+Under ``max_speed`` a float32 model whose family vouches for bfloat16
+(``spec.bf16_tolerant``) runs in bfloat16 when ``--dtype`` is ``auto`` and the
+device computes bfloat16 natively (AVX512-BF16 or AMX on a CPU): on the
+reference CPU that is 1.6x the float32 forward of MiniLM, against 1.1x for the
+fused float32 ONNX graph (bench/results/profiles.md), so the engine then asks
+``--engine auto`` to try it first (:meth:`NativeEngine.auto_rank`).
 """
 
 from __future__ import annotations
@@ -43,13 +50,43 @@ TASK_CLASSES = {
 }
 
 
+BFLOAT16_RANK = 4
+"""``--engine auto`` rank of the native engine where it computes in bfloat16 under
+``max_speed``: ahead of the ONNX Runtime engine's fused float32 graph (5)."""
+
+
+def computes_bfloat16(spec: ModelSpec, device: DeviceInfo) -> bool:
+    """Whether the native engine runs ``spec`` in bfloat16 on ``device``: under
+    ``max_speed``, ``--dtype auto``, a float32 release whose family measured that its
+    heads keep their quality in bfloat16 (``spec.bf16_tolerant``), on a device whose
+    ``bf16`` capability is ``bf16_native`` (the accelerator plugin's verdict)."""
+    return (
+        spec.profile == MAX_SPEED.name
+        and spec.dtype == "auto"
+        and spec.released_dtype == "float32"
+        and spec.bf16_tolerant
+        and device.capabilities.get("bf16") == "bf16_native"
+    )
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``float32`` for ``torch.float32``: the name ``--dtype`` and the card use."""
+    return str(dtype).removeprefix("torch.")
+
+
 class NativeEncoder:
-    """A loaded transformers encoder; :meth:`encode` runs one batch."""
+    """A loaded transformers encoder; :meth:`encode` runs one batch.
+
+    Attributes:
+        compute_dtype: the dtype its weights and activations run at (``float32``,
+            ``bfloat16``); the card's ``dtype``.
+    """
 
     def __init__(self, model: Any, spec: ModelSpec, device: torch.device) -> None:
         self.model = model
         self.spec = spec
         self.device = device
+        self.compute_dtype = dtype_name(model.dtype)
         self.accepts_token_type_ids = (
             "token_type_ids" in inspect.signature(model.forward).parameters
         )
@@ -84,12 +121,16 @@ class NativeDecoder:
     batch brings its own), so padding never shifts a row's positions. Only the
     last position goes through the LM head (``logits_to_keep=1``) when the
     model accepts it.
+
+    Attributes:
+        compute_dtype: the dtype its weights and activations run at; the card's ``dtype``.
     """
 
     def __init__(self, model: Any, spec: ModelSpec, device: torch.device) -> None:
         self.model = model
         self.spec = spec
         self.device = device
+        self.compute_dtype = dtype_name(model.dtype)
         parameters = inspect.signature(model.forward).parameters
         self.keep = {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}
 
@@ -171,10 +212,19 @@ class NativeEngine(Engine):
         ),
         MAX_SPEED.described(
             "Native: PyTorch scaled-dot-product attention (fused kernels, not bit-exact) "
-            "in place of eager; answers are approximate, their deviation from exact "
-            "measured at load on the golden questions."
+            "in place of eager, and bfloat16 compute for a float32 model whose family "
+            "vouches for it on a device with native bfloat16 (then tried before "
+            "onnxruntime under --engine auto); answers are approximate, their deviation "
+            "from exact measured at load on the golden questions."
         ),
     )
+
+    def auto_rank(self, spec: ModelSpec, device: DeviceInfo) -> int | None:
+        """:data:`BFLOAT16_RANK` where it would compute ``spec`` in bfloat16
+        (:func:`computes_bfloat16`), else the declared order."""
+        if isinstance(spec, ModelSpec) and computes_bfloat16(spec, device):
+            return BFLOAT16_RANK
+        return super().auto_rank(spec, device)
 
     def supports(self, spec: Any, device: DeviceInfo) -> str | None:
         """``None`` when transformers has the model type built in and the package has weights
@@ -209,7 +259,8 @@ class NativeEngine(Engine):
         self, spec: Any, device: DeviceInfo, options: Mapping[str, Any]
     ) -> NativeEncoder | NativeDecoder:
         """Load ``spec`` in eval mode: a :class:`NativeDecoder` for ``causal_lm``,
-        a :class:`NativeEncoder` otherwise.
+        a :class:`NativeEncoder` otherwise; in bfloat16 where :func:`computes_bfloat16`
+        says so, else at ``spec.torch_dtype`` (float32 for a float16 release on a CPU).
 
         Options:
             torch_device: the ``torch.device`` to run on (default CPU).
@@ -229,7 +280,7 @@ class NativeEngine(Engine):
         import transformers
 
         target = options.get("torch_device", torch.device("cpu"))
-        dtype = spec.torch_dtype
+        dtype = torch.bfloat16 if computes_bfloat16(spec, device) else spec.torch_dtype
         if dtype == torch.float16 and device.accelerator == "cpu":
             dtype = torch.float32  # released in float16, served under auto on a CPU
         model_class = getattr(transformers, TASK_CLASSES[spec.task])

@@ -44,6 +44,22 @@ class Engine(abc.ABC):
         """The declared profile called ``name``, or ``None`` when this engine has none."""
         return next((p for p in self.profiles if p.name == name), None)
 
+    def auto_rank(self, spec: ModelSpec, device: DeviceInfo) -> int | None:
+        """Where ``--engine auto`` tries this engine for ``spec`` on ``device``, ascending.
+
+        ``None`` when the engine runs only when named (its class
+        :attr:`auto_priority` is ``None``). Otherwise the ``auto_priority`` of the
+        declared profile ``spec.profile`` when that sets one, else the class's.
+        Override it when the engine's speed under a profile depends on the device
+        (the native engine ranks first under ``max_speed`` where it can compute in
+        bfloat16); ties are broken by engine name.
+        """
+        own = type(self).auto_priority
+        if own is None:
+            return None
+        declared = self.profile(spec.profile)
+        return declared.auto_priority if declared and declared.auto_priority is not None else own
+
     def select_kernels(
         self, kernels: Iterable[Kernel], accelerator: str, profile: str = "exact"
     ) -> dict[str, Kernel]:

@@ -74,6 +74,10 @@ class ModelSpec:
         int8_tolerant: whether the family measured that every head of the model
             keeps its quality under int8 dynamic quantisation of the weights
             (an engine may quantise under a ``max_speed`` profile only then).
+        bf16_tolerant: whether the family measured that every head of the model
+            keeps its quality when computed in bfloat16 (an engine may then run a
+            float32 model in bfloat16 under ``max_speed`` with ``--dtype auto``, on
+            a device whose ``bf16`` capability is ``bf16_native``).
     """
 
     package: Path
@@ -91,6 +95,7 @@ class ModelSpec:
     shared_context: bool | None = None
     profile: str = "exact"
     int8_tolerant: bool = False
+    bf16_tolerant: bool = False
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -258,12 +258,10 @@ def _engine_for(spec: Any, own_engines: list[Any]) -> tuple[Any, str]:
     before it is installed, the plugin's engines are not among the installed ones)."""
     engines = dict(build_catalog(discover({})).layer("engines"))
     engines.update((e.name, e) for e in own_engines)
-    ranked = sorted(
-        (e for e in engines.values() if type(e).auto_priority is not None),
-        key=lambda e: (type(e).auto_priority, e.name),
-    )
+    ranks = {name: engine.auto_rank(spec, CPU) for name, engine in engines.items()}
     reasons = []
-    for engine in ranked:
+    for _, name in sorted((rank, name) for name, rank in ranks.items() if rank is not None):
+        engine = engines[name]
         reason = engine.supports(spec, CPU)
         if reason is None:
             return engine, ""

@@ -4,6 +4,7 @@ knowing its name."""
 
 from __future__ import annotations
 
+import dataclasses
 import types
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from vllm_srun.plugins import (
     BATCHING,
     EXACT,
     MAX_SPEED,
+    DeviceInfo,
+    ModelSpec,
     Profile,
     build_catalog,
     discover,
@@ -91,6 +94,42 @@ def test_native_runs_max_speed_with_sdpa_and_the_others_with_eager(bert):
     }
     assert cards["batching"]["batch_invariance"]["method"] == "cross_request"
     assert [p["name"] for p in cards["exact"]["profiles"]] == ["exact", "batching", "max_speed"]
+    # a classifier head is not vouched for bfloat16: float32 under every profile
+    assert {c["dtype"] for c in cards.values()} == {"float32"}
+
+
+def test_native_ranks_first_under_max_speed_only_where_it_computes_bfloat16():
+    from vllm_srun.engines.native import NativeEngine, computes_bfloat16
+    from vllm_srun.engines.onnxruntime import OnnxRuntimeEngine
+
+    spec = ModelSpec(
+        package=Path("."),
+        architecture="BertModel",
+        model_type="bert",
+        task="encoder",
+        profile="max_speed",
+        bf16_tolerant=True,
+    )
+    native_bf16 = DeviceInfo("cpu", None, "cpu", None, None, {"bf16": "bf16_native"})
+    emulated = DeviceInfo("cpu", None, "cpu", None, None, {"bf16": "bf16_emulated"})
+    engines = (NativeEngine(), OnnxRuntimeEngine())
+
+    def ranks(spec: ModelSpec, device: DeviceInfo) -> dict[str, int | None]:
+        return {engine.name: engine.auto_rank(spec, device) for engine in engines}
+
+    assert computes_bfloat16(spec, native_bf16)
+    assert ranks(spec, native_bf16) == {"native": 4, "onnxruntime": 5}
+    assert ranks(spec, emulated) == {"native": 10, "onnxruntime": 5}
+    for other in (
+        dataclasses.replace(spec, bf16_tolerant=False),  # the family does not vouch
+        dataclasses.replace(spec, dtype="float32"),  # the operator chose a dtype
+        dataclasses.replace(spec, released_dtype="float16"),
+    ):
+        assert not computes_bfloat16(other, native_bf16)
+        assert ranks(other, native_bf16) == {"native": 10, "onnxruntime": 5}
+    exact = dataclasses.replace(spec, profile="exact")
+    assert not computes_bfloat16(exact, native_bf16)
+    assert ranks(exact, native_bf16) == {"native": 10, "onnxruntime": 20}
 
 
 def test_a_profile_no_engine_declares_is_refused_with_the_ones_that_exist(bert):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from vllm_srun.accelerators.cpu import bf16_support
 from vllm_srun.loader import LoadOptions, ServedModel, load_model
 
 HELD_OUT = (Path(__file__).parent.parent / "data" / "heldout_sentences.txt").read_text().split("\n")
@@ -39,8 +40,8 @@ def export_cache(tmp_path_factory: pytest.TempPathFactory):
         yield
 
 
-def _load(name: str, profile: str) -> ServedModel:
-    return load_model(name, LoadOptions(offline=True, profile=profile))
+def _load(name: str, profile: str, engine: str = "auto") -> ServedModel:
+    return load_model(name, LoadOptions(offline=True, profile=profile, engine=engine))
 
 
 def _vectors(served: ServedModel, texts: list[str]) -> torch.Tensor:
@@ -48,23 +49,45 @@ def _vectors(served: ServedModel, texts: list[str]) -> torch.Tensor:
     return torch.tensor([item["embedding"] for item in data])
 
 
-def test_minilm_max_speed_keeps_cosine_and_neighbours(export_cache):
-    exact = _load("sentence-transformers/all-MiniLM-L6-v2", "exact")
-    fast = _load("sentence-transformers/all-MiniLM-L6-v2", "max_speed")
+@pytest.fixture(scope="module")
+def minilm_exact_vectors() -> torch.Tensor:
+    return _vectors(_load("sentence-transformers/all-MiniLM-L6-v2", "exact"), HELD_OUT)
+
+
+NATIVE_BF16 = bf16_support() == "bf16_native"
+
+
+@pytest.mark.parametrize("engine", ["onnxruntime", "native"])
+def test_minilm_max_speed_keeps_cosine_and_neighbours(export_cache, minilm_exact_vectors, engine):
+    fast = _load("sentence-transformers/all-MiniLM-L6-v2", "max_speed", engine)
     card = fast.card()
     assert (card["engine"], card["profile"], card["numerics"]) == (
-        "onnxruntime",
+        engine,
         "max_speed",
         "approximate",
     )
-    assert "max_speed" in str(fast.loaded.host.engine_model.graph)  # the fused graph
-    reference, measured = _vectors(exact, HELD_OUT), _vectors(fast, HELD_OUT)
+    if engine == "onnxruntime":
+        assert "max_speed" in str(fast.loaded.host.engine_model.graph)  # the fused graph
+    else:  # SDPA, and bfloat16 where this CPU computes it natively
+        assert card["attention"] == "sdpa"
+        assert card["dtype"] == ("bfloat16" if NATIVE_BF16 else "float32")
+    reference, measured = minilm_exact_vectors, _vectors(fast, HELD_OUT)
     assert len(HELD_OUT) == 200
     cosine = (reference * measured).sum(dim=1)
     assert float(cosine.min()) >= 0.999
     overlap = _top10_overlap(reference, measured)
     assert overlap >= 0.95
     assert float(cosine.min()) < 1.0 or overlap == 1.0  # measured, not the same graph twice
+
+
+def test_minilm_max_speed_engine_follows_the_cpu(export_cache):
+    """Under --engine auto, max_speed runs native bfloat16 where the CPU computes it
+    natively (faster than the fused float32 graph), else the fused ONNX graph."""
+    card = _load("sentence-transformers/all-MiniLM-L6-v2", "max_speed").card()
+    if NATIVE_BF16:
+        assert (card["engine"], card["dtype"]) == ("native", "bfloat16")
+    else:
+        assert card["engine"] == "onnxruntime"
 
 
 def _top10_overlap(reference: torch.Tensor, measured: torch.Tensor) -> float:
