@@ -3,10 +3,12 @@ in-process ``SentenceTransformer.encode`` of the same texts, on short and long i
 
 Two corpora: the serving benchmark's sentences (10 to 60 words, about 15 to 80 tokens)
 and a long-input corpus (:func:`corpus.long_texts`: 100 to 150 tokens each). For each
-profile (``exact``, ``batching``, ``max_speed``) one ``vllm-srun serve --profile NAME``
-runs; for each corpus, an in-process ``encode`` measurement (batches of 32) and the HTTP
-measurement (``POST /v1/embeddings``, one text per request, 32 connections, closed loop,
-the Python load generator) run back to back, so drift in the machine's speed hits both.
+profile (``exact``, ``batching``, ``max_speed``, and ``max_speed`` pinned to the engine
+``--engine auto`` leaves out) one ``vllm-srun serve --profile NAME`` runs, and its card's
+engine, dtype and attention are reported; for each corpus, an in-process ``encode``
+measurement (batches of 32) and the HTTP measurement (``POST /v1/embeddings``, one text
+per request, 32 connections, closed loop, the Python load generator) run back to back,
+so drift in the machine's speed hits both.
 Every measurement takes texts no earlier one used (the result cache only misses).
 
 Run alone (`python bench/profiles_section.py --duration 8`) or through `make bench`.
@@ -22,6 +24,7 @@ import datetime as dt
 import json
 import os
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +37,9 @@ from loadgen import request_bodies, run_python  # noqa: E402
 from machine import log, machine  # noqa: E402
 from server import Server, default_model_dir, free_port  # noqa: E402
 
-PROFILES = ("exact", "batching", "max_speed")
+PROFILES = ("exact", "batching", "max_speed", "max_speed:onnxruntime")
+"""What runs, in order: a profile's name, or ``NAME:ENGINE`` to pin ``--engine`` (the
+``max_speed`` of the engine ``--engine auto`` does not pick, for comparison)."""
 CONNECTIONS = 32
 RESULTS = HERE / "results"
 
@@ -102,11 +107,15 @@ def main(argv: list[str] | None = None) -> int:
     log(f"mean tokens: {lengths}")
     rough = {name: inproc.warm_up(c.texts[:160])[0] for name, c in corpora.items()}
     figures: dict[str, Any] = {}
+    served: dict[str, str] = {}
     for profile in [p.strip() for p in args.profiles.split(",") if p.strip()]:
-        server = Server(model_dir, free_port(), args.threads, ["--profile", profile])
+        name, _, engine = profile.partition(":")
+        extra = ["--profile", name] + (["--engine", engine] if engine else [])
+        server = Server(model_dir, free_port(), args.threads, extra)
         try:
             ready = server.wait_ready(300)
-            log(f"{profile}: ready in {ready:.1f} s")
+            served[profile] = what_runs(server.port)
+            log(f"{profile}: ready in {ready:.1f} s ({served[profile]})")
             run_python(server.port, request_bodies(corpora["short"].take(256)), CONNECTIONS, 2.0)
             figures[profile] = {
                 name: measure_pair(inproc, server, texts, args.duration, rough[name])
@@ -122,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         "duration_s": args.duration,
         "threads": args.threads,
         "figures": figures,
+        "served": served,
         "loadavg_after": os.getloadavg()[0],
     }
     args.results.mkdir(parents=True, exist_ok=True)
@@ -129,6 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     (args.results / "profiles.md").write_text(markdown(details))
     print(json.dumps(figures))
     return 0
+
+
+def what_runs(port: int) -> str:
+    """``engine, dtype, attention`` from the served model's card (``GET /v1/models``)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as answer:
+        card = json.load(answer)["data"][0]
+    return f"{card['engine']}, {card['dtype']}, {card.get('attention') or 'graph'}"
 
 
 def markdown(details: dict[str, Any]) -> str:
@@ -141,14 +158,16 @@ def markdown(details: dict[str, Any]) -> str:
         f"load average after: {details['loadavg_after']:.1f}. A shared machine: read the ratios "
         "(each pair measured back to back), not the absolute texts/s.",
         "",
-        "| profile | corpus | in-process texts/s | HTTP c32 texts/s | HTTP / in-process |",
-        "| --- | --- | ---: | ---: | ---: |",
+        "| profile | served as (engine, dtype, attention) | corpus | in-process texts/s "
+        "| HTTP c32 texts/s | HTTP / in-process |",
+        "| --- | --- | --- | ---: | ---: | ---: |",
     ]
+    served = details.get("served", {})
     for profile, corpora in details["figures"].items():
         for name, row in corpora.items():
             lines.append(
-                f"| {profile} | {name} | {row['inprocess_tps']} | {row['http_c32_tps']} | "
-                f"{row['ratio']:.2f}x |"
+                f"| {profile} | {served.get(profile, '?')} | {name} | {row['inprocess_tps']} | "
+                f"{row['http_c32_tps']} | {row['ratio']:.2f}x |"
             )
     figures = details["figures"]
     if "exact" in figures and "batching" in figures:
@@ -158,6 +177,15 @@ def markdown(details: dict[str, Any]) -> str:
                 figures["exact"][name]["http_c32_tps"] / figures["batching"][name]["http_c32_tps"]
             )
             lines.append(f"- {name}: {ratio:.2f}x")
+    for other in [p for p in figures if p.startswith("max_speed:")]:
+        if "max_speed" in figures:
+            lines += ["", f"max_speed ({served.get('max_speed', '?')}) / {other} HTTP c32:"]
+            for name in figures["max_speed"]:
+                ratio = (
+                    figures["max_speed"][name]["http_c32_tps"]
+                    / figures[other][name]["http_c32_tps"]
+                )
+                lines.append(f"- {name}: {ratio:.2f}x")
     return "\n".join(lines) + "\n"
 
 
