@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import shutil
 import socket
 import tempfile
 import threading
@@ -305,6 +306,7 @@ class LiveServer:
             server.should_exit = True
         for thread in self.threads:
             thread.join(10)
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
 
 
 @pytest.fixture
