@@ -5,7 +5,9 @@ The same 32 long texts (bench/corpus.py ``long_texts``) run, in turn and repeate
 - ``SentenceTransformer.encode`` (batch 32; SDPA attention, as it loads by default);
 - MiniLM through the runtime's synchronous path (:meth:`ServedModel.answer`,
   ``embeddings``) under ``exact`` (eager attention, equal-length forwards), ``batching``
-  (SDPA, one padded forward) and ``max_speed`` (the fused ONNX graph);
+  (eager, one padded forward), ``max_speed`` as ``--engine auto`` picks it (native
+  SDPA in bfloat16 on a CPU with native bfloat16, else the fused ONNX graph) and
+  ``max_speed`` pinned to ``onnxruntime`` (the fused ONNX graph);
 - the native engine's forward alone on the padded batch, with eager and with SDPA
   attention (what attention costs at this length).
 
@@ -65,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         profile: load_model(MODEL, LoadOptions(offline=True, profile=profile, threads=args.threads))
         for profile in ("exact", "batching", "max_speed")
     }
+    served["max_speed_onnxruntime"] = load_model(
+        MODEL,
+        LoadOptions(offline=True, profile="max_speed", engine="onnxruntime", threads=args.threads),
+    )
     engine = served["exact"].loaded.host.engine_model
     encoded = served["exact"].loaded.host
     rows = encoded.plan("embeddings", _request(texts)).items
@@ -89,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         "exact": lambda: served["exact"].answer("embeddings", {"input": texts}),
         "batching": lambda: served["batching"].answer("embeddings", {"input": texts}),
         "max_speed": lambda: served["max_speed"].answer("embeddings", {"input": texts}),
+        "max_speed_onnxruntime": lambda: served["max_speed_onnxruntime"].answer(
+            "embeddings", {"input": texts}
+        ),
         "forward_eager": forward_with("eager"),
         "forward_sdpa": forward_with("sdpa"),
     }
@@ -103,8 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg": os.getloadavg()[0],
     }
     args.results.mkdir(parents=True, exist_ok=True)
+    fast = served["max_speed"].card()
     lines = [
         "# Long inputs (100-150 tokens), 32 texts, in process",
+        "",
+        f"max_speed under --engine auto: {fast['engine']}, {fast['dtype']}, "
+        f"{fast.get('attention') or 'graph'}.",
         "",
         f"Mean {figures['mean_tokens']} tokens, {figures['distinct_lengths']} distinct lengths; "
         f"{args.threads} threads; fastest of {args.repeats}; load average "
