@@ -57,7 +57,7 @@ from vllm_srun.plugins.profiles import EXACT, Profile
 from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.spec import ModelSpec, RequestError, RowOutput, WorkItem
 from vllm_srun.probe_cache import ForwardCostCache, forward_cost_key
-from vllm_srun.probes import measure_batch_invariance, measure_forward_cost
+from vllm_srun.probes import measure_batch_invariance, measure_forward_cost, release_freed_heap
 from vllm_srun.registry import prepare
 
 
@@ -516,6 +516,7 @@ def load_model(
             ),
             lambda: measure_forward_cost(loaded),
         )
+        release_freed_heap()  # what the probes' forwards freed: not the server's to keep
     except torch.OutOfMemoryError as err:
         free = free_now(placement)
         raise LoadError(
