@@ -87,7 +87,7 @@ def _equal_length_invariance(
     The rows run longest first, and each in its largest forward first: the
     allocator then serves every later, smaller forward from blocks the largest
     one freed, instead of growing the heap at each new shape (MiniLM: the peak
-    RSS of the probe 17 MB lower than shortest first; bench/startup.py). The
+    RSS during the probe 542 MB against 559 MB shortest first, in one process). The
     comparisons are the same in any order.
     """
     deviation: float | None = None
