@@ -79,7 +79,9 @@ class ForwardCostKey:
         dtype: the dtype asked for (``auto``, ``float32``, ...).
         kernels: slot -> kernel name the engine chose.
         hardware: the placement's most specific golden reference key
-            (``Accelerator.hardware_keys(device)[0]``).
+            (``Accelerator.hardware_keys(device)[0]``) and the device's name (a
+            runtime cache on a volume that replicas on other machines share must
+            not hand one machine's figure to another).
         threads: ``torch.get_num_threads()`` when the model was loaded.
         probe_tokens: the token count of each probe row, in order (the shapes timed).
         options: the family options from the models file.
@@ -92,15 +94,16 @@ class ForwardCostKey:
     profile: str
     dtype: str
     kernels: dict[str, str]
-    hardware: str
+    hardware: tuple[str, str]
     threads: int
     probe_tokens: tuple[int, ...]
     options: dict[str, Any] = field(default_factory=dict)
     libraries: dict[str, str | None] = field(default_factory=library_versions)
 
     def document(self) -> dict[str, Any]:
-        """The key as JSON values (the tuple becomes a list)."""
+        """The key as JSON values (tuples become lists)."""
         fields = asdict(self)
+        fields["hardware"] = list(self.hardware)
         fields["probe_tokens"] = list(self.probe_tokens)
         return fields
 
@@ -120,7 +123,8 @@ def forward_cost_key(
     options: Mapping[str, Any] | None = None,
 ) -> ForwardCostKey | None:
     """The key of a loaded model's forward cost, or ``None`` when nothing identifies its
-    bytes (``identity`` empty: the figure is then measured at every start).
+    bytes (``identity`` empty) or the accelerator cannot name the hardware (its
+    ``hardware_keys`` raised): the figure is then measured at every start.
 
     Args:
         identity: the verified package's identity (or the family's weights digest).
@@ -135,6 +139,11 @@ def forward_cost_key(
 
     if not identity:
         return None
+    try:
+        reference = str(placement.accelerator.hardware_keys(placement.device)[0])
+    except Exception as err:  # a plugin's fault must not fail the load: measure instead
+        log.warning("no forward-cost cache key: hardware_keys failed (%s)", err)
+        return None
     family, engine, profile = runners
     return ForwardCostKey(
         model=identity,
@@ -143,7 +152,7 @@ def forward_cost_key(
         profile=profile.name,
         dtype=spec.dtype,
         kernels={slot: kernel.name for slot, kernel in sorted(kernels.items())},
-        hardware=str(placement.accelerator.hardware_keys(placement.device)[0]),
+        hardware=(reference, placement.device.name),
         threads=torch.get_num_threads(),
         probe_tokens=tuple(item.tokens for item in loaded.probe_items()),
         options=dict(options or {}),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -12,7 +13,12 @@ import torch
 from tests.fixtures import write_task_package
 from vllm_srun import loader
 from vllm_srun.loader import LoadOptions, load_model
-from vllm_srun.probe_cache import CACHE_FOLDER, ForwardCostCache, ForwardCostKey
+from vllm_srun.probe_cache import (
+    CACHE_FOLDER,
+    ForwardCostCache,
+    ForwardCostKey,
+    forward_cost_key,
+)
 
 FIGURES = {"fixed_ms": 1.25, "per_padded_token_ms": 0.0125, "overhead_tokens": 100.0}
 
@@ -55,6 +61,9 @@ def test_a_second_load_reuses_the_figure_and_says_so(bert, measured, tmp_path):
     assert document["key"]["engine"] == "native"
     assert document["key"]["profile"] == "exact"
     assert document["key"]["threads"] == torch.get_num_threads()
+    device = first.placement.device
+    reference = first.placement.accelerator.hardware_keys(device)[0]
+    assert document["key"]["hardware"] == [reference, device.name]
     assert document["key"]["model"] == first.prepared.verification.identity
     assert set(document["key"]["libraries"]) == {"torch", "transformers", "onnxruntime"}
 
@@ -105,7 +114,7 @@ def key(**overrides: object) -> ForwardCostKey:
         "profile": "exact",
         "dtype": "auto",
         "kernels": {"attention": "eager"},
-        "hardware": "cpu:fake",
+        "hardware": ("cpu:fake", "Fake CPU"),
         "threads": 2,
         "probe_tokens": (3, 17),
         "libraries": {"torch": "2.0", "transformers": "4.0", "onnxruntime": None},
@@ -129,7 +138,8 @@ def test_every_field_of_the_key_names_its_own_file(tmp_path):
         key(model="b" * 64),
         key(dtype="bfloat16"),
         key(kernels={"attention": "sdpa"}),
-        key(hardware="cpu:other"),
+        key(hardware=("cpu:other", "Fake CPU")),
+        key(hardware=("cpu:fake", "Other CPU")),
         key(probe_tokens=(3, 18)),
         key(options={"head": "x"}),
         key(libraries={"torch": "2.1", "transformers": "4.0", "onnxruntime": None}),
@@ -145,3 +155,28 @@ def test_an_unwritable_cache_warns_and_still_answers(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="vllm_srun.probe_cache"):
         assert cache.measured(key(), lambda: dict(FIGURES)) == {**FIGURES, "source": "measured"}
     assert "cannot write the forward-cost cache" in caplog.text
+
+
+def test_a_key_needs_the_model_identity_and_the_hardware_name():
+    def broken(device):
+        raise RuntimeError("no device properties")
+
+    device = SimpleNamespace(name="Fake CPU")
+    named = SimpleNamespace(hardware_keys=lambda device: ["cpu:fake", "cpu"])
+    runners = tuple(SimpleNamespace(name=name) for name in ("task_heads", "native", "exact"))
+    loaded = SimpleNamespace(probe_items=lambda: [SimpleNamespace(tokens=3)])
+
+    def key_with(identity, accelerator):
+        placement = SimpleNamespace(accelerator=accelerator, device=device)
+        spec = SimpleNamespace(dtype="auto")
+        return forward_cost_key(identity, runners, spec, placement, {}, loaded, None)
+
+    found = key_with("c" * 64, named)
+    assert found is not None
+    assert (found.hardware, found.probe_tokens, found.profile) == (
+        ("cpu:fake", "Fake CPU"),
+        (3,),
+        "exact",
+    )
+    assert key_with("", named) is None
+    assert key_with("c" * 64, SimpleNamespace(hardware_keys=broken)) is None
