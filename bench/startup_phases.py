@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -86,18 +87,37 @@ def main(model: str) -> dict[str, Any]:
     spec = family.describe(package)
     placement = place(catalog, "auto", lambda p: required_bytes(spec, p))
     engine = catalog.layer("engines")["native"]
-    kernels = engine.select_kernels(catalog.layer("kernels").values(), placement.accelerator.name)
+    profiles = getattr(import_module("vllm_srun.plugins"), "profiles", None)
+    exact = getattr(profiles, "EXACT", None)  # None: a checkout from before profiles
+    if exact is None:
+        kernels = engine.select_kernels(
+            catalog.layer("kernels").values(), placement.accelerator.name
+        )
+    else:
+        kernels = engine.select_kernels(
+            catalog.layer("kernels").values(), placement.accelerator.name, exact.name
+        )
     options = {"torch_device": placement.accelerator.torch_device(None), "kernels": kernels}
+    if exact is not None:
+        options["profile"] = exact
     engine_model = engine.load(spec, placement.device, options)
     clock.done("engine load (weights)")
     loaded = attach_extensions(catalog, family.load(package, spec, engine_model))
     clock.done("family load (tokenizer, heads)")
     from vllm_srun.probes import measure_batch_invariance, measure_forward_cost
 
-    measure_batch_invariance(loaded)
-    clock.done("batch-invariance probe")
+    if exact is not None:  # as load_model runs it under the default profile, exact
+        from vllm_srun.batching import fill_forward
+
+        measure_batch_invariance(loaded, 0.0, fill_forward(loaded.run))
+    else:
+        measure_batch_invariance(loaded)
+    clock.done("batch-invariance probe (exact)" if exact is not None else "batch-invariance probe")
+    release = getattr(import_module("vllm_srun.probes"), "release_freed_heap", None)
+    if release is not None:
+        release()
     measure_forward_cost(loaded)
-    clock.done("forward-cost probe")
+    clock.done("forward-cost probe (measured; a restart reads it from the runtime cache)")
     from vllm_srun.golden import check
 
     served = loader.ServedModel(

@@ -56,7 +56,8 @@ from vllm_srun.plugins.loaded import LoadedModel
 from vllm_srun.plugins.profiles import EXACT, Profile
 from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.spec import ModelSpec, RequestError, RowOutput, WorkItem
-from vllm_srun.probes import measure_batch_invariance, measure_forward_cost
+from vllm_srun.probe_cache import ForwardCostCache, forward_cost_key
+from vllm_srun.probes import measure_batch_invariance, measure_forward_cost, release_freed_heap
 from vllm_srun.registry import prepare
 
 
@@ -503,7 +504,19 @@ def load_model(
         invariance = measure_batch_invariance(
             loaded, profile.batch_tolerance, fill_forward(loaded.run) if exact else None
         )
-        forward_cost = measure_forward_cost(loaded)
+        forward_cost = ForwardCostCache().measured(  # once per machine: a timing, not a check
+            forward_cost_key(
+                prepared.verification.identity or spec.weights_digest,
+                (chosen_family, chosen_engine, profile),
+                spec,
+                placement,
+                kernels,
+                loaded,
+                options.family_options,
+            ),
+            lambda: measure_forward_cost(loaded),
+        )
+        release_freed_heap()  # what the probes' forwards freed: not the server's to keep
     except torch.OutOfMemoryError as err:
         free = free_now(placement)
         raise LoadError(

@@ -13,7 +13,12 @@
 - discovery and composition: :func:`discover`, :func:`build_catalog`,
   :func:`load_catalog`;
 - the conformance kit: :mod:`vllm_srun.plugins.testing`.
+
+Importing it does not import torch: the torch types appear in annotations only,
+and ``RowOutput`` (``torch.Tensor | RowError``) is built at first use.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from vllm_srun.plugins.accelerator import (
     DTYPES,
@@ -97,11 +102,24 @@ from vllm_srun.plugins.spec import (
     RequestError,
     RequestErrorCode,
     RowError,
-    RowOutput,
     WorkItem,
     decoder_positions,
     weight_files,
 )
+
+if TYPE_CHECKING:
+    from vllm_srun.plugins.spec import RowOutput
+
+
+def __getattr__(name: str) -> Any:
+    """``RowOutput`` from :mod:`vllm_srun.plugins.spec`, at first use: it names
+    ``torch.Tensor``, and importing the plugin API does not import torch (PEP 562)."""
+    if name == "RowOutput":
+        from vllm_srun.plugins import spec
+
+        return spec.RowOutput
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "BATCHING",

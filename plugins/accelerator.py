@@ -12,9 +12,10 @@ import abc
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
+if TYPE_CHECKING:  # torch is imported by what places a model, not by the plugin API
+    import torch
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 """Names of plugin objects in every layer: lower-case, digits and underscores."""

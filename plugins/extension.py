@@ -22,11 +22,13 @@ rewrites the host's answer; the rows are still the host's.
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar, Generic
+from typing import TYPE_CHECKING, Any, ClassVar, Generic
 
 from vllm_srun.plugins.loaded import LoadedModel, ModelCard, PlanT
 from vllm_srun.plugins.requests import SurfaceRequest
-from vllm_srun.plugins.spec import RowOutput
+
+if TYPE_CHECKING:
+    from vllm_srun.plugins.spec import RowOutput
 
 NUMERICS = ("exact", "approximate")
 """How an extension's answers relate to a reference: bit-exact, or a documented approximation."""

@@ -14,12 +14,15 @@ and whatever the family needs to finish it.
 from __future__ import annotations
 
 import abc
-from typing import Any, Generic, NotRequired, TypedDict, TypeVar
-
-import torch
+from typing import TYPE_CHECKING, Any, Generic, NotRequired, TypedDict, TypeVar
 
 from vllm_srun.plugins.requests import SurfaceRequest
-from vllm_srun.plugins.spec import RowOutput, WorkItem
+from vllm_srun.plugins.spec import WorkItem
+
+if TYPE_CHECKING:  # torch is imported by what runs a model, not by the plugin API
+    import torch
+
+    from vllm_srun.plugins.spec import RowOutput
 
 
 class Plan:

@@ -10,22 +10,26 @@ Every offset is a Unicode code point index into the Python ``str`` (``end``
 exclusive): never bytes, never UTF-16 units, so emoji, ZWJ sequences, combining
 accents and CJK before an entity leave it where ``text[start:end]`` says.
 
-Pure helpers: stdlib, numpy and torch only.
+Pure helpers: stdlib and numpy (torch tensors are accepted, never imported).
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+import sys
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 import numpy.typing as npt
-import torch
 
 from vllm_srun.plugins.words import EMOJI_TAGS, is_cjk, split_words
+
+if TYPE_CHECKING:  # a tensor exists only once torch is imported: the API does not import it
+    import torch
 
 AGGREGATIONS = ("max", "first", "average", "none")
 """Values of ``decode_spans(aggregation=...)``; ``none`` is raw token-level BIO."""
@@ -111,11 +115,17 @@ def _parse_labels(labels: Sequence[str]) -> list[_Tag]:
     return tags
 
 
+def _is_tensor(value: Any) -> TypeGuard[torch.Tensor]:
+    """Whether ``value`` is a torch tensor (never, while torch is not imported)."""
+    torch_module = sys.modules.get("torch")
+    return torch_module is not None and isinstance(value, torch_module.Tensor)
+
+
 def _as_probabilities(
     probabilities: torch.Tensor | npt.ArrayLike, tokens: int, labels: int
 ) -> npt.NDArray[np.float64]:
-    if isinstance(probabilities, torch.Tensor):
-        array = probabilities.detach().to("cpu", torch.float64).numpy()
+    if _is_tensor(probabilities):
+        array = probabilities.detach().cpu().double().numpy()
     else:
         array = np.asarray(probabilities, dtype=np.float64)
     if array.ndim != 2:
@@ -136,10 +146,7 @@ def _as_probabilities(
 
 
 def _as_offsets(offsets: torch.Tensor | npt.ArrayLike) -> npt.NDArray[np.int64]:
-    if isinstance(offsets, torch.Tensor):
-        array = offsets.detach().cpu().numpy()
-    else:
-        array = np.asarray(offsets)
+    array = offsets.detach().cpu().numpy() if _is_tensor(offsets) else np.asarray(offsets)
     if array.size == 0:
         return np.zeros((0, 2), dtype=np.int64)
     if array.ndim != 2 or array.shape[1] != 2:
@@ -156,7 +163,7 @@ def _as_mask(
 ) -> npt.NDArray[np.bool_]:
     if special_mask is None:
         return np.zeros(tokens, dtype=np.bool_)
-    if isinstance(special_mask, torch.Tensor):
+    if _is_tensor(special_mask):
         array = special_mask.detach().cpu().numpy()
     else:
         array = np.asarray(special_mask)

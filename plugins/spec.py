@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol, get_args
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, get_args
 
-import torch
+if TYPE_CHECKING:  # torch is imported by what runs a model, not by the plugin API
+    import torch
 
 ENCODER_TASKS = ("encoder", "sequence_classification", "token_classification")
 """Encoder tasks: ``encoder`` yields hidden states, the others task logits."""
@@ -100,6 +101,8 @@ class ModelSpec:
     @property
     def torch_dtype(self) -> torch.dtype:
         """The dtype weights run at: ``dtype``, or ``released_dtype`` under ``auto``."""
+        import torch
+
         name = self.released_dtype if self.dtype == "auto" else self.dtype
         return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
             name
@@ -298,5 +301,17 @@ class RowError:
     message: str
 
 
-RowOutput = torch.Tensor | RowError
-"""What ``finish`` receives per planned row: the engine's output, or why there is none."""
+if TYPE_CHECKING:
+    RowOutput: TypeAlias = torch.Tensor | RowError
+    """What ``finish`` receives per planned row: the engine's output, or why there is none."""
+
+
+def __getattr__(name: str) -> Any:
+    """``RowOutput`` (``torch.Tensor | RowError``), built at first use so that importing
+    the plugin API does not import torch (PEP 562)."""
+    if name == "RowOutput":
+        import torch
+
+        globals()["RowOutput"] = row_output = torch.Tensor | RowError
+        return row_output
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -36,4 +37,50 @@ def test_the_model_base_is_imported_without_sklearn_and_scipy_and_the_flags_come
         "imported": ["transformers.modeling_utils", "transformers.generation.utils"],
         "skipped": [],
         "flags": [True, True],
+    }
+
+
+API_WITHOUT_TORCH = """
+import importlib, io, json, pkgutil, sys, contextlib
+import vllm_srun.plugins
+api = sorted(
+    info.name
+    for info in pkgutil.walk_packages(vllm_srun.plugins.__path__, "vllm_srun.plugins.")
+    if info.name != "vllm_srun.plugins.testing"  # the conformance kit checks torch devices
+)
+for name in api:
+    importlib.import_module(name)
+after_api = "torch" in sys.modules
+from vllm_srun.cli import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    code = main(["plugins", "--json"])
+listed = json.loads(out.getvalue())
+print(json.dumps({
+    "api": len(api),
+    "torch_after_api": after_api,
+    "code": code,
+    "listed": [
+        [p["name"], p["registered"]["surface_extensions"], p["error"]] for p in listed["plugins"]
+    ],
+    "torch_after_plugins": "torch" in sys.modules,
+}))
+"""
+
+
+def test_the_plugin_api_and_the_plugins_listing_import_no_torch():
+    # Every module of the plugin API, then `vllm-srun plugins` composing a catalog of a
+    # plugin that needs no torch: torch (about 1.2 s) stays unimported. The built-in
+    # accelerators, engines and families import torch themselves.
+    env = {**os.environ, "VLLM_SRUN_PLUGINS": "pii_patterns"}
+    argv = [sys.executable, "-c", API_WITHOUT_TORCH]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, env=env)
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["api"] >= 20
+    assert found == {
+        "api": found["api"],
+        "torch_after_api": False,
+        "code": 0,
+        "listed": [["pii_patterns", ["pii_patterns"], None]],
+        "torch_after_plugins": False,
     }

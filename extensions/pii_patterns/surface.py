@@ -13,16 +13,19 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_srun.plugins import SurfaceExtension
 from vllm_srun.plugins.extension import SurfaceModel
 from vllm_srun.plugins.loaded import LoadedModel, ModelCard, Plan
 from vllm_srun.plugins.requests import ClassifyRequest, SurfaceRequest
-from vllm_srun.plugins.spec import RowOutput, WorkItem
+from vllm_srun.plugins.spec import WorkItem
 
 from .merge import merged
 from .recognizers import RECOGNIZERS, PatternScanner, shared_scanner
+
+if TYPE_CHECKING:
+    from vllm_srun.plugins.spec import RowOutput
 
 NAME = "pii_patterns"
 METHOD = (

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from .questions import DecisionsRequest, Question, failed_answer
+
+if TYPE_CHECKING:  # imported where a readout runs: the plugin API's import stays torch-free
+    import torch
 
 
 def softmax(logits: torch.Tensor | Sequence[float], temperature: float = 1.0) -> torch.Tensor:
@@ -43,6 +44,8 @@ def softmax(logits: torch.Tensor | Sequence[float], temperature: float = 1.0) ->
     Raises:
         ValueError: a non-positive or non-finite temperature, or fewer than one logit.
     """
+    import torch
+
     if not (math.isfinite(temperature) and temperature > 0):
         raise ValueError(f"temperature must be a finite number above 0, not {temperature!r}")
     values = torch.as_tensor(logits, dtype=torch.float64, device="cpu").reshape(-1)
@@ -62,6 +65,8 @@ def confidence(probabilities: torch.Tensor | Sequence[float]) -> float:
     Raises:
         ValueError: fewer than two probabilities.
     """
+    import torch
+
     p = torch.as_tensor(probabilities, dtype=torch.float64, device="cpu").reshape(-1)
     if p.numel() < 2:
         raise ValueError("confidence needs at least two probabilities")
@@ -71,6 +76,8 @@ def confidence(probabilities: torch.Tensor | Sequence[float]) -> float:
 
 
 def _checked(logits: torch.Tensor | Sequence[float], count: int) -> torch.Tensor | None:
+    import torch
+
     values = torch.as_tensor(logits, dtype=torch.float64, device="cpu").reshape(-1)
     if values.numel() != count or not bool(torch.isfinite(values).all()):
         return None
@@ -95,6 +102,8 @@ def choice_answer(
         ``{"type": "choice", "choice", "probabilities": {key: p}, "confidence"}``,
         or an ``invalid_model_output`` failure when a logit is not finite.
     """
+    import torch
+
     values = _checked(logits, len(keys))
     if values is None:
         return _invalid_output("choice")
@@ -136,6 +145,8 @@ def score_answer(
         logits: one logit per level, level 1 first.
         temperature: the softmax temperature.
     """
+    import torch
+
     values = _checked(logits, len(descriptions))
     if values is None:
         return _invalid_output("score")

@@ -1,0 +1,284 @@
+"""The forward-cost measurement, kept per machine so that only the first start pays for it.
+
+:func:`vllm_srun.probes.measure_forward_cost` times a dozen forwards (about
+0.6 s for MiniLM on a 2-core CPU), and its figure depends only on what runs the
+forwards: the model's bytes, the family and engine that run them, the profile,
+dtype and kernels, the hardware, the thread count and the versions of the
+libraries underneath. :class:`ForwardCostCache` keeps one figure per such
+:class:`ForwardCostKey`, in the runtime's cache folder
+(:func:`vllm_srun.plugins.runtime_cache_dir`, subfolder :data:`CACHE_FOLDER`),
+one file per key named by the SHA-256 of the key; the file repeats the key, and
+a file whose key or figure does not match is treated as absent.
+
+A file that cannot be read or parsed never fails a load: the forward cost is
+measured again (with a warning) and the file rewritten, whole, to a temporary
+file renamed over the old one (as the digest cache writes,
+:mod:`vllm_srun.registry.digests`). The batch-invariance probe and the golden
+self-check are verification and are never cached.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vllm_srun.plugins import runtime_cache_dir
+
+if TYPE_CHECKING:
+    from vllm_srun.placement import Placement
+    from vllm_srun.plugins import Engine, Family, Kernel
+    from vllm_srun.plugins.loaded import LoadedModel
+    from vllm_srun.plugins.profiles import Profile
+    from vllm_srun.plugins.spec import ModelSpec
+
+log = logging.getLogger(__name__)
+
+CACHE_FOLDER = "forward_cost"
+"""The cache's subfolder of :func:`vllm_srun.plugins.runtime_cache_dir`."""
+
+CACHE_VERSION = 1
+"""The files' ``version``; a file of another version is measured again and rewritten."""
+
+FIGURES = ("fixed_ms", "per_padded_token_ms", "overhead_tokens")
+"""The figures :func:`vllm_srun.probes.measure_forward_cost` returns (each a number or
+``None``)."""
+
+LIBRARIES = ("torch", "transformers", "onnxruntime")
+"""The distributions whose versions are part of every key (absent ones count as ``None``)."""
+
+
+def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str | None]:
+    """The installed version of each distribution in ``names`` (``None`` when absent),
+    read from package metadata so that nothing is imported."""
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+@dataclass(frozen=True)
+class ForwardCostKey:
+    """Everything that changes a forward-cost measurement.
+
+    Attributes:
+        model: the package's identity (the SHA-256 identity of its verified files,
+            :attr:`vllm_srun.registry.verify.Verification.identity`).
+        family, engine, profile: the plugin names the model runs through.
+        dtype: the dtype asked for (``auto``, ``float32``, ...).
+        kernels: slot -> kernel name the engine chose.
+        hardware: the placement's most specific golden reference key
+            (``Accelerator.hardware_keys(device)[0]``) and the device's name (a
+            runtime cache on a volume that replicas on other machines share must
+            not hand one machine's figure to another).
+        threads: ``torch.get_num_threads()`` when the model was loaded.
+        probe_tokens: the token count of each probe row, in order (the shapes timed).
+        options: the family options from the models file.
+        libraries: distribution -> version (:func:`library_versions`).
+    """
+
+    model: str
+    family: str
+    engine: str
+    profile: str
+    dtype: str
+    kernels: dict[str, str]
+    hardware: tuple[str, str]
+    threads: int
+    probe_tokens: tuple[int, ...]
+    options: dict[str, Any] = field(default_factory=dict)
+    libraries: dict[str, str | None] = field(default_factory=library_versions)
+
+    def document(self) -> dict[str, Any]:
+        """The key as JSON values (tuples become lists)."""
+        fields = asdict(self)
+        fields["hardware"] = list(self.hardware)
+        fields["probe_tokens"] = list(self.probe_tokens)
+        return fields
+
+    def digest(self) -> str:
+        """Hex SHA-256 over the key's canonical JSON (sorted keys): the file name."""
+        text = json.dumps(self.document(), sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def forward_cost_key(
+    identity: str | None,
+    runners: tuple[Family, Engine, Profile],
+    spec: ModelSpec,
+    placement: Placement,
+    kernels: Mapping[str, Kernel],
+    loaded: LoadedModel[Any],
+    options: Mapping[str, Any] | None = None,
+) -> ForwardCostKey | None:
+    """The key of a loaded model's forward cost, or ``None`` when nothing identifies its
+    bytes (``identity`` empty) or the accelerator cannot name the hardware (its
+    ``hardware_keys`` raised): the figure is then measured at every start.
+
+    Args:
+        identity: the verified package's identity (or the family's weights digest).
+        runners: the family, engine and profile the model runs through.
+        spec: the model's spec (its requested ``dtype``).
+        placement: where it runs (the accelerator's most specific hardware key).
+        kernels: slot -> kernel the engine chose.
+        loaded: the loaded model (its probe rows' lengths).
+        options: the models file's family options.
+    """
+    import torch  # loaded by now: the model runs on it
+
+    if not identity:
+        return None
+    try:
+        reference = str(placement.accelerator.hardware_keys(placement.device)[0])
+    except Exception as err:  # a plugin's fault must not fail the load: measure instead
+        log.warning("no forward-cost cache key: hardware_keys failed (%s)", err)
+        return None
+    family, engine, profile = runners
+    return ForwardCostKey(
+        model=identity,
+        family=family.name,
+        engine=engine.name,
+        profile=profile.name,
+        dtype=spec.dtype,
+        kernels={slot: kernel.name for slot, kernel in sorted(kernels.items())},
+        hardware=(reference, placement.device.name),
+        threads=torch.get_num_threads(),
+        probe_tokens=tuple(item.tokens for item in loaded.probe_items()),
+        options=dict(options or {}),
+    )
+
+
+class ForwardCostCache:
+    """Forward-cost figures remembered per :class:`ForwardCostKey` across processes.
+
+    Args:
+        folder: where the files live (default: :data:`CACHE_FOLDER` under
+            :func:`vllm_srun.plugins.runtime_cache_dir` of ``environ``).
+        environ: the environment to read the cache folder from (default ``os.environ``).
+    """
+
+    def __init__(
+        self, folder: Path | None = None, environ: Mapping[str, str] | None = None
+    ) -> None:
+        self.folder = folder if folder is not None else runtime_cache_dir(environ) / CACHE_FOLDER
+
+    def path(self, key: ForwardCostKey) -> Path:
+        """The file of ``key``: ``<folder>/<key digest>.json``."""
+        return self.folder / f"{key.digest()}.json"
+
+    def get(self, key: ForwardCostKey) -> dict[str, Any] | None:
+        """The figures recorded for ``key`` (:data:`FIGURES`), or ``None`` when there are
+        none, or (with a warning) the file cannot be read, is not JSON, is of another
+        :data:`CACHE_VERSION`, holds another key or malformed figures. Never raises."""
+        file = self.path(key)
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except (OSError, UnicodeDecodeError) as err:
+            return self._ignored(file, str(err))
+        try:
+            document = json.loads(text)
+        except ValueError as err:
+            return self._ignored(file, f"not JSON: {err}")
+        problem = _malformed(document, key)
+        if problem is not None:
+            return self._ignored(file, problem)
+        return {name: document["forward_cost"][name] for name in FIGURES}
+
+    def put(self, key: ForwardCostKey, cost: Mapping[str, Any]) -> None:
+        """Record ``cost``'s :data:`FIGURES` for ``key``, replacing the file atomically
+        (mode 0600). A failure to write is logged as a warning (the next start
+        measures again); it never raises."""
+        file = self.path(key)
+        document = {
+            "version": CACHE_VERSION,
+            "key": key.document(),
+            "forward_cost": {name: cost.get(name) for name in FIGURES},
+        }
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(prefix=".cost-", suffix=".tmp", dir=self.folder)
+            try:
+                with os.fdopen(handle, "w", encoding="utf-8") as out:
+                    json.dump(document, out, indent=1, sort_keys=True, default=str)
+                os.replace(temporary, file)  # mkstemp made it 0600
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+                raise
+        except OSError as err:
+            log.warning(
+                "cannot write the forward-cost cache %s (%s): the next start measures the "
+                "forward cost again; make the folder writable or set VLLM_SRUN_CACHE_DIR",
+                file,
+                err.strerror or err,
+            )
+
+    def measured(
+        self, key: ForwardCostKey | None, measure: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The forward cost for ``key``: the recorded figures with ``"source": "cache"``,
+        else ``measure()``'s with ``"source": "measured"``, recorded for next time when
+        it found a cost (an all-``None`` answer, a device with room to spare or a noisy
+        run, is measured again at the next start). ``key`` ``None`` (nothing identifies
+        the model's bytes) always measures and records nothing."""
+        if key is not None:
+            known = self.get(key)
+            if known is not None:
+                return {**known, "source": "cache"}
+        cost = measure()
+        if key is not None and cost.get("fixed_ms") is not None:
+            self.put(key, cost)
+        return {**cost, "source": "measured"}
+
+    @staticmethod
+    def _ignored(file: Path, why: str) -> None:
+        log.warning(
+            "the forward-cost cache file %s is ignored (%s): the forward cost is measured "
+            "again and the file rewritten",
+            file,
+            why,
+        )
+
+
+def _malformed(document: Any, key: ForwardCostKey) -> str | None:
+    """What is wrong with a parsed cache file for ``key``, or ``None``."""
+    if not isinstance(document, dict) or document.get("version") != CACHE_VERSION:
+        return f"not a version {CACHE_VERSION} forward-cost file"
+    expected = json.loads(json.dumps(key.document(), default=str))
+    if document.get("key") != expected:
+        return "it records another key"
+    cost = document.get("forward_cost")
+    if not isinstance(cost, dict):
+        return "its forward_cost is not an object"
+    for name in FIGURES:
+        if name not in cost:
+            return f"its forward_cost has no {name}"
+        value = cost[name]
+        if value is not None and (type(value) not in (int, float) or value < 0):
+            return f"its {name} is not a non-negative number"
+    return None
+
+
+__all__ = [
+    "CACHE_FOLDER",
+    "CACHE_VERSION",
+    "FIGURES",
+    "LIBRARIES",
+    "ForwardCostCache",
+    "ForwardCostKey",
+    "forward_cost_key",
+    "library_versions",
+]
