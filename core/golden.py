@@ -7,7 +7,8 @@ During ``warming`` the runtime runs :func:`check` on each loaded model:
 - the reference is the model identity's :class:`GoldenReference` (the
   ``golden_references`` layer, keyed by built-in model name) and, of the
   device's reference keys (most specific first; with a ``--dtype`` other
-  than ``auto`` every key ends ``@<dtype>``), the first that has recorded
+  than ``auto`` or the released one, under ``exact``, every key ends
+  ``@<dtype>``: :func:`golden_dtype`), the first that has recorded
   answers; that key alone is compared, at the tolerance of its device class
   (the part of the key before the first ``:`` or ``@``, the accelerator's
   name): the reference file's for that class, else the one the accelerator
@@ -133,9 +134,27 @@ def reference_for(catalog: Catalog, identity: str | None) -> GoldenReference | N
 
 
 def reference_keys(served: ServedModel) -> list[str]:
-    """The device's reference keys at the model's dtype, most specific first."""
+    """The device's reference keys at the model's dtype (:func:`golden_dtype`), most
+    specific first."""
     placement = served.placement
-    return list(placement.accelerator.reference_keys(placement.device, served.spec.dtype))
+    return list(placement.accelerator.reference_keys(placement.device, golden_dtype(served)))
+
+
+def golden_dtype(served: ServedModel) -> str:
+    """The dtype whose recorded answers the model is checked against.
+
+    ``auto`` (the answers recorded at the released precision) when the model runs
+    at that precision, whether ``--dtype`` was left at ``auto`` or pinned to it, and
+    under an approximate profile, whose numbers are measured against the released
+    precision's answers (the deviation from ``exact``) while labels and spans must
+    still match. Otherwise the pinned ``--dtype``: answers recorded at the released
+    precision say nothing about an ``exact`` model run at another one.
+    """
+    dtype = served.spec.dtype
+    approximate = getattr(getattr(served, "profile", None), "numerics", "exact") != "exact"
+    if dtype == served.spec.released_dtype or approximate:
+        return "auto"
+    return dtype
 
 
 def select_key(reference: GoldenReference | None, keys: Sequence[str]) -> str | None:

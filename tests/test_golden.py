@@ -556,3 +556,22 @@ def test_the_built_in_models_match_their_golden_answers_here(name, catalog):
         assert result == GoldenResult("unverified", cases, 0, "", None)
     else:
         assert result == GoldenResult("matched", cases, cases, recorded, None), result.reason
+
+
+def test_the_golden_dtype_is_the_released_one_unless_an_exact_model_runs_another():
+    from types import SimpleNamespace
+
+    from vllm_srun.golden import golden_dtype
+    from vllm_srun.plugins import EXACT, MAX_SPEED
+
+    def served(dtype: str, profile: object, released: str = "float32") -> SimpleNamespace:
+        spec = SimpleNamespace(dtype=dtype, released_dtype=released)
+        return SimpleNamespace(spec=spec, profile=profile)
+
+    assert golden_dtype(served("auto", EXACT)) == "auto"
+    assert golden_dtype(served("float32", EXACT)) == "auto"  # pinned to the released one
+    assert golden_dtype(served("bfloat16", EXACT)) == "bfloat16"
+    assert golden_dtype(served("bfloat16", EXACT, released="bfloat16")) == "auto"
+    # approximate: numbers measured against the released precision's answers
+    assert golden_dtype(served("bfloat16", MAX_SPEED)) == "auto"
+    assert golden_dtype(served("float32", MAX_SPEED)) == "auto"

@@ -103,6 +103,15 @@ def select_providers(
     return kept
 
 
+ONNX_FLOAT_TYPES = {
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(bfloat16)": "bfloat16",
+    "tensor(double)": "float64",
+}
+"""ONNX Runtime's type strings of float tensors, by the name ``--dtype`` and the card use."""
+
+
 class OnnxEncoder:
     """An ONNX Runtime session of an encoder graph; :meth:`encode` runs one batch.
 
@@ -114,6 +123,9 @@ class OnnxEncoder:
         dropped_providers: requested providers this onnxruntime build lacks.
         input_names: the graph's inputs, in graph order.
         output_name: the graph output :meth:`encode` returns.
+        compute_dtype: the precision the graph computes its output in (``float32``
+            for ``tensor(float)``; quantised weights, such as an int8 or 4-bit
+            graph's, still compute in it); the card's ``dtype``.
     """
 
     def __init__(
@@ -134,6 +146,8 @@ class OnnxEncoder:
             self.output_name = outputs[0]
         else:
             raise ValueError(f"the graph {graph} has no {wanted!r} output (outputs: {outputs})")
+        output_type = next(o.type for o in session.get_outputs() if o.name == self.output_name)
+        self.compute_dtype = ONNX_FLOAT_TYPES.get(output_type, output_type)
         missing = {"input_ids", "attention_mask"} - set(self.input_names)
         unknown = set(self.input_names) - {"input_ids", "attention_mask", "token_type_ids"}
         if missing or unknown:
