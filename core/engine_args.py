@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -33,7 +34,8 @@ class Rule:
     """How one engine argument is checked and shown.
 
     Attributes:
-        kind: ``text`` (not blank), ``choice``, ``count`` (an int of at least
+        kind: ``text`` (not blank), ``profile`` (a profile name:
+            :func:`profile_name_problem`), ``choice``, ``count`` (an int of at least
             1), ``count0`` (an int of 0 or more), ``amount`` (a finite number
             above 0), ``amount0`` (a finite number of 0 or more), ``port`` (an
             int from 0 to 65535), ``switch`` (a bool; ``--x`` / ``--no-x`` on
@@ -124,7 +126,7 @@ class EngineArgs:
     )
     profile: str = option(
         "exact",
-        kind="text",
+        kind="profile",
         metavar="NAME",
         on_card=True,
         help="numeric profile: exact (bit-identical, the default), batching (cross-request "
@@ -221,7 +223,44 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+PROFILE_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+"""A profile name as ``--profile`` and a models file take it: the plugin API's
+:data:`~vllm_srun.plugins.profiles.PROFILE_NAME` (lower-case letters, digits and ``_``,
+starting with a letter), at most 64 characters. Written here so that parsing the
+command line imports no plugin."""
+
+STANDARD_PROFILE_NAMES = ("exact", "batching", "max_speed")
+"""The standard profiles' names (:data:`~vllm_srun.plugins.profiles.STANDARD_PROFILES`)."""
+
+
+def profile_name_problem(value: str) -> str | None:
+    """Why ``value`` is not a profile name, with the fix; ``None`` when it is one.
+
+    A value that becomes a standard name once lower-cased, with ``-`` and spaces
+    read as ``_``, gets a "did you mean"; a long value is shortened in the message.
+    """
+    if PROFILE_NAME_PATTERN.match(value):
+        return None
+    shown = value if len(value) <= 40 else f"{value[:40]}... ({len(value)} characters)"
+    guess = re.sub(r"[-\s]+", "_", value.strip().lower())
+    hint = f"did you mean {guess}? " if guess in STANDARD_PROFILE_NAMES else ""
+    return (
+        f"{shown!r} is not a profile name: {hint}a profile name is lower-case letters, digits "
+        "and _, starting with a letter, at most 64 characters, such as "
+        + ", ".join(STANDARD_PROFILE_NAMES)
+    )
+
+
+def profile_name(text: str) -> str:
+    """An argparse type: a profile name (:func:`profile_name_problem`)."""
+    problem = profile_name_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
 ARGPARSE_TYPES: dict[str, Callable[[str], Any]] = {
+    "profile": profile_name,
     "text": non_blank,
     "port": port_number,
     "count": positive_int,
@@ -291,6 +330,7 @@ def from_namespace(args: argparse.Namespace) -> EngineArgs:
 
 # -- a models file ---------------------------------------------------------------------------
 TYPES = {
+    "profile": (str,),
     "text": (str,),
     "choice": (str,),
     "count": (int,),
@@ -322,11 +362,14 @@ def check_entry_value(key: str, value: Any) -> Any:
     types = TYPES[spec.kind]
     if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
         raise EntryValueError(f"{key} must be {' or '.join(t.__name__ for t in types)}")
+    if spec.kind == "profile" and profile_name_problem(cast(str, value)):
+        problem = profile_name_problem(cast(str, value))
+        raise EntryValueError(f"{key} {problem}: fix it or leave {key} out")
     if spec.kind == "text" and not cast(str, value).strip():
         raise EntryValueError(
             f"{key} is blank; give a value, or leave {key} out to take the command line's"
         )
-    if spec.kind in ("text", "choice", "switch"):
+    if spec.kind in ("profile", "text", "choice", "switch"):
         if spec.kind == "choice" and value not in spec.choices:
             raise EntryValueError(f"{key} must be one of {', '.join(spec.choices)}, not {value!r}")
         return value

@@ -368,3 +368,30 @@ def test_the_openmp_wait_policy_defaults_to_passive_unless_chosen():
     spin = {"GOMP_SPINCOUNT": "10000"}
     use_default_wait_policy(spin)
     assert spin == {"GOMP_SPINCOUNT": "10000"}
+
+
+@pytest.mark.parametrize(
+    ("given", "hint"),
+    [
+        ("MAX_SPEED", "did you mean max_speed? "),
+        ("max-speed", "did you mean max_speed? "),
+        ("0", ""),
+    ],
+)
+def test_serve_refuses_a_profile_that_is_not_a_name(capsys, given, hint):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", "some/model", "--profile", given])
+    assert exit_info.value.code == 2
+    assert (
+        f"argument --profile: {given!r} is not a profile name: {hint}a profile name is "
+        "lower-case letters, digits and _, starting with a letter, at most 64 characters, "
+        "such as exact, batching, max_speed"
+    ) in capsys.readouterr().err
+
+
+def test_a_long_profile_name_is_shortened_in_the_message(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "some/model", "--profile", "x" * 3000])
+    err = capsys.readouterr().err
+    assert f"'{'x' * 40}... (3000 characters)' is not a profile name" in err
+    assert "x" * 41 not in err

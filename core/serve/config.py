@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -238,26 +237,6 @@ def check_revision(revision: str, where: str) -> str:
         raise ConfigError(f"{where}: {err}") from err
 
 
-def check_profile(profile: str, where: str) -> str:
-    """``profile`` when it is a profile name (:data:`~vllm_srun.plugins.profiles.PROFILE_NAME`).
-
-    Whether an engine offers it is known only once the model's engine is chosen:
-    the load refuses a profile the engine does not declare, naming those it does.
-
-    Raises:
-        ConfigError: not a name such as ``exact``, ``batching`` or ``max_speed``,
-            prefixed with ``where``.
-    """
-    # The pattern of vllm_srun.plugins.profiles.PROFILE_NAME, written here so that reading
-    # a models file does not import the plugin API (and torch with it).
-    if not re.match(r"^[a-z][a-z0-9_]*$", profile):
-        raise ConfigError(
-            f"{where}: profile {profile!r} is not a profile name (lower-case letters, digits "
-            "and _, such as exact, batching or max_speed): fix it or leave profile out"
-        )
-    return profile
-
-
 def read_models_file(path: str | os.PathLike[str], defaults: ModelConfig) -> list[ModelConfig]:
     """Parse a models file: ``models:`` entries, each overriding ``defaults``.
 
@@ -297,8 +276,6 @@ def read_models_file(path: str | os.PathLike[str], defaults: ModelConfig) -> lis
         values = {key: _checked(entry, key, where) for key in entry}
         if "revision" in values:
             values["revision"] = check_revision(values["revision"], where)
-        if "profile" in values:
-            values["profile"] = check_profile(values["profile"], where)
         configs.append(dataclasses.replace(defaults, **values))
     return configs
 

@@ -99,8 +99,9 @@ def test_a_profile_name_is_read_and_a_malformed_one_refused(tmp_path):
     with pytest.raises(ConfigError) as caught:
         read_models_file(path, DEFAULTS)
     assert str(caught.value) == (
-        f"models file {path}, entry 1 (/models/a): profile 'Max-Speed' is not a profile name "
-        "(lower-case letters, digits and _, such as exact, batching or max_speed): fix it or "
+        f"models file {path}, entry 1 (/models/a): profile 'Max-Speed' is not a profile name: "
+        "did you mean max_speed? a profile name is lower-case letters, digits and _, starting "
+        "with a letter, at most 64 characters, such as exact, batching, max_speed: fix it or "
         "leave profile out"
     )
     path = models_file(tmp_path, "models:\n  - model: /models/a\n    profile: 1\n")
