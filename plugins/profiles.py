@@ -106,6 +106,17 @@ STANDARD_PROFILES = (EXACT, BATCHING, MAX_SPEED)
 """The standard profiles, in the order a card lists them."""
 
 
+def not_a_profile_name(location: str, value: object) -> str:
+    """The message for a request's profile (at ``location``, such as
+    ``options.profile``) that is not a profile name: every surface says the same."""
+    from vllm_srun.plugins.spec import clip
+
+    return (
+        f"{location} must be a profile name (lower-case letters, digits and _, such as "
+        f"exact, batching or max_speed), not {clip(repr(value))}"
+    )
+
+
 def profile_violations(profile: object) -> list[str]:
     """Reasons ``profile`` breaks the profile contract (empty when it conforms)."""
     if not isinstance(profile, Profile):
@@ -139,5 +150,6 @@ __all__ = [
     "KernelPolicy",
     "Numerics",
     "Profile",
+    "not_a_profile_name",
     "profile_violations",
 ]

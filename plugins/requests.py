@@ -41,7 +41,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from vllm_srun.plugins.decisions import DecisionsRequest, parse_request
-from vllm_srun.plugins.profiles import PROFILE_NAME
+from vllm_srun.plugins.profiles import PROFILE_NAME, not_a_profile_name
 from vllm_srun.plugins.spec import RequestError, clip, listed
 
 Overflow = Literal["reject", "truncate", "window"]
@@ -594,6 +594,10 @@ TEXT_REQUESTS: dict[str, type[TextRequest]] = {
 """The request class of each pydantic-validated surface."""
 
 
+PROFILE_NAME_ERRORS = ("string_pattern_mismatch", "string_type")
+"""pydantic's error types for a request's profile that is not a profile name."""
+
+
 def validation_problems(errors: list[Any]) -> str:
     """pydantic's errors as one line: ``location: what is wrong`` per problem, ``; ``-joined.
 
@@ -618,6 +622,12 @@ def validation_problems(errors: list[Any]) -> str:
             continue
         if location == "" and error.get("type") == "missing":
             problems.append("the body is empty; send a JSON object")
+            continue
+        if location.endswith(".profile") and error.get("type") in (
+            "string_pattern_mismatch",
+            "string_type",
+        ):
+            problems.append(not_a_profile_name(location, error.get("input")))
             continue
         if error.get("type") == "json_invalid":
             context = error.get("ctx", {}).get("error", "")

@@ -37,7 +37,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from vllm_srun.plugins.profiles import PROFILE_NAME
+from vllm_srun.plugins.profiles import PROFILE_NAME, not_a_profile_name
 from vllm_srun.plugins.spec import RequestError, clip, listed
 
 from .body import Path, describe_path, loads_checked
@@ -393,11 +393,7 @@ def _options(raw: Any) -> tuple[float | None, str | None, bool]:
         )
     profile = raw.get("profile")
     if profile is not None and (not isinstance(profile, str) or not PROFILE_NAME.match(profile)):
-        raise RequestError(
-            "invalid_request",
-            "options.profile must be a profile name (lower-case letters, digits and _, such "
-            f"as exact), not {clip(repr(profile))}",
-        )
+        raise RequestError("invalid_request", not_a_profile_name("options.profile", profile))
     meta = raw.get("return_meta", False)
     if meta is None:
         meta = False

@@ -433,7 +433,7 @@ REQUEST_ERRORS = {
     "profile": (
         {"state": "s", "questions": {"q": NOUL}, "options": {"profile": "Fast"}},
         "options.profile must be a profile name (lower-case letters, digits and _, such as "
-        "exact), not 'Fast'",
+        "exact, batching or max_speed), not 'Fast'",
     ),
     "deadline": (
         {"state": "s", "questions": {"q": NOUL}, "options": {"deadline_ms": 0}},
@@ -964,7 +964,7 @@ def test_a_states_entry_names_itself_in_each_problem():
         (
             {"state": "s", "questions": {"q": NOUL}, "options": {"profile": "Exact"}},
             "options.profile must be a profile name (lower-case letters, digits and _, such "
-            "as exact), not 'Exact'",
+            "as exact, batching or max_speed), not 'Exact'",
         ),
         (
             {"state": "s", "questions": {"q": NOUL}, "options": {"return_meta": 1}},

@@ -210,7 +210,8 @@ def test_the_go_clients_bodies_are_read_with_their_2_3_fields():
         (
             "rerank",
             {"query": "q", "documents": ["d"], "options": {"profile": "Exact"}},
-            "options.profile: String should match pattern '^[a-z][a-z0-9_]*$'",
+            "options.profile must be a profile name (lower-case letters, digits and _, such as "
+            "exact, batching or max_speed), not 'Exact'",
         ),
         (
             "rerank",

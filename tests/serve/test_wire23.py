@@ -172,7 +172,13 @@ def test_a_profile_other_than_the_loaded_one_is_refused(client):
         )
         bad = client.post(path, json={**body, "options": {"profile": "Fast!"}})
         assert error_of(bad, 400, "invalid_request") == (
-            "options.profile: String should match pattern '^[a-z][a-z0-9_]*$'"
+            "options.profile must be a profile name (lower-case letters, digits and _, such as "
+            "exact, batching or max_speed), not 'Fast!'"
+        )
+        number = client.post(path, json={**body, "options": {"profile": 3}})
+        assert error_of(number, 400, "invalid_request") == (
+            "options.profile must be a profile name (lower-case letters, digits and _, such as "
+            "exact, batching or max_speed), not 3"
         )
 
 
