@@ -32,6 +32,8 @@ from .config.flags import ENGINE_FLAGS, PLATFORMS, FlagError, ServeOptions, port
 from .config.in_use import deployments_in_use, managed_in_use
 from .config.schema import (
     DEFAULT_MODEL,
+    PROFILE,
+    PROFILE_MESSAGE,
     Config,
     ConfigError,
     load_config,
@@ -159,6 +161,7 @@ def _add_serve(commands: Any) -> None:
         "--runtime-profile",
         dest="profile",
         metavar="NAME",
+        type=_profile_name,
         help="numeric profile of the default deployment's workers: exact (default, "
         "bit-identical), batching or max_speed (docs/profiles.md)",
     )
@@ -240,6 +243,14 @@ def _port(text: str) -> int:
     if not text.strip().isdigit() or not 1 <= int(text) <= 65535:
         raise argparse.ArgumentTypeError(f"must be a port from 1 to 65535, not {text!r}")
     return int(text)
+
+
+def _profile_name(text: str) -> str:
+    """``--runtime-profile``: a profile name, checked here so the flag is named."""
+    if not PROFILE.match(text):
+        shown = text if len(text) <= 40 else f"{text[:40]}... ({len(text)} characters)"
+        raise argparse.ArgumentTypeError(f"{shown!r}: {PROFILE_MESSAGE}")
+    return text
 
 
 def _positive_int(text: str) -> int:

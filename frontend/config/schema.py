@@ -82,7 +82,14 @@ removes them."""
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 REVISION = re.compile(r"^[0-9a-f]{40}$")
 DEVICE = re.compile(r"^[a-z][a-z0-9_]*(:[0-9]+)?$")
-PROFILE = re.compile(r"^[a-z][a-z0-9_]*$")
+PROFILE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+"""A numeric profile's name, as the runtime takes it: lower-case letters, digits and ``_``,
+starting with a letter, at most 64 characters."""
+
+PROFILE_MESSAGE = (
+    "profile must be a profile name (lower-case letters, digits and _, starting with a "
+    "letter, at most 64 characters), such as exact, batching or max_speed"
+)
 
 DEVICE_MESSAGE = (
     "device must be an accelerator name with an optional index, such as cpu, cuda:0 or rocm:1"
@@ -260,7 +267,7 @@ class Deployment(Strict):
     @classmethod
     def _profile(cls, value: str) -> str:
         if not PROFILE.match(value):
-            raise _problem("profile must be a profile name, such as exact or batching")
+            raise _problem(PROFILE_MESSAGE)
         return value
 
     @field_validator("endpoint")

@@ -179,3 +179,14 @@ def test_the_readiness_timeout_exits_1(tmp_path, rundir):
         wait_for(lambda: list(rundir.glob("*.sock")) == [], 5, "the sockets removed")
     finally:
         server.close()
+
+
+def test_a_runtime_profile_that_is_not_a_name_names_the_flag(capsys):
+    with pytest.raises(SystemExit) as caught:
+        main(["serve", "-e", "--runtime-profile", "MAX_SPEED"])
+    assert caught.value.code == 2
+    assert (
+        "argument --runtime-profile: 'MAX_SPEED': profile must be a profile name (lower-case "
+        "letters, digits and _, starting with a letter, at most 64 characters), such as exact, "
+        "batching or max_speed"
+    ) in capsys.readouterr().err

@@ -96,7 +96,9 @@ def problems(document) -> list[str]:
         ),
         (
             {"profile": "Max-Speed"},
-            f"{D}.profile: profile must be a profile name, such as exact or batching",
+            f"{D}.profile: profile must be a profile name (lower-case letters, digits and _, "
+            "starting with a letter, at most 64 characters), such as exact, batching or "
+            "max_speed",
         ),
         (
             {"input": {"overflow": "drop"}},
