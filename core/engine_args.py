@@ -76,7 +76,10 @@ class EngineArgs:
 
     device: str = option("auto", kind="text", help="auto, or cpu, cuda[:N], rocm[:N], ...")
     engine: str = option(
-        "auto", kind="text", help="auto, or an installed engine (see `vllm-srun plugins`)"
+        "auto",
+        kind="text",
+        on_card=True,
+        help="auto, or an installed engine (see `vllm-srun plugins`)",
     )
     family: str | None = option(None, kind="text", help="force a model-family plugin")
     memory_budget_gib: float | None = option(
@@ -115,6 +118,7 @@ class EngineArgs:
         "auto",
         kind="choice",
         choices=DTYPES,
+        on_card=True,
         help="auto: the precision the model was released in; float16 runs on GPUs only",
     )
     enable_shared_context: bool | None = option(

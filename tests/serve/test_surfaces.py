@@ -727,6 +727,8 @@ def test_models_lists_limits_plugins_and_a_card_per_model(make_runtime):
     cards = {card["id"]: card for card in body["data"]}
     assert list(cards) == list(HEADS)
     assert cards["sequence"]["engine_args"] == {  # the values in effect, per model
+        "engine": "auto",
+        "dtype": "auto",
         "max_num_seqs": 8192,
         "max_num_batched_tokens": 65536,
         "batch_window_ms": 2.0,
