@@ -76,7 +76,8 @@ class ForwardCostKey:
         model: the package's identity (the SHA-256 identity of its verified files,
             :attr:`vllm_srun.registry.verify.Verification.identity`).
         family, engine, profile: the plugin names the model runs through.
-        dtype: the dtype asked for (``auto``, ``float32``, ...).
+        dtype: the dtype the engine model computes in (its ``compute_dtype``: under
+            ``max_speed`` a ``--dtype auto`` may run bfloat16), else the one asked for.
         kernels: slot -> kernel name the engine chose.
         hardware: the placement's most specific golden reference key
             (``Accelerator.hardware_keys(device)[0]``) and the device's name (a
@@ -129,7 +130,7 @@ def forward_cost_key(
     Args:
         identity: the verified package's identity (or the family's weights digest).
         runners: the family, engine and profile the model runs through.
-        spec: the model's spec (its requested ``dtype``).
+        spec: the model's spec, its ``dtype`` the one the engine computes in.
         placement: where it runs (the accelerator's most specific hardware key).
         kernels: slot -> kernel the engine chose.
         loaded: the loaded model (its probe rows' lengths).
