@@ -12,13 +12,15 @@ from __future__ import annotations
 import os
 import platform
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
-import torch
 
 from vllm_srun.plugins import Accelerator, DeviceInfo, ExecutionProvider, hookimpl
 from vllm_srun.plugins.hookspecs import RegisterAccelerator
+
+if TYPE_CHECKING:
+    import torch
 
 _ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -31,6 +33,8 @@ def machine_arch() -> str:
 
 
 def _cpu_flag(name: str) -> bool:
+    import torch
+
     probe = getattr(torch.cpu, name, None)
     try:
         return bool(probe()) if probe is not None else False
@@ -92,6 +96,8 @@ class CpuAccelerator(Accelerator):
 
     def capabilities(self) -> dict[str, Any]:
         """arch, isa, bf16, amx, lapack (PyTorch built with LAPACK), mkldnn, cores, threads."""
+        import torch
+
         return {
             "arch": machine_arch(),
             "isa": str(torch.backends.cpu.get_cpu_capability()).lower(),
@@ -110,6 +116,8 @@ class CpuAccelerator(Accelerator):
 
     def torch_device(self, index: int | None) -> torch.device:
         """``torch.device("cpu")``; an index is ignored (there is one CPU device)."""
+        import torch
+
         return torch.device("cpu")
 
     def hardware_keys(self, device: DeviceInfo) -> list[str]:

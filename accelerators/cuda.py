@@ -9,9 +9,7 @@ then ``cuda``.
 from __future__ import annotations
 
 import importlib.util
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from vllm_srun.plugins import (
     Accelerator,
@@ -21,6 +19,9 @@ from vllm_srun.plugins import (
     torch_devices,
 )
 from vllm_srun.plugins.hookspecs import RegisterAccelerator
+
+if TYPE_CHECKING:
+    import torch
 
 BF16_NATIVE_MAJOR = 8
 """Compute capability 8.0 (Ampere) is the first with bf16 tensor cores (CUDA programming guide)."""
@@ -41,6 +42,8 @@ class CudaAccelerator(Accelerator):
 
     def available(self) -> bool:
         """A CUDA (not HIP) build of PyTorch that sees at least one GPU."""
+        import torch
+
         try:
             return torch.version.hip is None and bool(torch.cuda.is_available())
         except Exception:
@@ -48,16 +51,22 @@ class CudaAccelerator(Accelerator):
 
     def devices(self) -> list[DeviceInfo]:
         """Every visible GPU, with memory from ``cudaMemGetInfo`` and its compute capability."""
+        import torch
+
         if not self.available():
             return []
         return torch_devices("cuda", torch.cuda, _capabilities)
 
     def torch_device(self, index: int | None) -> torch.device:
         """``torch.device("cuda", index)``."""
+        import torch
+
         return torch.device("cuda", index or 0)
 
     def synchronize(self, index: int | None) -> None:
         """Wait for the GPU's queued kernels."""
+        import torch
+
         torch.cuda.synchronize(index or 0)
 
     def hardware_keys(self, device: DeviceInfo) -> list[str]:
@@ -67,6 +76,8 @@ class CudaAccelerator(Accelerator):
     def weight_format_refusal(self, device: DeviceInfo, weight_format: str) -> str | None:
         """FP8 from compute capability 8.9 (Ada, Hopper); NVFP4 on 10.x and 12.x
         (Blackwell) with a PyTorch that has FP4 tensors and Triton installed."""
+        import torch
+
         capability = str(device.capabilities.get("compute_capability", "0.0"))
         major, _, minor = capability.partition(".")
         version = (int(major), int(minor or 0))
@@ -91,6 +102,8 @@ class CudaAccelerator(Accelerator):
 
 
 def _capabilities(props: Any, name: str) -> dict[str, Any]:
+    import torch
+
     major, minor = int(props.major), int(props.minor)
     return {
         "compute_capability": f"{major}.{minor}",

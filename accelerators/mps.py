@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import platform
 import subprocess
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from vllm_srun.plugins import Accelerator, DeviceInfo, ExecutionProvider, hookimpl, slug
 from vllm_srun.plugins.hookspecs import RegisterAccelerator
+
+if TYPE_CHECKING:
+    import torch
 
 BF16_MIN_MACOS = 14
 """MPS gained bfloat16 in macOS 14 (Sonoma) (PyTorch MPS backend notes)."""
@@ -50,6 +51,8 @@ class MpsAccelerator(Accelerator):
 
     def available(self) -> bool:
         """``torch.backends.mps.is_available()``."""
+        import torch
+
         try:
             return bool(torch.backends.mps.is_available())
         except Exception:
@@ -57,6 +60,8 @@ class MpsAccelerator(Accelerator):
 
     def devices(self) -> list[DeviceInfo]:
         """The one MPS device; memory is Metal's recommended working set."""
+        import torch
+
         if not self.available():
             return []
         total: int | None = None
@@ -80,10 +85,14 @@ class MpsAccelerator(Accelerator):
 
     def torch_device(self, index: int | None) -> torch.device:
         """``torch.device("mps")``."""
+        import torch
+
         return torch.device("mps")
 
     def synchronize(self, index: int | None) -> None:
         """Wait for queued Metal work."""
+        import torch
+
         torch.mps.synchronize()
 
     def hardware_keys(self, device: DeviceInfo) -> list[str]:

@@ -8,9 +8,7 @@ only when named (``--device npu[:N]``). Golden reference keys are
 from __future__ import annotations
 
 import importlib
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from vllm_srun.plugins import (
     Accelerator,
@@ -22,9 +20,14 @@ from vllm_srun.plugins import (
 )
 from vllm_srun.plugins.hookspecs import RegisterAccelerator
 
+if TYPE_CHECKING:
+    import torch
+
 
 def _backend() -> Any:
     """``torch.npu`` once ``torch_npu`` has imported, else ``None``."""
+    import torch
+
     try:
         importlib.import_module("torch_npu")
     except Exception:
@@ -61,6 +64,8 @@ class NpuAccelerator(Accelerator):
 
     def torch_device(self, index: int | None) -> torch.device:
         """``torch.device("npu", index)`` (the device type ``torch_npu`` registers)."""
+        import torch
+
         return torch.device("npu", index or 0)
 
     def synchronize(self, index: int | None) -> None:

@@ -7,9 +7,7 @@ N)``. Golden reference keys are ``rocm:<gfx arch>`` then ``rocm``.
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from vllm_srun.plugins import (
     Accelerator,
@@ -19,6 +17,9 @@ from vllm_srun.plugins import (
     torch_devices,
 )
 from vllm_srun.plugins.hookspecs import RegisterAccelerator
+
+if TYPE_CHECKING:
+    import torch
 
 BF16_NATIVE_ARCH_PREFIXES = ("gfx90a", "gfx94", "gfx95", "gfx11", "gfx12")
 """gfx architectures with bf16 matrix instructions: CDNA2/3/4 and RDNA3/4 (AMD ISA guides)."""
@@ -42,6 +43,8 @@ class RocmAccelerator(Accelerator):
 
     def available(self) -> bool:
         """A HIP build of PyTorch that sees at least one GPU."""
+        import torch
+
         try:
             return torch.version.hip is not None and bool(torch.cuda.is_available())
         except Exception:
@@ -49,16 +52,22 @@ class RocmAccelerator(Accelerator):
 
     def devices(self) -> list[DeviceInfo]:
         """Every visible GPU, with its memory and gfx architecture."""
+        import torch
+
         if not self.available():
             return []
         return torch_devices("rocm", torch.cuda, _capabilities)
 
     def torch_device(self, index: int | None) -> torch.device:
         """``torch.device("cuda", index)``: HIP devices keep CUDA's device type."""
+        import torch
+
         return torch.device("cuda", index or 0)
 
     def synchronize(self, index: int | None) -> None:
         """Wait for the GPU's queued kernels."""
+        import torch
+
         torch.cuda.synchronize(index or 0)
 
     def hardware_keys(self, device: DeviceInfo) -> list[str]:
@@ -85,6 +94,8 @@ class RocmAccelerator(Accelerator):
 
 
 def _capabilities(props: Any, name: str) -> dict[str, Any]:
+    import torch
+
     arch = gfx_arch(props)
     return {
         "gfx_arch": arch,

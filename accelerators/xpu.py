@@ -6,9 +6,7 @@ Used only when named (``--device xpu[:N]``). Golden reference keys are
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from vllm_srun.plugins import (
     Accelerator,
@@ -20,6 +18,9 @@ from vllm_srun.plugins import (
 )
 from vllm_srun.plugins.hookspecs import RegisterAccelerator
 
+if TYPE_CHECKING:
+    import torch
+
 
 class XpuAccelerator(Accelerator):
     """Intel GPUs; devices ``xpu:0``, ``xpu:1``, ..."""
@@ -29,6 +30,8 @@ class XpuAccelerator(Accelerator):
 
     def available(self) -> bool:
         """A PyTorch build with ``torch.xpu`` that sees at least one device."""
+        import torch
+
         backend = getattr(torch, "xpu", None)
         try:
             return backend is not None and bool(backend.is_available())
@@ -37,16 +40,22 @@ class XpuAccelerator(Accelerator):
 
     def devices(self) -> list[DeviceInfo]:
         """Every visible Intel GPU, with its memory."""
+        import torch
+
         if not self.available():
             return []
         return torch_devices("xpu", torch.xpu, _capabilities)
 
     def torch_device(self, index: int | None) -> torch.device:
         """``torch.device("xpu", index)``."""
+        import torch
+
         return torch.device("xpu", index or 0)
 
     def synchronize(self, index: int | None) -> None:
         """Wait for the device's queued kernels."""
+        import torch
+
         torch.xpu.synchronize(index or 0)
 
     def hardware_keys(self, device: DeviceInfo) -> list[str]:

@@ -26,9 +26,7 @@ from __future__ import annotations
 import inspect
 import zipfile
 from collections.abc import Mapping
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from vllm_srun.plugins import BATCHING, EXACT, MAX_SPEED, DeviceInfo, Engine, Kernel, hookimpl
 from vllm_srun.plugins.hookspecs import RegisterEngine, RegisterKernel
@@ -39,6 +37,9 @@ from vllm_srun.plugins.spec import (
     decoder_positions,
     pickled,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 # transformers is imported where it is used: importing it costs seconds, and
 # `vllm-srun plugins` should not pay that to list this engine.
@@ -93,6 +94,8 @@ class NativeEncoder:
 
     def encode(self, batch: EncoderBatch) -> torch.Tensor:
         """Run the batch; returns float32 on the CPU (shapes as :class:`EncoderModel`)."""
+        import torch
+
         inputs = {
             "input_ids": batch.input_ids.to(self.device),
             "attention_mask": batch.attention_mask.to(self.device),
@@ -150,6 +153,8 @@ class NativeDecoder:
         Returns:
             ``[rows, k]`` logits at ``read_ids``, or ``[rows, vocab]`` without them.
         """
+        import torch
+
         ids = batch.input_ids.to(self.device)
         mask = batch.attention_mask.to(self.device)
         with torch.inference_mode():
@@ -274,6 +279,8 @@ class NativeEngine(Engine):
             ValueError: :meth:`supports` refuses the spec.
             OSError: the package's files cannot be read.
         """
+        import torch
+
         reason = self.supports(spec, device)
         if reason is not None:
             raise ValueError(reason)
@@ -319,6 +326,8 @@ def check_pickles(package: Any, names: tuple[str, ...]) -> None:
     Raises:
         ValueError: ``pickled weights refused: NAME ...`` naming the file.
     """
+    import torch
+
     for name in names:
         try:
             path = package / name

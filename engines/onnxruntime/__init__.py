@@ -30,10 +30,9 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from vllm_srun.plugins import (
     BATCHING,
@@ -58,6 +57,9 @@ from .export import (
     export_onnx,
     weights_digest,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 # onnxruntime, transformers and optimum are imported where they are used:
 # optimum's exporter alone takes seconds to import, and `vllm-srun plugins`
@@ -168,6 +170,8 @@ class OnnxEncoder:
         Raises:
             ValueError: the graph's output has not the task's rank or rows.
         """
+        import torch
+
         given = {
             "input_ids": batch.input_ids,
             "attention_mask": batch.attention_mask,
@@ -238,6 +242,8 @@ class OnnxRuntimeEngine(Engine):
 
     @staticmethod
     def _export_refusal(spec: ModelSpec) -> str | None:
+        import torch
+
         if not spec.weights:
             return "the package has neither an ONNX graph nor safetensors weights to export"
         if spec.torch_dtype != torch.float32:

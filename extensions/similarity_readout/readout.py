@@ -40,9 +40,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
-
-import torch
+from typing import TYPE_CHECKING, Any, cast
 
 from vllm_srun.plugins import SurfaceExtension
 from vllm_srun.plugins.decisions import (
@@ -56,7 +54,12 @@ from vllm_srun.plugins.decisions import (
 from vllm_srun.plugins.extension import SurfaceModel
 from vllm_srun.plugins.loaded import LoadedModel, ModelCard, Plan
 from vllm_srun.plugins.requests import EmbeddingsRequest, InputOptions, SurfaceRequest
-from vllm_srun.plugins.spec import RequestError, RowOutput, WorkItem
+from vllm_srun.plugins.spec import RequestError, WorkItem
+
+if TYPE_CHECKING:
+    import torch
+
+    from vllm_srun.plugins.spec import RowOutput
 
 CALIBRATION = Path(__file__).with_name("calibration") / "temperature.json"
 HELD_OUT = Path(__file__).with_name("calibration") / "held_out.json"
@@ -280,6 +283,8 @@ class SimilarityDecisions(SurfaceModel[SimilarityPlan]):
             request would: its state and each distinct option text its valid
             questions embed (a text two entries share counts in both).
         """
+        import torch
+
         split = len(plan.states.items)
         states = self.host.finish(plan.states, list(outputs[:split]))["data"]
         options = self.host.finish(plan.options, list(outputs[split:]))["data"]
@@ -321,7 +326,7 @@ class SimilarityDecisions(SurfaceModel[SimilarityPlan]):
                     [
                         self.noul_baseline
                         if i is None
-                        else float(anchor @ cast(torch.Tensor, units[i]))
+                        else float(anchor @ cast("torch.Tensor", units[i]))
                         for i in inputs
                     ],
                     dtype=torch.float64,
@@ -332,6 +337,8 @@ class SimilarityDecisions(SurfaceModel[SimilarityPlan]):
 
 
 def _unit(vector: Sequence[float]) -> torch.Tensor:
+    import torch
+
     values = torch.tensor(vector, dtype=torch.float64)
     unit: torch.Tensor = values / values.norm().clamp_min(1e-12)
     return unit

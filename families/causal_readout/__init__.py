@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_srun.plugins import Family, GoldenReference, hookimpl, read_reference_file
 from vllm_srun.plugins.hookspecs import RegisterFamily, RegisterGoldenReference
@@ -27,8 +27,10 @@ from . import gguf
 from . import package as packages
 from .builtin import register_models
 from .fixture import FIXTURE_REQUEST, write_fixture
-from .model import ReadoutModel
 from .prompts import Renderer
+
+if TYPE_CHECKING:
+    from .model import ReadoutModel
 
 GOLDEN_REQUESTS: tuple[dict[str, Any], ...] = (
     {"surface": "decisions", "body": FIXTURE_REQUEST},
@@ -153,6 +155,8 @@ class CausalReadoutFamily(Family):
         Raises:
             ValueError: ``max_model_len N is above the model's limit``.
         """
+        from .model import ReadoutModel  # imports torch: not paid to list the plugin
+
         converted = self.conversion(package)
         package, calibration = self.readable(package)
         description = packages.describe(package, calibration)
@@ -184,6 +188,15 @@ def register_golden_references(register: RegisterGoldenReference) -> None:
     """Register the built-in decoders' golden references (``golden/*.json``)."""
     for reference in golden_references():
         register(reference)
+
+
+def __getattr__(name: str) -> Any:
+    """``ReadoutModel``, imported on first use: its module imports torch (PEP 562)."""
+    if name == "ReadoutModel":
+        from .model import ReadoutModel
+
+        return ReadoutModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

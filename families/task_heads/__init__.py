@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from vllm_srun.plugins import Family, hookimpl
 from vllm_srun.plugins.hookspecs import RegisterFamily
@@ -22,8 +22,10 @@ from . import package as packages
 from .builtin import register_models
 from .fixture import FIXTURE_REQUEST, write_fixture
 from .inputs import TextEncoder
-from .model import TaskModel
 from .references import generic_requests, register_golden_references
+
+if TYPE_CHECKING:
+    from .model import TaskModel
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "sentencepiece.bpe.model", "spm.model")
 
@@ -109,9 +111,20 @@ class TaskHeadsFamily(Family):
     ) -> TaskModel:
         """Wrap the engine's model with the package's tokenizer and heads; ``options``
         (checked by :meth:`check_options`) set the classify defaults."""
+        from .model import TaskModel  # imports torch: not paid to list the plugin
+
         description = packages.describe(package)
         encoder = TextEncoder(package, description.max_tokens)
         return TaskModel(description, encoder, engine_model, defaults=dict(options or {}))
+
+
+def __getattr__(name: str) -> Any:
+    """``TaskModel``, imported on first use: its module imports torch (PEP 562)."""
+    if name == "TaskModel":
+        from .model import TaskModel
+
+        return TaskModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @hookimpl
