@@ -70,8 +70,7 @@ print(json.dumps({
 
 def test_the_plugin_api_and_the_plugins_listing_import_no_torch():
     # Every module of the plugin API, then `vllm-srun plugins` composing a catalog of a
-    # plugin that needs no torch: torch (about 1.2 s) stays unimported. The built-in
-    # accelerators, engines and families import torch themselves.
+    # plugin that needs no torch: torch (about 1.2 s) stays unimported.
     env = {**os.environ, "VLLM_SRUN_PLUGINS": "pii_patterns"}
     argv = [sys.executable, "-c", API_WITHOUT_TORCH]
     done = subprocess.run(argv, capture_output=True, text=True, check=True, env=env)
@@ -83,4 +82,44 @@ def test_the_plugin_api_and_the_plugins_listing_import_no_torch():
         "code": 0,
         "listed": [["pii_patterns", ["pii_patterns"], None]],
         "torch_after_plugins": False,
+    }
+
+
+CATALOG_WITHOUT_TORCH = """
+import json, sys
+from vllm_srun.plugins import load_catalog
+catalog = load_catalog()
+print(json.dumps({
+    "plugins": sorted(p.name for p in catalog.plugins),
+    "errors": [p.name for p in catalog.plugins if p.error is not None],
+    "imported": [m for m in ("torch", "transformers", "onnxruntime") if m in sys.modules],
+}))
+"""
+
+
+def test_composing_every_built_in_plugin_imports_no_torch():
+    # The built-in accelerators, engines, families and extensions import torch (about
+    # 1.2 s), transformers and onnxruntime only in the methods that use them, so
+    # `vllm-srun plugins` lists them all without paying for it.
+    selection = ("VLLM_SRUN_PLUGINS", "VLLM_SRUN_DISABLE_PLUGINS")
+    env = {k: v for k, v in os.environ.items() if k not in selection}
+    argv = [sys.executable, "-c", CATALOG_WITHOUT_TORCH]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, env=env)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+        "plugins": [
+            "causal_readout",
+            "cpu",
+            "cuda",
+            "mps",
+            "native",
+            "npu",
+            "onnxruntime",
+            "pii_patterns",
+            "rocm",
+            "similarity_readout",
+            "task_heads",
+            "xpu",
+        ],
+        "errors": [],
+        "imported": [],
     }
