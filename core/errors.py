@@ -8,7 +8,7 @@ and driver errors that mean a device is full or busy for now.
 
 from __future__ import annotations
 
-import torch
+import sys
 
 RETRYABLE_RUNTIME_MESSAGES = ("out of memory", "busy")
 """A ``RuntimeError`` whose message holds one of these is a passing cause: CUDA and HIP
@@ -36,7 +36,8 @@ def is_retryable(err: BaseException) -> bool:
     out-of-memory error, or a ``RuntimeError`` saying the device is out of memory or busy."""
     if isinstance(err, LoadError):
         return err.retryable
-    if isinstance(err, torch.OutOfMemoryError):
+    torch = sys.modules.get("torch")  # a torch error exists only once torch is imported
+    if torch is not None and isinstance(err, torch.OutOfMemoryError):
         return True
     if isinstance(err, RuntimeError):
         message = str(err).lower()
