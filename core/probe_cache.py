@@ -19,19 +19,16 @@ self-check are verification and are never cached.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.metadata
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vllm_srun.plugins import runtime_cache_dir
+from vllm_srun.plugins import runtime_cache_dir, write_json_atomically
 
 if TYPE_CHECKING:
     from vllm_srun.placement import Placement
@@ -209,16 +206,7 @@ class ForwardCostCache:
             "forward_cost": {name: cost.get(name) for name in FIGURES},
         }
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(prefix=".cost-", suffix=".tmp", dir=self.folder)
-            try:
-                with os.fdopen(handle, "w", encoding="utf-8") as out:
-                    json.dump(document, out, indent=1, sort_keys=True, default=str)
-                os.replace(temporary, file)  # mkstemp made it 0600
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(temporary)
-                raise
+            write_json_atomically(file, document)
         except OSError as err:
             log.warning(
                 "cannot write the forward-cost cache %s (%s): the next start measures the "

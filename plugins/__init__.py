@@ -29,7 +29,7 @@ from vllm_srun.plugins.accelerator import (
     torch_devices,
     torch_memory_info,
 )
-from vllm_srun.plugins.cache import runtime_cache_dir
+from vllm_srun.plugins.cache import runtime_cache_dir, write_json_atomically
 from vllm_srun.plugins.discovery import ENV_DISABLE, ENV_ONLY, GROUP, DiscoveredPlugin, discover
 from vllm_srun.plugins.engine import Engine
 from vllm_srun.plugins.extension import SurfaceExtension, SurfaceModel
@@ -204,5 +204,6 @@ __all__ = [
     "torch_devices",
     "torch_memory_info",
     "weight_files",
+    "write_json_atomically",
     "write_reference_answers",
 ]

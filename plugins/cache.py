@@ -4,9 +4,13 @@ a third-party family's converted tokenizer), each in a subfolder of its own."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 
 def runtime_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -25,4 +29,25 @@ def runtime_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path.home() / ".cache" / "vllm-srun"
 
 
-__all__ = ["runtime_cache_dir"]
+def write_json_atomically(path: Path, document: Any) -> None:
+    """Write ``document`` as JSON (indented, sorted keys; other values as ``str``) to
+    ``path``, whole: into a temporary file of the same folder (mode 0600), then renamed
+    over ``path``, so that a reader sees the old file or the new one, never half of one.
+    The folder is created when missing.
+
+    Raises:
+        OSError: the folder or the file cannot be written (the temporary file is removed).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            json.dump(document, out, indent=1, sort_keys=True, default=str)
+        os.replace(temporary, path)  # mkstemp made it 0600
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+__all__ = ["runtime_cache_dir", "write_json_atomically"]

@@ -26,19 +26,17 @@ with a warning (every file is hashed again) and rewritten at the next save.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import re
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_srun.plugins import runtime_cache_dir, sha256_file
+from vllm_srun.plugins import runtime_cache_dir, sha256_file, write_json_atomically
 
 log = logging.getLogger(__name__)
 
@@ -171,18 +169,7 @@ class DigestCache:
         kept = dict(list(merged.items())[-MAX_ENTRIES:])
         document = {"version": CACHE_VERSION, "files": kept}
         try:
-            self.file.parent.mkdir(parents=True, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(
-                prefix=".digests-", suffix=".tmp", dir=self.file.parent
-            )
-            try:
-                with os.fdopen(handle, "w", encoding="utf-8") as out:
-                    json.dump(document, out, indent=1, sort_keys=True)
-                os.replace(temporary, self.file)  # mkstemp made it 0600
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(temporary)
-                raise
+            write_json_atomically(self.file, document)
         except OSError as err:
             log.warning(
                 "cannot write the digest cache %s (%s): the next start hashes the model "
