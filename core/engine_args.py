@@ -119,7 +119,9 @@ class EngineArgs:
         kind="choice",
         choices=DTYPES,
         on_card=True,
-        help="auto: the precision the model was released in; float16 runs on GPUs only",
+        help="auto: the precision the model was released in (under --profile max_speed, "
+        "bfloat16 for an embedder on a CPU with native bfloat16; pin float32 to keep it); "
+        "float16 runs on GPUs only",
     )
     enable_shared_context: bool | None = option(
         None,
@@ -134,8 +136,8 @@ class EngineArgs:
         metavar="NAME",
         on_card=True,
         help="numeric profile: exact (bit-identical, the default), batching (cross-request "
-        "batching within 1e-5), max_speed (fastest, approximate), or one an installed "
-        "engine declares",
+        "batching within 1e-5), max_speed (fastest, approximate: bfloat16 or a fused ONNX "
+        "graph, the card says which), or one an installed engine declares",
     )
     base_path: str | None = option(
         None,
