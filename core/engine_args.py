@@ -120,7 +120,8 @@ class EngineArgs:
         choices=DTYPES,
         on_card=True,
         help="auto: the precision the model was released in (under --profile max_speed, "
-        "bfloat16 for an embedder on a CPU with native bfloat16; pin float32 to keep it); "
+        "bfloat16 for an embedder on a CPU that computes bfloat16 in hardware; pin float32 "
+        "to keep it); "
         "float16 runs on GPUs only",
     )
     enable_shared_context: bool | None = option(

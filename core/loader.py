@@ -516,6 +516,7 @@ def load_model(
                 kernels,
                 loaded,
                 options.family_options,
+                engine_model,
             ),
             lambda: measure_forward_cost(loaded),
         )

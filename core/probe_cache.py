@@ -49,8 +49,19 @@ FIGURES = ("fixed_ms", "per_padded_token_ms", "overhead_tokens")
 """The figures :func:`vllm_srun.probes.measure_forward_cost` returns (each a number or
 ``None``)."""
 
-LIBRARIES = ("torch", "transformers", "onnxruntime")
-"""The distributions whose versions are part of every key (absent ones count as ``None``)."""
+LIBRARIES = ("vllm-srun", "torch", "transformers")
+"""The distributions whose versions are part of every key (absent ones count as ``None``);
+:func:`runtime_libraries` adds those the engine model runs on."""
+
+
+def runtime_libraries(engine_model: object) -> tuple[str, ...]:
+    """:data:`LIBRARIES` and the top-level package of every object ``engine_model``
+    holds in its attributes (an inference session, a transformers model): the libraries
+    whose code its forwards run, found without naming any engine. Sorted, no duplicates."""
+    held = list(vars(engine_model).values()) if hasattr(engine_model, "__dict__") else []
+    packages = {type(value).__module__.partition(".")[0] for value in held}
+    packages -= {"builtins", "vllm_srun", "pathlib", "collections"}
+    return tuple(sorted(set(LIBRARIES) | packages))
 
 
 def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str | None]:
@@ -119,6 +130,7 @@ def forward_cost_key(
     kernels: Mapping[str, Kernel],
     loaded: LoadedModel[Any],
     options: Mapping[str, Any] | None = None,
+    engine_model: object = None,
 ) -> ForwardCostKey | None:
     """The key of a loaded model's forward cost, or ``None`` when nothing identifies its
     bytes (``identity`` empty) or the accelerator cannot name the hardware (its
@@ -132,6 +144,7 @@ def forward_cost_key(
         kernels: slot -> kernel the engine chose.
         loaded: the loaded model (its probe rows' lengths).
         options: the models file's family options.
+        engine_model: what the engine loaded (:func:`runtime_libraries`).
     """
     import torch  # loaded by now: the model runs on it
 
@@ -154,6 +167,7 @@ def forward_cost_key(
         threads=torch.get_num_threads(),
         probe_tokens=tuple(item.tokens for item in loaded.probe_items()),
         options=dict(options or {}),
+        libraries=library_versions(runtime_libraries(engine_model)),
     )
 
 
@@ -270,4 +284,5 @@ __all__ = [
     "ForwardCostKey",
     "forward_cost_key",
     "library_versions",
+    "runtime_libraries",
 ]

@@ -65,7 +65,7 @@ def test_a_second_load_reuses_the_figure_and_says_so(bert, measured, tmp_path):
     reference = first.placement.accelerator.hardware_keys(device)[0]
     assert document["key"]["hardware"] == [reference, device.name]
     assert document["key"]["model"] == first.prepared.verification.identity
-    assert set(document["key"]["libraries"]) == {"torch", "transformers", "onnxruntime"}
+    assert set(document["key"]["libraries"]) == {"torch", "transformers", "vllm-srun"}
 
 
 def test_another_profile_or_thread_count_measures_again(bert, measured, tmp_path):
@@ -180,3 +180,18 @@ def test_a_key_needs_the_model_identity_and_the_hardware_name():
     )
     assert key_with("", named) is None
     assert key_with("c" * 64, SimpleNamespace(hardware_keys=broken)) is None
+
+
+def test_the_key_names_the_libraries_the_engine_model_runs_on():
+    import decimal
+
+    from vllm_srun.probe_cache import runtime_libraries
+
+    class EngineModel:
+        def __init__(self) -> None:
+            self.session = decimal.Context()  # stands for an inference session's library
+            self.graph = Path("model.onnx")
+            self.names = ["input_ids"]
+
+    assert runtime_libraries(EngineModel()) == ("decimal", "torch", "transformers", "vllm-srun")
+    assert runtime_libraries(None) == ("torch", "transformers", "vllm-srun")
