@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_srun.errors import LoadError
-from vllm_srun.plugins import ModelEntry, runtime_cache_dir, sha256_file
+from vllm_srun.plugins import ModelEntry, intact_build, runtime_cache_dir, sha256_file
 from vllm_srun.registry import prepare
 from vllm_srun.registry.resolve import looks_local
 from vllm_srun.registry.verify import (
@@ -426,22 +426,9 @@ def _resolve_base(
 # -- the merged package ----------------------------------------------------------------------
 def _intact(target: Path) -> bool:
     """Whether ``target`` is a complete merged package whose files match its record; a
-    damaged one is removed (and merged again)."""
-    record_path = target / MERGED_RECORD
-    if not record_path.is_file():
-        return False
-    try:
-        files = json.loads(record_path.read_bytes())["files"]
-        intact = all(
-            (target / rel).is_file() and sha256_file(target / rel) == digest
-            for rel, digest in files.items()
-        )
-    except (ValueError, OSError, KeyError, TypeError, AttributeError):
-        intact = False
-    if not intact:
-        log.warning("the merged adapter package %s is damaged; merging again", target)
-        shutil.rmtree(target, ignore_errors=True)
-    return intact
+    damaged one is removed (and merged again) (:func:`intact_build`)."""
+    damaged = "the merged adapter package %s is damaged; merging again"
+    return intact_build(target, MERGED_RECORD, damaged) is not None
 
 
 def _build(

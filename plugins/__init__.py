@@ -29,7 +29,7 @@ from vllm_srun.plugins.accelerator import (
     torch_devices,
     torch_memory_info,
 )
-from vllm_srun.plugins.cache import runtime_cache_dir, write_json_atomically
+from vllm_srun.plugins.cache import intact_build, runtime_cache_dir, write_json_atomically
 from vllm_srun.plugins.discovery import ENV_DISABLE, ENV_ONLY, GROUP, DiscoveredPlugin, discover
 from vllm_srun.plugins.engine import Engine
 from vllm_srun.plugins.extension import SurfaceExtension, SurfaceModel
@@ -192,6 +192,7 @@ __all__ = [
     "discover",
     "hookimpl",
     "hookspec",
+    "intact_build",
     "load_catalog",
     "read_config",
     "read_json",

@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from vllm_srun.plugins.package import sha256_file
+
+log = logging.getLogger(__name__)
 
 
 def runtime_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -50,4 +56,34 @@ def write_json_atomically(path: Path, document: Any) -> None:
         raise
 
 
-__all__ = ["runtime_cache_dir", "write_json_atomically"]
+def intact_build(folder: Path, record_name: str, damaged: str) -> dict[str, Any] | None:
+    """The record of a folder built once into the cache, when the folder is whole.
+
+    ``folder/record_name`` is a JSON object whose ``files`` maps each built file's
+    path (relative to ``folder``) to its hex SHA-256. When every listed file is there
+    with its digest (and it lists at least one), the record is returned. When the
+    record is absent, ``None`` (nothing was built). When it is unreadable or
+    malformed, or a file is missing or differs, the folder is damaged: ``damaged`` (a
+    message with one ``%s`` for the folder) is logged as a warning, the folder
+    removed, and ``None`` returned, so the caller builds it again. Never raises.
+    """
+    path = folder / record_name
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_bytes())
+        files = record["files"]
+        intact = bool(files) and all(  # a record listing no file vouches for nothing
+            (folder / rel).is_file() and sha256_file(folder / rel) == digest
+            for rel, digest in files.items()
+        )
+    except (ValueError, OSError, KeyError, TypeError, AttributeError):
+        intact = False
+    if not intact:
+        log.warning(damaged, folder)
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+    return dict(record)
+
+
+__all__ = ["intact_build", "runtime_cache_dir", "write_json_atomically"]

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_srun.plugins import runtime_cache_dir, sha256_file
+from vllm_srun.plugins import intact_build, runtime_cache_dir, sha256_file
 
 log = logging.getLogger("vllm_srun.families.causal_readout")
 
@@ -152,24 +152,10 @@ def convert(package: Path, root: Path | None = None) -> Conversion:
 
 def _intact(target: Path) -> dict[str, Any] | None:
     """``conversion.json`` of ``target`` when every file it lists matches; a damaged
-    folder is removed (and converted again) and ``None`` returned."""
-    path = target / CONVERSION_RECORD
-    if not path.is_file():
-        return None
-    try:
-        record = json.loads(path.read_bytes())
-        files = record["files"]
-        intact = bool(files) and all(
-            (target / rel).is_file() and sha256_file(target / rel) == want
-            for rel, want in files.items()
-        )
-    except (ValueError, OSError, KeyError, TypeError, AttributeError):
-        intact = False
-    if not intact:
-        log.warning("the converted GGUF package %s is damaged; converting again", target)
-        shutil.rmtree(target, ignore_errors=True)
-        return None
-    return dict(record)
+    folder is removed (and converted again) and ``None`` returned (:func:`intact_build`)."""
+    return intact_build(
+        target, CONVERSION_RECORD, "the converted GGUF package %s is damaged; converting again"
+    )
 
 
 def quantisation(source: Path) -> tuple[str, dict[str, int]]:
