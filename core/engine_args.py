@@ -369,8 +369,7 @@ def check_entry_value(key: str, value: Any) -> Any:
     types = TYPES[spec.kind]
     if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
         raise EntryValueError(f"{key} must be {' or '.join(t.__name__ for t in types)}")
-    if spec.kind == "profile" and profile_name_problem(cast(str, value)):
-        problem = profile_name_problem(cast(str, value))
+    if spec.kind == "profile" and (problem := profile_name_problem(cast(str, value))):
         raise EntryValueError(f"{key} {problem}: fix it or leave {key} out")
     if spec.kind == "text" and not cast(str, value).strip():
         raise EntryValueError(

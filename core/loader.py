@@ -508,10 +508,7 @@ def load_model(
             forward_cost_key(
                 prepared.verification.identity or spec.weights_digest,
                 (chosen_family, chosen_engine, profile),
-                # the dtype it computes in: under max_speed `auto` may mean bfloat16
-                dataclasses.replace(
-                    spec, dtype=getattr(engine_model, "compute_dtype", None) or spec.dtype
-                ),
+                spec,
                 placement,
                 kernels,
                 loaded,

@@ -139,12 +139,14 @@ def forward_cost_key(
     Args:
         identity: the verified package's identity (or the family's weights digest).
         runners: the family, engine and profile the model runs through.
-        spec: the model's spec, its ``dtype`` the one the engine computes in.
+        spec: the model's spec (its requested ``dtype``, when the engine model says no
+            ``compute_dtype``).
         placement: where it runs (the accelerator's most specific hardware key).
         kernels: slot -> kernel the engine chose.
         loaded: the loaded model (its probe rows' lengths).
         options: the models file's family options.
-        engine_model: what the engine loaded (:func:`runtime_libraries`).
+        engine_model: what the engine loaded: its ``compute_dtype`` and the libraries
+            it holds (:func:`runtime_libraries`).
     """
     import torch  # loaded by now: the model runs on it
 
@@ -161,7 +163,8 @@ def forward_cost_key(
         family=family.name,
         engine=engine.name,
         profile=profile.name,
-        dtype=spec.dtype,
+        # the dtype it computes in: under max_speed, `auto` may mean bfloat16
+        dtype=getattr(engine_model, "compute_dtype", None) or spec.dtype,
         kernels={slot: kernel.name for slot, kernel in sorted(kernels.items())},
         hardware=(reference, placement.device.name),
         threads=torch.get_num_threads(),
