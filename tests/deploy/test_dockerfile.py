@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,15 +27,21 @@ def hadolint() -> str:
     return found
 
 
-def test_hadolint_reports_nothing_above_info():
+def lint(dockerfile: Path) -> list[dict[str, Any]]:
+    """hadolint's findings on ``dockerfile`` (its JSON format)."""
     done = subprocess.run(
-        [hadolint(), "--format", "json", str(DOCKERFILE)],
+        [hadolint(), "--format", "json", str(dockerfile)],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
-    findings = json.loads(done.stdout)
+    findings: list[dict[str, Any]] = json.loads(done.stdout)
+    return findings
+
+
+def test_hadolint_reports_nothing_above_info():
+    findings = lint(DOCKERFILE)
     assert [f for f in findings if f["level"] not in ("info", "style")] == []
     assert findings == []  # today none at all
 
@@ -42,14 +49,7 @@ def test_hadolint_reports_nothing_above_info():
 def test_hadolint_does_fail_on_a_bad_dockerfile(tmp_path):
     bad = tmp_path / "Dockerfile"
     bad.write_text("FROM python\nRUN apt-get install curl\n")
-    done = subprocess.run(
-        [hadolint(), "--format", "json", str(bad)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    codes = sorted(f["code"] for f in json.loads(done.stdout))
+    codes = sorted(f["code"] for f in lint(bad))
     assert codes == ["DL3006", "DL3008", "DL3014", "DL3015"]
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,6 +51,14 @@ def vllm_srun(site: Path, *args: str, **env: str) -> subprocess.CompletedProcess
     )
 
 
+def listed_plugins(site: Path, **env: str) -> dict[str, Any]:
+    """``vllm-srun plugins --json`` with ``site`` on the path: each plugin by name, in
+    the listed order (the command must succeed)."""
+    done = vllm_srun(site, "plugins", "--json", **env)
+    assert done.returncode == 0, done.stderr
+    return {p["name"]: p for p in json.loads(done.stdout)["plugins"]}
+
+
 @pytest.fixture(scope="module")
 def host_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     site = tmp_path_factory.mktemp("host") / "site"
@@ -58,9 +67,7 @@ def host_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_installed_example_is_listed_with_its_distribution(host_site):
-    done = vllm_srun(host_site, "plugins", "--json")
-    assert done.returncode == 0, done.stderr
-    plugins = {p["name"]: p for p in json.loads(done.stdout)["plugins"]}
+    plugins = listed_plugins(host_site)
     host = plugins["host"]
     assert host["distribution"] == "vllm-srun-host-accelerator"
     assert host["version"] == "0.1.0"
@@ -81,15 +88,13 @@ def test_installed_example_is_a_device_with_its_own_key_prefix(host_site):
 
 
 def test_disabling_the_example_makes_it_vanish(host_site):
-    listed = vllm_srun(host_site, "plugins", "--json", VLLM_SRUN_DISABLE_PLUGINS="host")
-    assert "host" not in {p["name"] for p in json.loads(listed.stdout)["plugins"]}
+    assert "host" not in listed_plugins(host_site, VLLM_SRUN_DISABLE_PLUGINS="host")
     devices = vllm_srun(host_site, "devices", VLLM_SRUN_DISABLE_PLUGINS="host")
     assert "host" not in {d["accelerator"] for d in json.loads(devices.stdout)["devices"]}
 
 
 def test_only_list_isolates_the_example(host_site):
-    listed = vllm_srun(host_site, "plugins", "--json", VLLM_SRUN_PLUGINS="host")
-    assert [p["name"] for p in json.loads(listed.stdout)["plugins"]] == ["host"]
+    assert list(listed_plugins(host_site, VLLM_SRUN_PLUGINS="host")) == ["host"]
 
 
 def test_the_example_passes_the_conformance_kit(host_site):
@@ -146,9 +151,7 @@ def test_a_broken_plugin_is_reported_and_the_runtime_still_starts(tmp_path):
         "import a_dependency_that_is_not_installed\n",
     )
     pip_install(source, site)
-    listed = vllm_srun(site, "plugins", "--json")
-    assert listed.returncode == 0, listed.stderr
-    plugins = {p["name"]: p for p in json.loads(listed.stdout)["plugins"]}
+    plugins = listed_plugins(site)
     assert plugins["broken"]["distribution"] == "broken-plugin"
     assert plugins["broken"]["error"] == (
         "ModuleNotFoundError: No module named 'a_dependency_that_is_not_installed'"

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .test_third_party import BIN, REPO, pip_install, vllm_srun
+from .test_third_party import BIN, REPO, listed_plugins, pip_install, vllm_srun
 
 pytestmark = [
     pytest.mark.slow,
@@ -62,10 +62,7 @@ def environ(site: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, s
 
 
 def test_installed_example_registers_a_family_and_its_engine(site):
-    done = vllm_srun(site, "plugins", "--json")
-    assert done.returncode == 0, done.stderr
-    plugins = {p["name"]: p for p in json.loads(done.stdout)["plugins"]}
-    entry = plugins["nanoguard"]
+    entry = listed_plugins(site)["nanoguard"]
     assert entry["distribution"] == "vllm-srun-nanoguard"
     assert entry["entry_point"] == "vllm_srun_nanoguard.plugin"
     assert entry["registered"]["families"] == ["nanoguard"]
