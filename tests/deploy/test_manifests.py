@@ -112,12 +112,17 @@ def test_a_wrong_runtime_arg_is_refused_by_the_parser():
         runtime_parser().parse_args(["serve", "m", "--no-such-option"])
 
 
-def test_runtime_probes_name_routes_the_runtime_serves(rendered):
-    container = runtime_container(rendered["cpu"])
-    probes = {
+def probe_routes(container: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Each of the container's three probes: its HTTP path and named port."""
+    return {
         kind: (container[kind]["httpGet"]["path"], container[kind]["httpGet"]["port"])
         for kind in ("startupProbe", "readinessProbe", "livenessProbe")
     }
+
+
+def test_runtime_probes_name_routes_the_runtime_serves(rendered):
+    container = runtime_container(rendered["cpu"])
+    probes = probe_routes(container)
     assert probes == {
         "startupProbe": ("/health", "http"),
         "readinessProbe": ("/health", "http"),
@@ -149,10 +154,7 @@ def test_frontend_probes_name_routes_the_management_api_serves(rendered):
     container = frontend_container(rendered["cpu"])
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"http": 8899, "management": 8080, "metrics": 9190}
-    probes = {
-        kind: (container[kind]["httpGet"]["path"], container[kind]["httpGet"]["port"])
-        for kind in ("startupProbe", "readinessProbe", "livenessProbe")
-    }
+    probes = probe_routes(container)
     assert probes == {
         "startupProbe": ("/health", "management"),
         "readinessProbe": ("/ready", "management"),
