@@ -10,7 +10,6 @@ padded tokens (:func:`vllm_srun.batching.split_by_length`).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import time
 from collections.abc import Callable
 from typing import Any
@@ -183,10 +182,9 @@ def release_freed_heap() -> bool:
         ``True`` when the C library is glibc and had memory to hand back; ``False``
         otherwise (another C library, such as musl: nothing is done).
     """
-    name = ctypes.util.find_library("c")
     try:
-        trim = ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError, TypeError):
+        trim = ctypes.CDLL(None).malloc_trim  # the process's own symbols, libc's among them
+    except (OSError, AttributeError):
         return False
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     return bool(trim(0))
