@@ -25,7 +25,7 @@ from vllm_srun.plugins.requests import (
     SurfaceRequest,
 )
 
-from . import schemas
+from . import jev, schemas
 from .bundle import answer_bundle
 from .envelope import Envelope, install_error_handlers
 from .requests import ApiError, ClientGone, request_timing
@@ -142,8 +142,10 @@ def build_app(runtime: Runtime) -> FastAPI:
                 raise refusal
             return respond(200, result if shape is None else reshape(result, shape), timing)
         except ApiError as err:
+            if shape is not None and shape.schema == jev.SCHEMA:
+                err = jev.as_jev(err)
             status = err.status
-            raise
+            raise err from None
         except ClientGone:
             status = CLIENT_CLOSED
             return Response(status_code=CLIENT_CLOSED)  # nobody reads it; nothing to log
@@ -183,9 +185,10 @@ def build_app(runtime: Runtime) -> FastAPI:
         """Documents by descending relevance to a query."""
         return await answer("rerank", request, body)
 
-    async def decide(request: Request, schema: str = SCHEMAS[0], batch: bool = False) -> Response:
-        """Read a decisions body from its raw bytes in a System One ``schema``
-        (``/v1/decisions`` always in the current one) and answer it."""
+    async def decide(request: Request, systemone: bool = False, batch: bool = False) -> Response:
+        """Read a decisions body from its raw bytes and answer it: ``/v1/decisions`` always in
+        the current schema, the System One routes in the schema of the model the body names
+        (:func:`~.systemone.target`)."""
         timing = request_timing(request)
         try:
             raw = await request.body()
@@ -193,7 +196,10 @@ def build_app(runtime: Runtime) -> FastAPI:
             count(model_label({}), "decisions", CLIENT_CLOSED, time.perf_counter() - timing.started)
             return Response(status_code=CLIENT_CLOSED)
         loop = asyncio.get_running_loop()
-        read = functools.partial(read_systemone, raw, schema, batch=batch)
+        schema = runtime.config.systemone_schema if systemone else SCHEMAS[0]
+        read = functools.partial(
+            read_systemone, raw, runtime if systemone else None, schema, batch=batch
+        )
         try:
             parsed, shape = await loop.run_in_executor(runtime.executor, read)
         except ApiError as err:
@@ -218,8 +224,9 @@ def build_app(runtime: Runtime) -> FastAPI:
         openapi_extra=DECISIONS_BODY,
     )
     async def systemone(request: Request) -> Response:
-        """The same as ``/v1/decisions``, in the ``--systemone-schema`` schema."""
-        return await decide(request, runtime.config.systemone_schema)
+        """The same as ``/v1/decisions``, in the schema of the model it names (its
+        models-file ``systemone_schema``, else ``--systemone-schema``)."""
+        return await decide(request, systemone=True)
 
     @app.post(
         "/v1/systemone/batch",
@@ -229,7 +236,7 @@ def build_app(runtime: Runtime) -> FastAPI:
     )
     async def systemone_batch(request: Request) -> Response:
         """The same questions about each of 1 to 64 states; one answer block per state."""
-        return await decide(request, runtime.config.systemone_schema, batch=True)
+        return await decide(request, systemone=True, batch=True)
 
     @app.post(
         "/v1/bundle",
@@ -243,7 +250,8 @@ def build_app(runtime: Runtime) -> FastAPI:
 
     @app.get("/v1/models", response_model=None, responses={200: {"model": schemas.ModelList}})
     async def models() -> Response:
-        """Every model's card, the process limits and the active plugins."""
+        """Every model's card, the process limits and the active plugins; ``models`` lists
+        the decision models as Jev clients read them (:func:`~.jev.models_list`)."""
         plugins = [
             {"name": p.name, "distribution": p.distribution, "version": p.version, "error": p.error}
             for p in runtime.catalog.plugins
@@ -259,6 +267,7 @@ def build_app(runtime: Runtime) -> FastAPI:
                 },
                 "plugins": plugins,
                 "data": cards(runtime),
+                "models": jev.models_list(runtime),
             },
         )
 

@@ -37,6 +37,7 @@ from vllm_srun.plugins.requests import (
 from vllm_srun.plugins.spec import RequestError
 
 from . import schemas
+from .jev import SCHEMA as JEV
 from .requests import ApiError, ClientGone, Timing, request_timing
 from .responses import CLIENT_CLOSED, Accounting, respond
 from .runtime import Planned, Runtime
@@ -166,7 +167,8 @@ def read_bundle(raw: bytes, limit: int, schema: str) -> Bundle:
     Args:
         raw: the body bytes.
         limit: ``--max-bundle-tasks``.
-        schema: ``--systemone-schema``, which ``systemone_batch`` tasks follow.
+        schema: ``--systemone-schema``, which ``systemone_batch`` tasks follow (in
+            ``vllm-sr/5.0`` when it is ``jev``: a bundle answers in this runtime's shapes).
 
     Returns:
         The tasks in order, each with its typed request or, when its body fails
@@ -276,7 +278,10 @@ def _raw_request(
         )
     own = [d[len(prefix) :] for d in duplicates if d[: len(prefix)] == prefix]
     batch = task.key == "systemone_batch"
-    return systemone_request(task.payload, own, schema if batch else SCHEMAS[0], batch=batch)
+    # A bundle is this runtime's own surface: its tasks answer in this runtime's shapes
+    # (a task's failure stays in its place), the Jev schema's included.
+    own_schema = schema if batch and schema != JEV else SCHEMAS[0]
+    return systemone_request(task.payload, own, own_schema, batch=batch)
 
 
 def submit_by_model(

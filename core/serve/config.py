@@ -33,6 +33,7 @@ ENTRY_KEYS = (
     "revision",
     "name",
     "options",
+    "systemone_schema",
     *(f.name for f in engine_fields()),
 )
 """Keys a models-file entry may have: the model, and every engine argument."""
@@ -42,6 +43,7 @@ ENTRY_TYPES: dict[str, type] = {
     "revision": str,
     "name": str,
     "options": dict,
+    "systemone_schema": str,
 }
 """The types of the entry keys that are not engine arguments."""
 
@@ -51,7 +53,14 @@ BLANK_FIXES = {
     "name": "give the model ID requests use, or leave name out to serve the model "
     "under its `model`",
     "revision": "give the 40-hex commit, or leave revision out",
+    "systemone_schema": "give one of vllm-sr/5.0, vllm-sr/4.0, jev, or leave systemone_schema "
+    "out for the process's --systemone-schema",
 }
+
+SYSTEMONE_SCHEMAS = ("vllm-sr/5.0", "vllm-sr/4.0", "jev")
+"""The System One schemas (``--systemone-schema``, a models-file entry's
+``systemone_schema``); the first is the default. ``jev`` is TypeSafe's Jev API
+(typesafe-sdk 0.7.5, jevcompat SPEC 0.1): see :mod:`vllm_srun.serve.jev`."""
 """What to do about a blank value of an entry key that is not an engine argument."""
 
 
@@ -69,6 +78,8 @@ class ModelConfig(EngineArgs):
         name: the model ID requests use (default: ``model`` as given).
         revision: the 40-hex commit of a Hub repository.
         options: family options (the family that loads the model checks them).
+        systemone_schema: the System One schema its ``/v1/systemone`` answers follow
+            (one of :data:`SYSTEMONE_SCHEMAS`); ``None`` for the process's.
 
     Its ``profile`` (an engine argument, ``--profile``) is the numeric profile it is
     served under; the router writes it for the workers it manages.
@@ -78,6 +89,7 @@ class ModelConfig(EngineArgs):
     name: str | None = None
     revision: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    systemone_schema: str | None = None
 
     @property
     def served_name(self) -> str:
@@ -181,9 +193,11 @@ class ServeConfig:
     systemone_schema: str = option(
         "vllm-sr/5.0",
         kind="choice",
-        choices=("vllm-sr/5.0", "vllm-sr/4.0"),
+        choices=SYSTEMONE_SCHEMAS,
         help="the System One schema of /v1/systemone and /v1/systemone/batch; vllm-sr/4.0 "
-        "also accepts the older request forms",
+        "also accepts the older request forms; jev answers as TypeSafe's Jev API (its "
+        "SDKs' model alias jev-latest, Jev answer and error shapes); a models-file entry's "
+        "systemone_schema overrides it for that model",
     )
     autotune_cache: str | None = option(
         None,
@@ -213,6 +227,11 @@ def _checked(entry: dict[str, Any], key: str, where: str) -> Any:
             raise ConfigError(f"{where}: {key} must be {expected.__name__}")
         if isinstance(value, str) and not value.strip():
             raise ConfigError(f"{where}: {key} is blank; {BLANK_FIXES[key]}")
+        if key == "systemone_schema" and value not in SYSTEMONE_SCHEMAS:
+            raise ConfigError(
+                f"{where}: systemone_schema {value!r} is not a System One schema; "
+                f"{BLANK_FIXES[key]}"
+            )
         return value
     try:
         return check_entry_value(key, value)

@@ -264,7 +264,7 @@ class DecisionQuestion(Strict):
     criteria: dict[str, str | None] | list[str] | None = Field(
         None,
         description="Choice: 2..255 option keys to descriptions (null allowed); "
-        'Noul: {"false": ..., "true": ...}; Score: 2..10 level descriptions, level 1 first.',
+        'Noul: {"false": ..., "true": ...}; Score: 2..10 level descriptions, level 0 first.',
     )
     choices: list[DecisionOption] | None = Field(
         None, description="Choice and Noul: the options as a list instead of criteria."
@@ -340,7 +340,9 @@ class NoulAnswer(Strict):
 
 class ScoreAnswer(Strict):
     type: Literal["score"]
-    score: float = Field(description="The expected level, levels numbered from 1.")
+    score: float = Field(
+        description="The expected level, levels numbered from 0 (0 <= score <= N-1)."
+    )
     probabilities: dict[str, float]
     confidence: float
     legend: dict[str, str | None]

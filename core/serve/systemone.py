@@ -1,5 +1,5 @@
-"""The System One routes' own shapes: ``/v1/systemone/batch`` and the older request
-forms ``--systemone-schema vllm-sr/4.0`` accepts.
+"""The System One routes' own shapes: ``/v1/systemone/batch``, the older request
+forms ``--systemone-schema vllm-sr/4.0`` accepts, and the ``jev`` schema (:mod:`.jev`).
 
 Both are translations around the one decisions request
 (:class:`vllm_srun.plugins.decisions.DecisionsRequest`): a body is rewritten
@@ -7,7 +7,9 @@ into a ``/v1/decisions`` body, validated as every decisions body is (duplicate
 keys included), answered by the model as usual, and the answer is reshaped
 back. Nothing here reads a model.
 
-``vllm-sr/4.0`` accepts, beside every ``vllm-sr/5.0`` form, a Choice
+A model's schema is its models-file ``systemone_schema``, else the process's
+``--systemone-schema`` (:func:`target` finds it from the body's ``model``, the Jev
+alias ``jev-latest`` included). ``vllm-sr/4.0`` accepts, beside every ``vllm-sr/5.0`` form, a Choice
 question's ``criteria`` as a plain array of option keys (``["billing",
 "outage"]``), read as keys without descriptions. (``states`` as an object of
 named entries is no longer a 4.0 form: every decisions body takes it, and the
@@ -22,15 +24,23 @@ from __future__ import annotations
 import re
 from collections.abc import ValuesView
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vllm_srun.plugins.decisions import DecisionsRequest, loads_checked, parse_request
+from vllm_srun.plugins.decisions import (
+    DecisionsRequest,
+    InvalidQuestions,
+    loads_checked,
+    parse_request,
+)
+from vllm_srun.plugins.decisions.schema import REQUEST_FIELDS
 from vllm_srun.plugins.spec import RequestError
 
+from . import jev
+from .config import SYSTEMONE_SCHEMAS as SCHEMAS
 from .requests import ApiError
 
-SCHEMAS = ("vllm-sr/5.0", "vllm-sr/4.0")
-"""The System One schemas ``--systemone-schema`` names; the first is the default."""
+if TYPE_CHECKING:
+    from .runtime import Runtime
 
 MAX_BATCH_STATES = 64
 """States one ``/v1/systemone/batch`` request may ask about (the command reference's 1-64)."""
@@ -44,9 +54,11 @@ class Shape:
 
     Attributes:
         batch: answer ``{"results": [...]}``, one block per state in order.
+        schema: the System One schema the answer follows (:data:`SCHEMAS`).
     """
 
     batch: bool = False
+    schema: str = SCHEMAS[0]
 
 
 def _upgrade_questions(questions: Any) -> None:
@@ -124,24 +136,67 @@ def batch_body(body: dict[str, Any], duplicates: list[Path]) -> tuple[dict[str, 
     return rewritten, moved
 
 
-def read_systemone(raw: bytes, schema: str, *, batch: bool) -> tuple[DecisionsRequest, Shape]:
+def target(runtime: Runtime, model: Any) -> tuple[Any, str]:
+    """The ``model`` a System One body should carry and the schema it is answered in.
+
+    ``jev-latest`` (:data:`.jev.ALIAS`), when no model is served under that ID, becomes
+    the model it reaches (:func:`.jev.alias_target`). The schema is the named model's
+    (:func:`.jev.schema_of`); an unknown or absent name takes the process's (the
+    failure is then reported as that schema reports it).
+
+    Raises:
+        ApiError: 404 ``model_not_found``: the alias reaches no single decision model.
+    """
+    state = None
+    if model == jev.ALIAS and jev.ALIAS not in runtime.models:
+        state = jev.alias_target(runtime)
+        model = state.name
+    elif isinstance(model, str):
+        try:
+            state = runtime.served_state(model)
+        except ApiError:
+            state = None
+    elif model is None and len(runtime.models) == 1:
+        state = next(iter(runtime.models.values()))
+    return model, jev.schema_of(runtime, state)
+
+
+def read_systemone(
+    raw: bytes, runtime: Runtime | None, schema: str, *, batch: bool
+) -> tuple[DecisionsRequest, Shape]:
     """A ``/v1/systemone`` or ``/v1/systemone/batch`` body validated as a decisions request.
 
     Args:
         raw: the body bytes.
-        schema: ``--systemone-schema`` (one of :data:`SCHEMAS`).
+        runtime: the runtime whose models the body's ``model`` names (:func:`target`);
+            ``None`` reads the body in ``schema`` as it is.
+        schema: the process's ``--systemone-schema`` (one of :data:`SCHEMAS`), for a body
+            whose model does not say.
         batch: whether the body is a batch.
 
     Raises:
-        ApiError: 400 ``invalid_request`` naming the problem.
+        ApiError: 400 ``invalid_request`` naming the problem, or 404 ``model_not_found``
+            (the Jev alias reaches no single model); in the ``jev`` schema a
+            :class:`~.jev.JevError` (422 for a malformed body or an invalid question).
     """
     try:
         value, duplicates = loads_checked(raw)
         if not isinstance(value, dict):
             raise RequestError("invalid_request", "the request must be a JSON object")
+        if runtime is not None:
+            try:
+                value["model"], schema = target(runtime, value.get("model"))
+            except ApiError as err:
+                raise (jev.as_jev(err) if schema == jev.SCHEMA else err) from None
+            if value["model"] is None:
+                del value["model"]
         return systemone_request(value, list(duplicates), schema, batch=batch)
+    except InvalidQuestions as err:
+        problems = ((path, message, "invalid_question") for path, message in err.questions)
+        raise jev.invalid(problems) from err
     except RequestError as err:
-        raise ApiError(err.code, err.message) from err
+        error = ApiError(err.code, err.message)
+        raise (jev.as_jev(error) if schema == jev.SCHEMA else error) from err
 
 
 def systemone_request(
@@ -153,21 +208,65 @@ def systemone_request(
         duplicates: the body's duplicated keys, relative to ``value``.
 
     Raises:
-        RequestError: ``invalid_request``.
+        RequestError: ``invalid_request``; in the ``jev`` schema
+            :class:`~vllm_srun.plugins.decisions.InvalidQuestions` for invalid questions.
     """
-    shape = Shape(batch=batch)
+    shape = Shape(batch=batch, schema=schema)
+    strict = schema == jev.SCHEMA
     if schema == "vllm-sr/4.0":
         if batch:
             _upgrade_questions(value.get("questions"))
         else:
             upgrade_v4(value)
+    if strict:
+        value, duplicates = jev_fields(value, duplicates, batch=batch)
     if not batch:
-        return parse_request(value, duplicates), shape
+        return parse_request(
+            value, duplicates, instructions_optional=strict, refuse_invalid=strict
+        ), shape
     value, duplicates = batch_body(value, duplicates)
     try:
-        return parse_request(value, duplicates), shape
+        return parse_request(
+            value, duplicates, instructions_optional=strict, refuse_invalid=strict
+        ), shape
+    except InvalidQuestions as err:
+        moved = [(_batch_path(path), batch_paths(message)) for path, message in err.questions]
+        raise InvalidQuestions(moved) from err
     except RequestError as err:
         raise RequestError(err.code, batch_paths(err.message)) from err
+
+
+BATCH_FIELDS = ("model", "states", "questions", "options")
+"""The fields of a ``/v1/systemone/batch`` body."""
+
+
+def jev_fields(
+    value: dict[str, Any], duplicates: list[Path], *, batch: bool
+) -> tuple[dict[str, Any], list[Path]]:
+    """A Jev body with only the fields this runtime reads: others are ignored, as Jev
+    clients expect (they send their own); ``assets`` must hold no image.
+
+    Raises:
+        RequestError: ``invalid_request``: ``assets`` holds an asset (no model served here
+            reads images).
+    """
+    assets = value.get("assets")
+    if assets:
+        raise RequestError(
+            "invalid_request",
+            "assets holds an image, but no model served here reads images; describe the "
+            "image in the state as text, and leave assets out",
+        )
+    known = BATCH_FIELDS if batch else REQUEST_FIELDS
+    kept = {key: item for key, item in value.items() if key in known}
+    return kept, [path for path in duplicates if path and path[0] in known]
+
+
+def _batch_path(path: Path) -> Path:
+    """A path in the rewritten batch body, in the batch's own terms (see :func:`batch_paths`)."""
+    if path[:1] == ("states",) and len(path) > 1 and isinstance(path[1], int):
+        return ("states", path[1] + 1, *path[2:])
+    return ("states", 0, *path) if path[:1] != ("questions",) else path
 
 
 def batch_paths(message: str) -> str:
@@ -184,20 +283,33 @@ def reshape(body: dict[str, Any], shape: Shape) -> dict[str, Any]:
     object) gains the ``model`` that answered it. A batch becomes ``{"model",
     "results": [{"index", "answers"}], "usage"}``, its ``usage`` the sum of
     every state's own (the same questions asked of each state, each counted as
-    its own request).
+    its own request). In the ``jev`` schema the answer is the Jev one (:mod:`.jev`).
+
+    Raises:
+        JevError: in the ``jev`` schema, a question failed (a Jev answer has no error).
     """
+    if shape.schema == jev.SCHEMA:
+        return jev.batch_body(_batched(body)) if shape.batch else jev.body(body)
+    return _batched(body) if shape.batch else _named(body)
+
+
+def _batched(body: dict[str, Any]) -> dict[str, Any]:
+    """A decisions answer as a batch's ``{"model", "results", "usage"}``."""
+    entries = body.get("states") or []
+    results = [{"index": 0, "answers": body["answers"]}]
+    results += [{"index": s["index"] + 1, "answers": s["answers"]} for s in entries]
+    usage = {
+        key: body["usage"][key] + sum(s["usage"][key] for s in entries) for key in body["usage"]
+    }
+    reshaped = {"model": body["model"], "results": results, "usage": usage}
+    if "meta" in body:
+        reshaped["meta"] = body["meta"]
+    return reshaped
+
+
+def _named(body: dict[str, Any]) -> dict[str, Any]:
+    """A decisions answer whose ``states`` entries each name the ``model`` that answered."""
     states = body.get("states")
-    if shape.batch:
-        entries = states or []
-        results = [{"index": 0, "answers": body["answers"]}]
-        results += [{"index": s["index"] + 1, "answers": s["answers"]} for s in entries]
-        usage = {
-            key: body["usage"][key] + sum(s["usage"][key] for s in entries) for key in body["usage"]
-        }
-        reshaped = {"model": body["model"], "results": results, "usage": usage}
-        if "meta" in body:
-            reshaped["meta"] = body["meta"]
-        return reshaped
     model = body.get("model")
     if isinstance(states, dict):
         return {**body, "states": {k: {"model": model, **v} for k, v in states.items()}}

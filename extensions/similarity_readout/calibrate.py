@@ -107,12 +107,12 @@ def mean_nll(measured: Sequence[Measured], temperature: float) -> float:
 
 
 def mean_abs_error(measured: Sequence[Measured], temperature: float) -> float:
-    """Mean ``|sum_k k * p_k - label level|`` under ``p = softmax(cos / T)`` (levels from 1)."""
+    """Mean ``|sum_k k * p_k - label level|`` under ``p = softmax(cos / T)`` (levels from 0)."""
     total = 0.0
     for _, cosines, label, _ in measured:
         p = torch.softmax(cosines / temperature, dim=0)
-        levels = torch.arange(1, len(p) + 1, dtype=p.dtype)
-        total += abs(float((p * levels).sum()) - (label + 1))
+        levels = torch.arange(len(p), dtype=p.dtype)
+        total += abs(float((p * levels).sum()) - label)
     return total / max(len(measured), 1)
 
 

@@ -7,19 +7,21 @@ embeds
   as JSON), windowed when it is longer than the model's input limit (the
   host's pooled-window mean);
 - each Choice or Score option as ``"{instructions} {key}: {description}"``
-  (Score keys are the levels ``1..N``); a Choice key without a description
+  (Score keys are the levels ``0..N-1``); a Choice key without a description
   is expanded into ``"{instructions} This is about {words}."``, its words the
   key with ``_``, ``-`` and ``.`` as spaces, camelCase split and lower case
   (``billing_dispute`` reads "This is about billing dispute.");
 - a Noul question's true option as ``"{instructions} {description}"`` (the
   instructions alone without a description), its false option the same way
-  only when the client describes it,
+  only when the client describes it; a question without instructions embeds
+  its descriptions alone (a Noul one then has at least one described option,
+  and an undescribed side reads the baseline below),
 
 then ``z_i = cos(e(s), e(o_i))`` and ``p = softmax(z / T)`` with the
 temperature ``T`` of the question type from ``calibration/temperature.json``.
 A Score answer is the expected level ``sum_k k * p_k`` (an ordinal readout),
 its ``T`` fitted for the least mean absolute error of that level.
-A Noul question whose false option is not described reads ``z_false = b``,
+A Noul option with no text of its own reads ``z = b``,
 the calibrated ``noul_baseline``: "not this" has no text of its own, so the
 state must be more similar to the question than ``b`` for P(true) > 0.5.
 That is a zero-shot approximation of a trained readout: the card reports
@@ -101,20 +103,27 @@ def option_texts(question: Question) -> list[str | None]:
     ``None`` stands for a Noul false option without a description: it reads
     the calibrated baseline instead of a similarity.
     """
+    asked = question.instructions
     if question.type == "noul":
         texts: list[str | None] = []
         for option in question.options:
             if option.description is None:
-                texts.append(None if option.key == "false" else question.instructions)
+                # a Noul without instructions has a described option (the schema's rule)
+                texts.append(None if option.key == "false" or not asked else asked)
             else:
-                texts.append(f"{question.instructions} {option.description}")
+                texts.append(_joined(asked, option.description))
         return texts
     return [
-        f"{question.instructions} This is about {key_words(o.key)}."
+        _joined(asked, f"This is about {key_words(o.key)}.")
         if o.description is None
-        else f"{question.instructions} {o.key}: {o.description}"
+        else _joined(asked, f"{o.key}: {o.description}")
         for o in question.options
     ]
+
+
+def _joined(instructions: str, text: str) -> str:
+    """``"{instructions} {text}"``, or ``text`` alone for a question without instructions."""
+    return f"{instructions} {text}" if instructions else text
 
 
 def key_words(key: str) -> str:

@@ -56,6 +56,9 @@ def _letters(upper: bool, count: int) -> tuple[str, ...] | None:
 
 
 def _numbers(count: int) -> tuple[str, ...]:
+    """Numbered option labels ``1``..``count``, as a prompt shows them to the model (what a
+    language model reads most naturally); a Score answer keys its levels from 0 whatever
+    the labels the prompt used."""
     return tuple(str(k) for k in range(1, count + 1))
 
 
@@ -207,13 +210,27 @@ class Renderer:
         return [*self._head_ids, *content.ids, *self._tail_ids]
 
 
+UNASKED = {
+    "choice": "Which option fits the state?",
+    "noul": "Which option describes the state?",
+    "score": "Which level fits the state?",
+}
+"""The question a prompt asks when the client gave no instructions (a Noul described by
+its criteria; a Jev Choice or Score, whose options say what is asked)."""
+
+
+def asked(question: Question) -> str:
+    """The question's instructions, or :data:`UNASKED` for its type when it has none."""
+    return question.instructions or UNASKED[question.type]
+
+
 def message(state: str, question: Question, shown: tuple[str, ...]) -> str:
     """The user message for ``question`` about ``state`` with option labels ``shown``.
 
     Noul lists ``yes`` (true) before ``no`` (false); ``shown`` is in option
     order (false, true).
     """
-    lines = [f"State:\n{state}", "", f"Question: {question.instructions}", "Options:"]
+    lines = [f"State:\n{state}", "", f"Question: {asked(question)}", "Options:"]
     pairs = list(zip(shown, question.options, strict=True))
     if question.type == "noul":
         pairs.reverse()

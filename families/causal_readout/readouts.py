@@ -31,7 +31,7 @@ import torch
 from vllm_srun.plugins.decisions import Question
 from vllm_srun.plugins.spec import DecoderBatch
 
-from .prompts import message
+from .prompts import asked, message
 
 METHODS = ("letters", "letters_cf", "option_sum", "option_mean")
 """The readouts :func:`option_scores` computes."""
@@ -49,9 +49,7 @@ def option_texts(question: Question) -> tuple[str, ...]:
     if question.type == "noul":
         return NOUL_REPLIES
     if question.type == "score":
-        return tuple(
-            o.description if o.description else str(k) for k, o in enumerate(question.options, 1)
-        )
+        return tuple(o.description if o.description else o.key for o in question.options)
     return tuple(o.key for o in question.options)
 
 
@@ -68,7 +66,7 @@ def option_message(state: str, question: Question) -> str:
     Reply with one of: billing, shipping.
     """
     texts = option_texts(question)
-    lines = [f"State:\n{state}", "", f"Question: {question.instructions}", "Options:"]
+    lines = [f"State:\n{state}", "", f"Question: {asked(question)}", "Options:"]
     for option, text in zip(question.options, texts, strict=True):
         if question.type in ("choice", "noul") and option.description is not None:
             lines.append(f"- {text}: {option.description}")

@@ -34,7 +34,7 @@ by concept into:
   :func:`response_body` (each entry with its own ``usage``; ``states`` answered
   as an array or under its names, as asked) and :func:`state_answers`.
 
-Answer shapes (``probabilities`` in option order; Score levels keyed ``"1"``..``"N"``):
+Answer shapes (``probabilities`` in option order; Score levels keyed ``"0"``..``"N-1"``):
 
 - Choice ``{"type": "choice", "choice", "probabilities", "confidence"}``;
 - Noul ``{"type": "noul", "noul"}``, ``noul`` = P(true);
@@ -74,6 +74,7 @@ from .schema import (
     MAX_LEVELS,
     MIN_CHOICES,
     MIN_LEVELS,
+    InvalidQuestions,
     is_blank,
     is_encodable,
     parse_body,
@@ -90,6 +91,7 @@ __all__ = [
     "QUESTION_TYPES",
     "DecisionsRequest",
     "InvalidQuestion",
+    "InvalidQuestions",
     "Option",
     "Path",
     "Question",

@@ -49,7 +49,7 @@ class Option:
 
     Attributes:
         key: the option's key (Choice: the client's key; Noul: ``false``/``true``;
-            Score: the level ``"1"``..``"N"``).
+            Score: the level ``"0"``..``"N-1"``).
         description: what the option means, or ``None``.
     """
 
@@ -66,7 +66,7 @@ class Question:
         type: ``choice``, ``noul`` or ``score``.
         instructions: the question itself (non-blank).
         options: Choice: the client's options in order; Noul: ``false`` then
-            ``true``; Score: levels ``"1"``..``"N"``, level 1 first.
+            ``true``; Score: levels ``"0"``..``"N-1"``, level 0 first.
     """
 
     name: str

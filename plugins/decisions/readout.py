@@ -7,7 +7,8 @@
   most probable key (the first on a tie), ``probabilities`` by key;
 - Noul ``{"type": "noul", "noul"}``, ``noul`` = P(true);
 - Score ``{"type": "score", "score", "probabilities", "confidence", "legend"}``:
-  ``score`` the expected level ``sum_k k * p_k``, levels keyed ``"1"``..``"N"``;
+  ``score`` the expected level ``sum_k k * p_k``, levels numbered from 0 and keyed
+  ``"0"``..``"N-1"`` (as the upstream router and the Jev schema number them);
 - a logit that is not finite answers ``invalid_model_output``
   (:func:`~.questions.failed_answer`).
 
@@ -135,14 +136,14 @@ def score_answer(
     logits: torch.Tensor | Sequence[float],
     temperature: float = 1.0,
 ) -> dict[str, Any]:
-    """A Score answer over levels ``1..N``.
+    """A Score answer over levels ``0..N-1``.
 
-    ``score = sum_k k * p_k`` (the expected level); ``probabilities`` and
-    ``legend`` are keyed ``"1"``..``"N"``.
+    ``score = sum_k k * p_k`` with ``k`` from 0 (the expected level, in ``[0, N-1]``);
+    ``probabilities`` and ``legend`` are keyed ``"0"``..``"N-1"``.
 
     Args:
-        descriptions: level descriptions, level 1 first.
-        logits: one logit per level, level 1 first.
+        descriptions: level descriptions, level 0 first.
+        logits: one logit per level, level 0 first.
         temperature: the softmax temperature.
     """
     import torch
@@ -151,8 +152,8 @@ def score_answer(
     if values is None:
         return _invalid_output("score")
     p = softmax(values, temperature)
-    levels = torch.arange(1, len(descriptions) + 1, dtype=torch.float64)
-    keys = [str(k) for k in range(1, len(descriptions) + 1)]
+    levels = torch.arange(len(descriptions), dtype=torch.float64)
+    keys = [str(k) for k in range(len(descriptions))]
     return {
         "type": "score",
         "score": float((p * levels).sum()),

@@ -49,6 +49,7 @@ from .questions import (
     Option,
     Question,
     StateEntry,
+    state_text,
 )
 
 REQUEST_FIELDS = ("model", "state", "questions", "states", "images", "options")
@@ -110,15 +111,47 @@ def _unencodable(value: Any) -> bool:
     return False
 
 
+class InvalidQuestions(RequestError):
+    """A request refused whole because questions in it break the schema
+    (:func:`parse_request` with ``refuse_invalid``).
+
+    Attributes:
+        questions: ``(path, message)`` of each invalid question, in request order; the
+            path locates the question in the body (``("questions", "q1")``,
+            ``("states", 0, "questions", "q1")``).
+    """
+
+    def __init__(self, questions: Sequence[tuple[Path, str]]) -> None:
+        super().__init__(
+            "invalid_request", f"questions break the schema: {listed([m for _, m in questions])}"
+        )
+        self.questions = tuple(questions)
+
+
 class _Invalid(Exception):
     """One question breaks the schema (internal: becomes :class:`InvalidQuestion`)."""
 
 
-def _text(value: Any, where: str, *, nullable: bool = False) -> str | None:
+def _text(value: Any, where: str, *, nullable: bool = False, structured: bool = True) -> str | None:
+    """A text field as the model reads it.
+
+    A string is kept as sent; with ``structured``, an object or an array (structured text,
+    as the Jev SDKs send it) reads as its JSON (:func:`~.questions.state_text`). Keys stay
+    strings (``structured=False``).
+    """
     if value is None and nullable:
         return None
+    if structured and isinstance(value, dict | list):
+        if not value or _blank_structure(value):
+            raise _Invalid(
+                f"{where} is an empty {'object' if isinstance(value, dict) else 'array'}"
+            )
+        if _unencodable(value):
+            raise _Invalid(f"{where} holds a lone surrogate (not Unicode text)")
+        return state_text(value)
     if not isinstance(value, str):
-        kind = "a string or null" if nullable else "a string"
+        kind = "a string" if not structured else "text, an object or an array"
+        kind += " or null" if nullable else ""
         raise _Invalid(f"{where} must be {kind}, not {_kind(value)}")
     if is_blank(value):
         hint = " (use null for no description)" if nullable else ""
@@ -126,6 +159,18 @@ def _text(value: Any, where: str, *, nullable: bool = False) -> str | None:
     if not is_encodable(value):
         raise _Invalid(f"{where} holds a lone surrogate (not Unicode text)")
     return value
+
+
+def _blank_structure(value: Any) -> bool:
+    """Whether structured text holds nothing to read: no value anywhere but blank
+    strings, nulls and empty containers."""
+    if isinstance(value, dict):
+        return all(_blank_structure(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_blank_structure(v) for v in value)
+    if isinstance(value, str):
+        return is_blank(value)
+    return value is None
 
 
 def _kind(value: Any) -> str:
@@ -154,7 +199,7 @@ def _choices_list(value: Any, where: str) -> list[Option]:
             raise _Invalid(f"{at}.{clip(unknown[0])} is not a field of a choice (key, description)")
         if "key" not in item:
             raise _Invalid(f"{at}.key is missing")
-        key = _text(item["key"], f"{at}.key")
+        key = _text(item["key"], f"{at}.key", structured=False)
         assert key is not None
         if any(o.key == key for o in options):
             raise _Invalid(f"{where} has the key {clip(key)!r} twice")
@@ -184,7 +229,31 @@ def _count(options: Sequence[Any], where: str, low: int, high: int, noun: str) -
         raise _Invalid(f"{where} has {len(options)} {shown}; a question takes {low} to {high}")
 
 
-def _question(name: str, raw: Any, where: str, duplicates: Sequence[Path]) -> Question:
+def _noul_options(raw: dict[str, Any], form: str, at: str) -> tuple[Option, ...]:
+    """A Noul question's ``false`` and ``true`` options from its ``criteria`` or ``choices``:
+    absent, null or empty leaves both undescribed; one side alone describes that side."""
+    described: dict[str, str | None] = {"false": None, "true": None}
+    value = raw.get(form)
+    if value is not None:
+        given = _criteria_object(value, at) if form == "criteria" else _choices_list(value, at)
+        keys = [o.key for o in given]
+        if any(key not in NOUL_KEYS for key in keys):
+            raise _Invalid(
+                f"{at} takes the keys false and true (either or both), "
+                f"not {', '.join(sorted(keys))}"
+            )
+        described |= {o.key: o.description for o in given}
+    return tuple(Option(k, described[k]) for k in NOUL_KEYS)
+
+
+def _question(
+    name: str,
+    raw: Any,
+    where: str,
+    duplicates: Sequence[Path],
+    *,
+    instructions_optional: bool = False,
+) -> Question:
     if not isinstance(raw, dict):
         raise _Invalid(f"{where} must be an object, not {_kind(raw)}")
     if duplicates:
@@ -200,10 +269,7 @@ def _question(name: str, raw: Any, where: str, duplicates: Sequence[Path]) -> Qu
     if kind not in QUESTION_TYPES:
         shown = "missing" if "type" not in raw else f"{kind!r}"
         raise _Invalid(f"{where}.type must be one of {', '.join(QUESTION_TYPES)}, not {shown}")
-    if "instructions" not in raw:
-        raise _Invalid(f"{where}.instructions is missing")
-    instructions = _text(raw["instructions"], f"{where}.instructions")
-    assert instructions is not None
+    instructions = _text(raw.get("instructions"), f"{where}.instructions", nullable=True)
     alternative = {"choice": "choices", "noul": "choices", "score": "levels"}[kind]
     wrong = next(
         (f for f in ("choices", "levels") if f in raw and f != alternative),
@@ -224,21 +290,16 @@ def _question(name: str, raw: Any, where: str, duplicates: Sequence[Path]) -> Qu
         _count(options, at, MIN_CHOICES, MAX_CHOICES, "options")
         return Question(name, kind, instructions, tuple(options))
     if kind == "noul":
-        described: dict[str, str | None] = {"false": None, "true": None}
-        if form in raw:
-            given = (
-                _criteria_object(raw[form], at)
-                if form == "criteria"
-                else _choices_list(raw[form], at)
+        noul = _noul_options(raw, form, at)
+        if instructions is None and all(o.description is None for o in noul):
+            raise _Invalid(
+                f"{where}.instructions is missing; a noul question takes instructions, "
+                "or criteria that describe true or false"
             )
-            keys = sorted(o.key for o in given)
-            if keys != sorted(NOUL_KEYS):
-                raise _Invalid(
-                    f"{at} must have exactly the keys false and true, "
-                    f"not {', '.join(keys) or 'none'}"
-                )
-            described = {o.key: o.description for o in given}
-        return Question(name, kind, instructions, tuple(Option(k, described[k]) for k in NOUL_KEYS))
+        return Question(name, kind, instructions or "", noul)
+    if instructions is None and not instructions_optional:
+        raise _Invalid(f"{where}.instructions is missing")
+    instructions = instructions or ""
     if form not in raw:
         raise _Invalid(f"{where} needs criteria or levels (a list of level descriptions)")
     levels = raw[form]
@@ -248,7 +309,7 @@ def _question(name: str, raw: Any, where: str, duplicates: Sequence[Path]) -> Qu
     options = []
     for index, description in enumerate(levels):
         text = _text(description, f"{at}[{index}]")
-        options.append(Option(str(index + 1), text))
+        options.append(Option(str(index), text))
     return Question(name, kind, instructions, tuple(options))
 
 
@@ -256,7 +317,13 @@ def _under(duplicates: Iterable[Path], prefix: Path) -> list[Path]:
     return [d for d in duplicates if d[: len(prefix)] == prefix and len(d) > len(prefix)]
 
 
-def _entry(raw: Mapping[str, Any], where: Path, duplicates: Sequence[Path]) -> StateEntry:
+def _entry(
+    raw: Mapping[str, Any],
+    where: Path,
+    duplicates: Sequence[Path],
+    *,
+    instructions_optional: bool = False,
+) -> StateEntry:
     label = describe_path(where)
     prefix = f"{label}." if label else ""
     state = raw.get("state")
@@ -304,7 +371,15 @@ def _entry(raw: Mapping[str, Any], where: Path, duplicates: Sequence[Path]) -> S
                 raise _Invalid(f"{prefix}questions has the question {clip(name)!r} more than once")
             if is_blank(name) or not is_encodable(name):
                 raise _Invalid(f"{prefix}questions has a blank or malformed question name")
-            parsed.append(_question(name, body, label_q, _under(duplicates, where_q)))
+            parsed.append(
+                _question(
+                    name,
+                    body,
+                    label_q,
+                    _under(duplicates, where_q),
+                    instructions_optional=instructions_optional,
+                )
+            )
         except _Invalid as err:
             parsed.append(InvalidQuestion(name, kind, str(err)))
     return StateEntry(state, tuple(parsed), where)
@@ -332,7 +407,9 @@ def _images(images: Any, prefix: str) -> None:
         )
 
 
-def _state_entries(states: Any, duplicates: Sequence[Path]) -> list[StateEntry]:
+def _state_entries(
+    states: Any, duplicates: Sequence[Path], *, instructions_optional: bool = False
+) -> list[StateEntry]:
     """The ``states`` entries: an array (``states[0]``, ...) or an object of named
     entries (``states.alpha``, ...), each ``{state, questions, images?}``."""
     if isinstance(states, list):
@@ -368,7 +445,7 @@ def _state_entries(states: Any, duplicates: Sequence[Path]) -> list[StateEntry]:
                 f"{label}.{clip(unknown[0])} is not a field of a state entry "
                 f"({', '.join(ENTRY_FIELDS)})",
             )
-        entries.append(_entry(raw, where, duplicates))
+        entries.append(_entry(raw, where, duplicates, instructions_optional=instructions_optional))
     return entries
 
 
@@ -403,7 +480,12 @@ def _options(raw: Any) -> tuple[float | None, str | None, bool]:
 
 
 def parse_request(
-    body: Mapping[str, Any], duplicates: Iterable[Path] = (), *, extra_fields: Iterable[str] = ()
+    body: Mapping[str, Any],
+    duplicates: Iterable[Path] = (),
+    *,
+    extra_fields: Iterable[str] = (),
+    instructions_optional: bool = False,
+    refuse_invalid: bool = False,
 ) -> DecisionsRequest:
     """Validate a decisions request body.
 
@@ -414,6 +496,12 @@ def parse_request(
             task's own prefix first).
         extra_fields: further top-level fields the caller handles itself
             (for example a bundle task's ``surface``); they are ignored here.
+        instructions_optional: a Choice or Score question may leave ``instructions``
+            out (the Jev schema's rule: its options say what is asked); a Noul question
+            may in every schema, when its criteria describe true or false.
+        refuse_invalid: refuse the whole request when any question is invalid
+            (:class:`InvalidQuestions`) instead of answering it ``invalid_question``
+            in its place.
 
     Returns:
         The request; each question is a :class:`Question` or, when it breaks
@@ -426,6 +514,7 @@ def parse_request(
             non-empty ``images``, a duplicated key outside a question) or when
             no question in it is valid; the message then lists every
             question's reason.
+        InvalidQuestions: with ``refuse_invalid``, a question is invalid.
     """
     if not isinstance(body, Mapping):
         raise RequestError("invalid_request", "the request must be a JSON object")
@@ -455,13 +544,23 @@ def parse_request(
     if model is not None and not isinstance(model, str):
         raise RequestError("invalid_request", f"model must be a string, not {_kind(model)}")
     deadline, profile, meta = _options(body.get("options"))
-    entries = [_entry(body, (), duplicates)]
+    optional = instructions_optional
+    entries = [_entry(body, (), duplicates, instructions_optional=optional)]
     states = body.get("states")
     if states is not None:
-        entries += _state_entries(states, duplicates)
+        entries += _state_entries(states, duplicates, instructions_optional=optional)
     problems = tuple(
         q.message for entry in entries for q in entry.questions if isinstance(q, InvalidQuestion)
     )
+    if refuse_invalid and problems:
+        raise InvalidQuestions(
+            [
+                ((*entry.where, "questions", q.name), q.message)
+                for entry in entries
+                for q in entry.questions
+                if isinstance(q, InvalidQuestion)
+            ]
+        )
     if not any(entry.valid for entry in entries):
         raise RequestError("invalid_request", f"no question is valid: {listed(problems)}")
     return DecisionsRequest(
