@@ -49,7 +49,10 @@ serve: install
 
 # The held-out evaluation (eval/run.py): decisions accuracy on MiniLM and PII span
 # precision/recall/F1 on Rampart, with the pattern recognizers on and off; the tables
-# print and land in eval/results.md. The sets are never used for fitting.
+# print and land in eval/results.md. The sets are never used for fitting. Beside them,
+# JevBench's jevbench-mini coherence suite (eval/jevbench_section.py) runs against MiniLM
+# served in the jev schema on a free local port (about 6 minutes on 2 cores; no network),
+# with its full report in eval/jevbench-minilm.json.gz.
 eval: install
 	$(PY) eval/run.py
 

@@ -89,7 +89,7 @@ def main() -> int:
         )
         [question] = request.entries[0].questions
         keys = [o.key for o in question.options]
-        label = keys.index(str(example["label"]))  # Noul: "false"/"true"; Score: "1".."N"
+        label = keys.index(str(example["label"]))  # Noul: "false"/"true"; Score: "0".."N-1"
         scores = {
             method: option_scores(loaded, request.entries[0].state_text(), question, method)
             for method in METHODS

@@ -5,7 +5,10 @@ Decisions: MiniLM-L6-v2 through ``similarity_readout`` on ``eval/decisions.jsonl
 with bare keys; Score also by mean absolute error of the expected level). PII: Rampart
 on ``eval/pii.jsonl`` with the ``pii_patterns`` recognizers on and off (precision,
 recall and F1 per kind, exact and overlap). Neither set is used for fitting anything.
-The tables are printed and written to ``eval/results.md``.
+Coherence: JevBench's ``jevbench-mini`` suite against MiniLM served in the ``jev`` schema
+(``eval/jevbench_section.py``), beside the published figures jevbench lists. The tables are
+printed and written to ``eval/results.md``; the exit status is 1 when the coherence run
+failed (its section then says why, and the other tables are written all the same).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
+import jevbench_section  # noqa: E402
 from metrics import Counts, span_counts, total  # noqa: E402
 
 
@@ -65,7 +69,7 @@ def decisions(model: Any, rows: list[dict[str, Any]], strip: bool) -> list[dict[
         else:
             probabilities = answer["probabilities"]
             argmax = max(probabilities, key=lambda k: probabilities[k]) == label
-            right = int(float(answer["score"]) + 0.5) == int(label)  # the rounded level
+            right = int(float(answer["score"]) + 0.5) == int(label)  # rounded; levels from 0
             error = abs(float(answer["score"]) - int(label))
         outcomes.append(
             {
@@ -172,6 +176,11 @@ def main() -> int:
         "patterns off": spans_of(rampart, pii_rows, False),
     }
     sets = len({row["set"] for row in decision_rows})
+    try:
+        coherence, failure = jevbench_section.measure(), None
+    except (RuntimeError, OSError, ImportError) as err:
+        coherence, failure = None, str(err)
+        print(f"jevbench section: {failure}", file=sys.stderr)
     report = [
         "# Held-out evaluation (`make eval`)",
         "",
@@ -189,12 +198,13 @@ def main() -> int:
         "",
         *pii_table(pii_rows, runs),
         "",
+        *jevbench_section.section(coherence, failure),
     ]
     text = "\n".join(report)
     print(text)
     (HERE / "results.md").write_text(text, encoding="utf-8")
     write_card_figures(decision_rows, described, keys, pii_rows, runs)
-    return 0
+    return 0 if coherence is not None else 1
 
 
 def _share(outcomes: list[dict[str, Any]], kind: str, key: str = "right") -> float:

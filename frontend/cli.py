@@ -34,6 +34,7 @@ from .config.schema import (
     DEFAULT_MODEL,
     PROFILE,
     PROFILE_MESSAGE,
+    SYSTEMONE_SCHEMAS,
     Config,
     ConfigError,
     load_config,
@@ -164,6 +165,17 @@ def _add_serve(commands: Any) -> None:
         type=_profile_name,
         help="numeric profile of the default deployment's workers: exact (default, "
         "bit-identical), batching or max_speed (docs/profiles.md)",
+    )
+    serve.add_argument(
+        "--systemone-schema",
+        dest="systemone_schema",
+        metavar="SCHEMA",
+        choices=SYSTEMONE_SCHEMAS,
+        help="the System One schema the default deployment's workers answer in: "
+        f"{', '.join(SYSTEMONE_SCHEMAS)} (default: the configured one, else "
+        f"{SYSTEMONE_SCHEMAS[0]}); jev is TypeSafe's Jev API, and a listener whose System "
+        "One models all answer in it speaks Jev's errors and model list too "
+        "(docs/frontend.md); without -e, the engine container's runtime gets it",
     )
     engine = serve.add_argument_group("engine arguments of the default deployment")
     engine.add_argument("--max-num-seqs", type=_positive_int, metavar="N")
@@ -367,6 +379,7 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             device=args.device,
             revision=args.revision,
             profile=args.profile,
+            systemone_schema=args.systemone_schema,
             engine_args=engine_args or None,
         )
         document = apply_serve_options(

@@ -32,7 +32,7 @@ from .api.management import build_management_app
 from .api.native import Grant, Listener
 from .config.bindings import binding_problem
 from .config.in_use import deployments_in_use
-from .config.schema import Config, Deployment
+from .config.schema import JEV_SCHEMA, Config, Deployment
 from .metrics import Metrics, metrics_app
 from .pool import ReplicaPool
 from .startup import DeploymentView, StartupFailed, StartupStatus, wait_for_deployments
@@ -297,6 +297,16 @@ class Frontend:
                 found[public] = pool
         return found
 
+    def _jev(self, public_ids: list[str]) -> tuple[str, ...]:
+        """The ones of ``public_ids`` whose deployment serves the Jev schema."""
+        deployments = self.config.catalog.deployments
+        found = []
+        for public_id in public_ids:
+            name = self.config.deployment_for_public_id(public_id)
+            if name is not None and deployments[name].served_systemone_schema == JEV_SCHEMA:
+                found.append(public_id)
+        return tuple(found)
+
     # -- the run -------------------------------------------------------------------------------
     def request_shutdown(self) -> None:
         """Start the shutdown (a second call skips the wait for requests in flight)."""
@@ -371,6 +381,7 @@ class Frontend:
                 api_keys=tuple(config.api_keys),
                 systemone=tuple(config.systemone.models),
                 runtime=tuple(config.runtime.models),
+                jev=self._jev(config.systemone.models),
             )
             listener = Listener(grant, pools, **options)
             await self._serve(listener.app, config.address, config.port, f"listener {config.name}")

@@ -27,6 +27,7 @@ from vllm_srun.plugins.requests import (
 
 from . import jev, schemas
 from .bundle import answer_bundle
+from .encoding import decoded_body
 from .envelope import Envelope, install_error_handlers
 from .requests import ApiError, ClientGone, request_timing
 from .responses import CLIENT_CLOSED, Accounting, plain_embeddings_refusal, respond
@@ -91,6 +92,23 @@ BUNDLE_BODY = {
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/BundleRequest"}}},
     }
 }
+
+SYSTEMONE_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {
+        "model": schemas.ErrorResponse | schemas.JevError,
+        "description": "This runtime's error document; in the jev schema, Jev's detail "
+        "object beside it.",
+    }
+    | ({"headers": RETRY_AFTER_HEADER} if status in (429, 503) else {})
+    for status in (400, 404, 413, 429, 500, 502, 503, 504)
+} | {
+    422: {
+        "model": schemas.ErrorResponse | schemas.JevValidationError,
+        "description": "unsupported_surface; in the jev schema, a malformed body or an "
+        "invalid question (Jev's detail list).",
+    }
+}
+"""How the System One routes document their failures, in either schema."""
 
 DECISIONS_BODY = {
     "requestBody": {
@@ -197,6 +215,18 @@ def build_app(runtime: Runtime) -> FastAPI:
             return Response(status_code=CLIENT_CLOSED)
         loop = asyncio.get_running_loop()
         schema = runtime.config.systemone_schema if systemone else SCHEMAS[0]
+        encoding = request.headers.get("content-encoding")
+        if encoding is not None:
+            limit = runtime.config.max_request_bytes
+            try:
+                raw = await loop.run_in_executor(
+                    runtime.executor, decoded_body, raw, encoding, limit
+                )
+            except ApiError as err:
+                count(
+                    model_label({}), "decisions", err.status, time.perf_counter() - timing.started
+                )
+                raise (jev.as_jev(err) if schema == jev.SCHEMA else err) from None
         read = functools.partial(
             read_systemone, raw, runtime if systemone else None, schema, batch=batch
         )
@@ -220,7 +250,10 @@ def build_app(runtime: Runtime) -> FastAPI:
     @app.post(
         "/v1/systemone",
         response_model=None,
-        responses={200: {"model": schemas.DecisionsResponse}, **ERROR_RESPONSES},
+        responses={
+            200: {"model": schemas.DecisionsResponse | schemas.JevSystemOneResponse},
+            **SYSTEMONE_ERRORS,
+        },
         openapi_extra=DECISIONS_BODY,
     )
     async def systemone(request: Request) -> Response:
@@ -231,7 +264,10 @@ def build_app(runtime: Runtime) -> FastAPI:
     @app.post(
         "/v1/systemone/batch",
         response_model=None,
-        responses={200: {"model": schemas.SystemOneBatchResponse}, **ERROR_RESPONSES},
+        responses={
+            200: {"model": schemas.SystemOneBatchResponse | schemas.JevBatchResponse},
+            **SYSTEMONE_ERRORS,
+        },
         openapi_extra=SYSTEMONE_BATCH_BODY,
     )
     async def systemone_batch(request: Request) -> Response:

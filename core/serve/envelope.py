@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from vllm_srun.plugins.requests import validation_problems
 from vllm_srun.plugins.spec import clip
 
+from . import jev
 from .requests import ApiError, Timing, request_timing
 from .responses import Accounting, respond
 from .runtime import RECEIVED_BEFORE_SHUTDOWN, Runtime
@@ -291,7 +292,18 @@ def validation_message(err: RequestValidationError) -> str:
 
 def install_error_handlers(app: FastAPI, runtime: Runtime, accounting: Accounting) -> None:
     """Answer every failure with the error document (and count those refused before
-    their route ran)."""
+    their route ran). On the System One routes of a process in the ``jev`` schema, a
+    failure met before the route ran (a body over the limit, a wrong method) carries
+    the Jev ``detail`` too."""
+
+    def jev_route(request: Request) -> bool:
+        return (
+            request.url.path.startswith("/v1/systemone")
+            and runtime.config.systemone_schema == jev.SCHEMA
+        )
+
+    def shaped(request: Request, error: ApiError) -> ApiError:
+        return jev.as_jev(error) if jev_route(request) else error
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, err: ApiError) -> Response:
@@ -306,7 +318,7 @@ def install_error_handlers(app: FastAPI, runtime: Runtime, accounting: Accountin
         accounting.refused(request.url.path, 413, time.perf_counter() - timing.started)
         limit = runtime.config.max_request_bytes
         error = ApiError("request_too_large", f"the body is over {limit} bytes")
-        return respond(413, error.body(), timing)
+        return respond(413, shaped(request, error).body(), timing)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, err: RequestValidationError) -> Response:
@@ -319,6 +331,8 @@ def install_error_handlers(app: FastAPI, runtime: Runtime, accounting: Accountin
     async def http_error(request: Request, err: StarletteHTTPException) -> Response:
         message = f"{request.method} {printable(request.url.path)}: {err.detail}"
         body = {"error": {"code": "invalid_request", "message": message}}
+        if jev_route(request):
+            body["detail"] = {"error_type": "invalid_request", "message": message}
         return respond(err.status_code, body, request_timing(request))
 
     @app.exception_handler(Exception)

@@ -99,11 +99,16 @@ def invalid(problems: Iterable[tuple[Sequence[str | int], str, str]]) -> JevErro
 
 def as_jev(err: ApiError) -> JevError:
     """A failure raised in this runtime's own shape, in the Jev one: ``invalid_request``
-    becomes a 422 validation failure at ``body``; any other keeps its status and code."""
+    becomes a 422 validation failure at ``body``, and so does any other 422 (its code
+    kept); any other keeps its status and code with a ``detail`` object."""
     if isinstance(err, JevError):
         return err
     if err.code == "invalid_request":
         return invalid([((), err.message, "invalid_request")])
+    if err.status == 422:  # Jev clients read every 422 as a validation failure
+        refused = invalid([((), err.message, err.code)])
+        refused.code = err.code  # type: ignore[assignment]
+        return refused
     return JevError(err.status, err.code, err.message)
 
 

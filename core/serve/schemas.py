@@ -427,6 +427,86 @@ class SystemOneBatchResponse(Strict):
     meta: ResponseMeta | None = None
 
 
+# -- the jev schema (--systemone-schema jev; vllm_srun.serve.jev) ---------------------------
+class JevChoiceAnswer(Strict):
+    type: Literal["choice"]
+    choice: str
+    probabilities: dict[str, float]
+    confidence: float = Field(description="(max p - 1/n) / (1 - 1/n), Jev's formula.")
+
+
+class JevScoreAnswer(Strict):
+    type: Literal["score"]
+    score: float = Field(description="The expected level, levels numbered from 0.")
+    probabilities: dict[str, float] = Field(description='Keyed "0".."N-1".')
+    confidence: float = Field(
+        description="1 - sum_i p_i |i - m| / S_n (m the most probable level, S_n the same "
+        "sum for the uniform distribution), Jev's formula."
+    )
+    legend: dict[str, str]
+
+
+JevAnswer = JevChoiceAnswer | NoulAnswer | JevScoreAnswer
+
+
+class JevSystemOneResponse(Strict):
+    """A ``/v1/systemone`` answer in the ``jev`` schema: exactly these fields, this
+    runtime's own extras under ``x_`` names."""
+
+    model: str
+    answers: dict[str, JevAnswer]
+    usage: DecisionUsage
+    x_meta: ResponseMeta | None = None
+    x_states: dict[str, Any] | list[Any] | None = Field(
+        default=None, description="The answers of a request's states entries (not Jev's)."
+    )
+
+
+class JevBatchResult(Strict):
+    index: int
+    answers: dict[str, JevAnswer]
+
+
+class JevBatchResponse(Strict):
+    """A ``/v1/systemone/batch`` answer in the ``jev`` schema."""
+
+    model: str
+    results: list[JevBatchResult]
+    usage: DecisionUsage
+    x_meta: ResponseMeta | None = None
+
+
+class JevValidationItem(Strict):
+    loc: list[str | int] = Field(description='Where in the body: "body", then the path.')
+    msg: str
+    type: str = Field(description="invalid_request or invalid_question.")
+
+
+class JevValidationError(Strict):
+    """A ``jev`` schema validation failure (422): Jev's ``detail`` list, and this
+    runtime's ``error`` beside it."""
+
+    detail: list[JevValidationItem]
+    error: ErrorBody
+
+
+class JevErrorDetail(Strict):
+    error_type: str
+    message: str
+
+
+class JevErrorBody(Strict):
+    code: str
+    message: str
+
+
+class JevError(Strict):
+    """Any other ``jev`` schema failure: Jev's ``detail`` object, and ``error`` beside it."""
+
+    detail: JevErrorDetail
+    error: JevErrorBody
+
+
 class BundleOptions(Strict):
     deadline_ms: Milliseconds | None = Field(
         None, gt=0, allow_inf_nan=False, description="The default deadline of every task."
@@ -704,6 +784,17 @@ class ProcessPlugin(BaseModel):
     error: str | None
 
 
+class JevModel(BaseModel):
+    """A decision model as Jev clients list it (``GET /v1/models`` ``models``)."""
+
+    name: str = Field(description="The model ID, or the alias jev-latest.")
+    description: str
+    release_date: str = Field(
+        description="YYYY-MM-DD: the UTC date the runtime took the model on (a runtime "
+        "does not know a model's release date)."
+    )
+
+
 class ModelList(BaseModel):
     """Every served model's card, and the process limits."""
 
@@ -715,6 +806,10 @@ class ModelList(BaseModel):
     limits: ProcessLimits
     plugins: list[ProcessPlugin] = Field(
         description=EXTENSION + "every plugin installed, with why any contributes nothing."
+    )
+    models: list[JevModel] = Field(
+        description=EXTENSION + "the decision models as Jev clients read them, and the "
+        "alias jev-latest when it reaches one."
     )
 
 

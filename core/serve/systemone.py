@@ -231,7 +231,7 @@ def systemone_request(
         ), shape
     except InvalidQuestions as err:
         moved = [(_batch_path(path), batch_paths(message)) for path, message in err.questions]
-        raise InvalidQuestions(moved) from err
+        raise InvalidQuestions(list(dict.fromkeys(moved))) from err
     except RequestError as err:
         raise RequestError(err.code, batch_paths(err.message)) from err
 
@@ -263,7 +263,10 @@ def jev_fields(
 
 
 def _batch_path(path: Path) -> Path:
-    """A path in the rewritten batch body, in the batch's own terms (see :func:`batch_paths`)."""
+    """A path in the rewritten batch body, in the batch's own terms (see :func:`batch_paths`):
+    every state's questions are the batch's one ``questions``."""
+    if path[:1] == ("states",) and len(path) > 2 and path[2] == "questions":
+        return path[2:]
     if path[:1] == ("states",) and len(path) > 1 and isinstance(path[1], int):
         return ("states", path[1] + 1, *path[2:])
     return ("states", 0, *path) if path[:1] != ("questions",) else path
@@ -271,7 +274,9 @@ def _batch_path(path: Path) -> Path:
 
 def batch_paths(message: str) -> str:
     """A message about the rewritten body, in the batch's own paths: ``state`` is
-    ``states[0]`` and ``states[i].state`` is ``states[i + 1]``."""
+    ``states[0]``, ``states[i].state`` is ``states[i + 1]``, and every entry's
+    ``questions`` is the batch's one ``questions``."""
+    message = re.sub(r"\bstates\[\d+\]\.questions\b", "questions", message)
     message = re.sub(r"\bstates\[(\d+)\]\.state\b", lambda m: f"states[{int(m[1]) + 1}]", message)
     return re.sub(r"(^|: |; )state\b", r"\1states[0]", message)
 

@@ -7,11 +7,34 @@ the runtime surfaces for the models its ``runtime`` grant names.
   ``listeners[].runtime.models`` (each bundle task names a granted model; tasks of
   several deployments are split per pool and answered in task order).
 
+- ``GET /v1/models``: the runtime grant's cards (``data``) and, with a System One grant,
+  the Jev model list (``models``: ``name``, ``description``, ``release_date``) of its
+  System One ids and of the alias ``jev-latest``.
+
 ``api_keys`` are read from ``Authorization: Bearer <key>`` or ``Api-Key: <key>`` and
 compared in constant time; no keys means an open listener. Requests reach the pools as
 the client sent them, ``model`` aside (the public id in, the worker's name out, and
 back); a worker's error text never reaches a client: an error answer carries the code
 and a message that is that code in words. Every answer says ``Cache-Control: no-store``.
+A 401 carries, beside ``error``, Jev's ``detail: {"error_type": "authentication_error",
+"message"}`` on every listener.
+
+``model: "jev-latest"`` (the Jev SDKs' default), when the grant does not publish that id
+itself, names the grant's one System One model, or, of several, the one deployment
+serving the Jev schema; otherwise it is an unknown model.
+
+A Jev listener (every System One deployment of its grant serves the Jev schema,
+``Grant.jev``) answers in Jev's error shapes: every error carries ``detail:
+{"error_type": <code>, "message": <code in words>}`` beside ``error``, and a request that
+is not valid (a body that is not a JSON object, no ``model``) answers 422 ``{"error",
+"detail": [{"loc": ["body", ...], "msg", "type"}]}``. A worker's 422 is passed on the
+same way, its ``detail`` entries rebuilt: only well-formed ones (``loc`` a list of text
+and integers starting ``"body"``, ``msg`` and ``type`` text), at most
+:data:`MAX_DETAIL_ENTRIES`, each cut to :data:`MAX_DETAIL_TEXT` characters. This is the
+one exception to "worker text never reaches a client": those entries say what is wrong
+with the client's own request (which field, why), which a Jev client needs to fix it;
+nothing else of the worker's answer (its ``error`` message, any other key, the input it
+echoed) is passed on.
 
 Grants never union across listeners: each listener app sees its own grant only.
 """
@@ -21,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -72,6 +96,27 @@ too), by surface."""
 
 NO_STORE = {"cache-control": "no-store"}
 
+JEV_ALIAS = "jev-latest"
+"""The model name the Jev SDKs send by default."""
+
+AUTHENTICATION_ERROR = "authentication_error"
+"""Jev's ``detail.error_type`` of a 401."""
+
+MAX_DETAIL_ENTRIES = 32
+"""Most ``detail`` entries of a worker's 422 passed on to a Jev client."""
+
+MAX_DETAIL_TEXT = 512
+"""Longest ``msg``, ``type`` or ``loc`` text of a passed-on entry (cut beyond)."""
+
+MAX_DETAIL_LOC = 16
+"""Most ``loc`` parts of a passed-on entry (cut beyond)."""
+
+UNKNOWN_RELEASE_DATE = "1970-01-01"
+"""The ``release_date`` the model list gives a model whose worker says none (the Unix
+epoch: the date is not known)."""
+
+RELEASE_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
+
 COMPACT = (",", ":")
 """JSON separators without spaces, as the runtime writes its answers."""
 
@@ -85,40 +130,120 @@ class Grant:
         api_keys: the keys a client must present (none: open).
         systemone: public ids published on the System One routes.
         runtime: public ids published on the runtime routes.
+        jev: the ids of ``systemone`` whose deployment serves the Jev schema.
     """
 
     listener: str = ""
     api_keys: tuple[str, ...] = ()
     systemone: tuple[str, ...] = ()
     runtime: tuple[str, ...] = ()
+    jev: tuple[str, ...] = ()
 
 
 class Refusal(Exception):
-    """An answer other than the worker's: status, code, error type, extra headers."""
+    """An answer other than the worker's: status, code, error type, extra headers.
+
+    Attributes:
+        error_type: Jev's ``detail.error_type``, when every listener gives it (a 401);
+            ``None``: only a Jev listener does, and it is the code.
+        invalid: Jev's validation entries (``loc``, ``msg``, ``type``) of a request that
+            is not valid: a Jev listener answers 422 with them; others ignore them.
+    """
 
     def __init__(
-        self, status: int, code: str, kind: str, headers: Mapping[str, str] | None = None
+        self,
+        status: int,
+        code: str,
+        kind: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        error_type: str | None = None,
+        invalid: list[dict[str, Any]] | None = None,
     ) -> None:
         super().__init__(code)
         self.status, self.code, self.kind = status, code, kind
         self.headers = dict(headers or {})
+        self.error_type = error_type
+        self.invalid = invalid
 
 
-def error_body(code: str, kind: str) -> dict[str, Any]:
-    """``{"error": {"code", "type", "message"}}``; the message is the code in words."""
-    return {"error": {"code": code, "type": kind, "message": code.replace("_", " ")}}
+def error_body(code: str, kind: str, error_type: str | None = None) -> dict[str, Any]:
+    """``{"error": {"code", "type", "message"}}``; the message is the code in words. With
+    ``error_type``, Jev's ``"detail": {"error_type", "message"}`` too."""
+    message = code.replace("_", " ")
+    body: dict[str, Any] = {"error": {"code": code, "type": kind, "message": message}}
+    if error_type is not None:
+        body["detail"] = {"error_type": error_type, "message": message}
+    return body
 
 
 def error_response(
-    status: int, code: str, kind: str, headers: Mapping[str, str] | None = None
+    status: int,
+    code: str,
+    kind: str,
+    headers: Mapping[str, str] | None = None,
+    *,
+    error_type: str | None = None,
 ) -> Response:
-    content = json.dumps(error_body(code, kind), separators=COMPACT).encode()
+    return _error(status, error_body(code, kind, error_type), headers)
+
+
+def validation_response(
+    code: str, kind: str, entries: list[dict[str, Any]], headers: Mapping[str, str] | None = None
+) -> Response:
+    """Jev's 422: ``{"error": {code, type, message}, "detail": [{"loc", "msg", "type"}]}``."""
+    body = {**error_body(code, kind), "detail": entries}
+    return _error(422, body, headers)
+
+
+def _error(status: int, body: dict[str, Any], headers: Mapping[str, str] | None = None) -> Response:
+    content = json.dumps(body, ensure_ascii=False, separators=COMPACT).encode()
     return Response(
         content,
         status_code=status,
         media_type="application/json",
         headers={**NO_STORE, **(headers or {})},
     )
+
+
+def validation_entry(loc: list[str | int], msg: str, kind: str) -> list[dict[str, Any]]:
+    """One validation entry, as a list."""
+    return [{"loc": loc, "msg": msg, "type": kind}]
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_DETAIL_TEXT else text[:MAX_DETAIL_TEXT]
+
+
+def detail_entries(body: Any) -> list[dict[str, Any]]:
+    """The well-formed entries of a worker's 422 ``detail``, rebuilt from ``loc``, ``msg``
+    and ``type`` alone: ``loc`` a non-empty list of text and integers whose first part is
+    ``"body"``, ``msg`` and ``type`` text; at most :data:`MAX_DETAIL_ENTRIES` of them,
+    ``loc`` cut to :data:`MAX_DETAIL_LOC` parts and every text to
+    :data:`MAX_DETAIL_TEXT` characters. Nothing else of an entry is kept."""
+    detail = body.get("detail") if isinstance(body, dict) else None
+    entries: list[dict[str, Any]] = []
+    for item in detail if isinstance(detail, list) else ():
+        if len(entries) == MAX_DETAIL_ENTRIES:
+            break
+        if not isinstance(item, dict):
+            continue
+        loc, msg, kind = item.get("loc"), item.get("msg"), item.get("type")
+        if not (isinstance(loc, list) and loc[:1] == ["body"]):
+            continue
+        if not (isinstance(msg, str) and isinstance(kind, str)):
+            continue
+        parts: list[str | int] = []
+        for part in loc[:MAX_DETAIL_LOC]:
+            if isinstance(part, str):
+                parts.append(_cut(part))
+            elif isinstance(part, int) and not isinstance(part, bool) and abs(part) < 2**53:
+                parts.append(part)
+            else:
+                break
+        else:
+            entries.append({"loc": parts, "msg": _cut(msg), "type": _cut(kind)})
+    return entries
 
 
 def _retry_headers(err: PoolError) -> dict[str, str]:
@@ -169,6 +294,30 @@ class Listener:
         """Wait until no request is in flight (after :meth:`stop`, until all finished)."""
         await self._idle.wait()
 
+    # -- what the grant publishes ---------------------------------------------------------------
+    def systemone_models(self) -> list[str]:
+        """The System One ids of the grant that name a deployment, in grant order, once."""
+        return [m for m in dict.fromkeys(self.grant.systemone) if m in self.pools]
+
+    @property
+    def jev(self) -> bool:
+        """Whether this is a Jev listener: it publishes System One models and every one of
+        them serves the Jev schema."""
+        published = self.systemone_models()
+        return bool(published) and all(m in self.grant.jev for m in published)
+
+    def alias_target(self) -> str | None:
+        """The public id ``jev-latest`` names here: the grant's one System One model, or,
+        of several, the one serving the Jev schema; ``None`` when that is not one model
+        (or the grant publishes ``jev-latest`` itself)."""
+        if JEV_ALIAS in self.grant.systemone:
+            return None
+        published = self.systemone_models()
+        if len(published) == 1:
+            return published[0]
+        jev = [m for m in published if m in self.grant.jev]
+        return jev[0] if len(jev) == 1 else None
+
     # -- checks ------------------------------------------------------------------------------
     def authorized(self, request: Request) -> bool:
         """Whether the request presents one of the listener's keys (always, with none).
@@ -199,7 +348,13 @@ class Listener:
             code = "systemone_not_published" if kind == SYSTEMONE else "runtime_not_published"
             raise Refusal(404, code, kind)
         if not self.authorized(request):
-            raise Refusal(401, "invalid_api_key", kind, {"www-authenticate": REALM})
+            raise Refusal(
+                401,
+                "invalid_api_key",
+                kind,
+                {"www-authenticate": REALM},
+                error_type=AUTHENTICATION_ERROR,
+            )
 
     async def _read(self, request: Request, kind: str) -> tuple[bytes, dict[str, Any]]:
         """The body's bytes and its JSON object."""
@@ -216,14 +371,26 @@ class Listener:
         try:
             body = json.loads(raw.decode())
         except (ValueError, RecursionError) as err:  # not UTF-8, not JSON, nested too deeply
-            raise Refusal(400, "invalid_request", kind) from err
+            entries = validation_entry(["body"], "the body is not JSON text", "json_invalid")
+            raise Refusal(400, "invalid_request", kind, invalid=entries) from err
         if not isinstance(body, dict):
-            raise Refusal(400, "invalid_request", kind)
+            entries = validation_entry(["body"], "the body must be a JSON object", "dict_type")
+            raise Refusal(400, "invalid_request", kind, invalid=entries)
         return raw, body
 
     def _pool(self, model: Any, granted: Sequence[str], kind: str) -> ReplicaPool:
         if not isinstance(model, str) or not model.strip():
-            raise Refusal(400, "model_required", kind)
+            if model is None:
+                entries = validation_entry(["body", "model"], "model is required", "missing")
+            elif not isinstance(model, str):
+                entries = validation_entry(["body", "model"], "model must be text", "string_type")
+            else:
+                entries = validation_entry(
+                    ["body", "model"], "model must not be blank", "value_error"
+                )
+            raise Refusal(400, "model_required", kind, invalid=entries)
+        if kind == SYSTEMONE and model == JEV_ALIAS and model not in granted:
+            model = self.alias_target() or model
         if model not in granted:
             raise Refusal(403, "model_not_allowed", kind)
         pool = self.pools.get(model)
@@ -249,7 +416,8 @@ class Listener:
             raise Refusal(400, "invalid_request", kind) from err
 
     def _failed(self, reply: Reply, kind: str) -> Refusal:
-        """A worker's non-2xx answer as the listener's own (same status, no worker text)."""
+        """A worker's non-2xx answer as the listener's own (same status, no worker text;
+        a Jev listener keeps a 422's well-formed validation entries)."""
         code = "systemone_request_failed"
         if kind == RUNTIME:
             worker = _error_code(reply.json())
@@ -257,7 +425,54 @@ class Listener:
         headers = (
             {"retry-after": reply.headers["retry-after"]} if "retry-after" in reply.headers else {}
         )
+        if kind == SYSTEMONE and reply.status == 422 and self.jev:
+            entries = detail_entries(reply.json()) or validation_entry(
+                ["body"], "the request is not valid", "value_error"
+            )
+            return Refusal(422, "invalid_request", kind, headers, invalid=entries)
         return Refusal(reply.status, code, kind, headers)
+
+    def refused(self, refusal: Refusal) -> Response:
+        """The answer to ``refusal``: on a Jev listener's System One routes (and the
+        routes it does not have), Jev's 422 for an invalid request, else the error with
+        Jev's ``detail``; elsewhere the error, with ``detail`` only when the refusal always
+        carries it (a 401)."""
+        jev = refusal.kind == SYSTEMONE and self.jev
+        if jev and refusal.invalid is not None:
+            return validation_response(refusal.code, refusal.kind, refusal.invalid, refusal.headers)
+        error_type = refusal.error_type or (refusal.code if jev else None)
+        return error_response(
+            refusal.status, refusal.code, refusal.kind, refusal.headers, error_type=error_type
+        )
+
+    def model_list(self) -> list[dict[str, str]]:
+        """Jev's model list: each System One id of the grant that names a deployment, then
+        ``jev-latest`` when it names one of them (with that model's description and
+        date)."""
+        listed = [{"name": m, **self._listing(m)} for m in self.systemone_models()]
+        target = self.alias_target()
+        if target is not None:
+            listed.append({"name": JEV_ALIAS, **self._listing(target)})
+        return listed
+
+    def _listing(self, model: str) -> dict[str, str]:
+        """A model's ``description`` and ``release_date``: from a worker's Jev model list
+        (a ready worker's first), else from its card, else ``System One model <id>`` and
+        :data:`UNKNOWN_RELEASE_DATE`."""
+        pool = self.pools[model]
+        workers = sorted(pool.workers, key=lambda w: not w.ready)
+        found: dict[str, str] = {}
+        for source in [w.listing for w in workers] + [w.card for w in workers]:
+            for key in ("description", "release_date"):
+                value = (source or {}).get(key)
+                if key not in found and isinstance(value, str) and value.strip():
+                    if key == "release_date" and not RELEASE_DATE.match(value):
+                        continue
+                    found[key] = value
+        return {
+            "description": found.get("description", f"System One model {model}"),
+            "release_date": found.get("release_date", UNKNOWN_RELEASE_DATE),
+        }
 
     def runtime_cards(self) -> list[dict[str, Any]]:
         """The model cards of the runtime grant, in grant order, each under its public id:
@@ -290,10 +505,10 @@ class Listener:
         async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
             kind = RUNTIME if _runtime_path(request.url.path) else SYSTEMONE
             if exc.status_code == 405:
-                return error_response(405, "method_not_allowed", kind, exc.headers)
+                return self.refused(Refusal(405, "method_not_allowed", kind, exc.headers))
             if exc.status_code == 404:
-                return error_response(404, "not_found", kind)
-            return error_response(exc.status_code, "invalid_request", kind)
+                return self.refused(Refusal(404, "not_found", kind))
+            return self.refused(Refusal(exc.status_code, "invalid_request", kind))
 
         def route(
             path: str, method: str
@@ -305,9 +520,7 @@ class Listener:
                     try:
                         return await handler(request)
                     except Refusal as refusal:
-                        return error_response(
-                            refusal.status, refusal.code, refusal.kind, refusal.headers
-                        )
+                        return self.refused(refusal)
                     except ClientDisconnect:
                         return Response(status_code=499)
                     finally:
@@ -330,9 +543,15 @@ class Listener:
             return _json(200, {"object": "list", "data": data})
 
         @route("/v1/models", "GET")
-        async def runtime_models(request: Request) -> Response:
-            self._admit(request, self.grant.runtime, RUNTIME)
-            return _json(200, {"object": "list", "data": self.runtime_cards()})
+        async def models(request: Request) -> Response:
+            if not self.grant.systemone:
+                self._admit(request, self.grant.runtime, RUNTIME)
+                return _json(200, {"object": "list", "data": self.runtime_cards()})
+            # A System One grant adds Jev's model list; the cards stay the runtime grant's.
+            kind = RUNTIME if self.grant.runtime else SYSTEMONE
+            self._admit(request, self.grant.systemone, kind)
+            data = self.runtime_cards() if self.grant.runtime else []
+            return _json(200, {"object": "list", "data": data, "models": self.model_list()})
 
         for path in ("/v1/systemone", "/v1/decisions", "/v1/systemone/batch"):
             route(path, "POST")(self._systemone_handler(path))

@@ -4,7 +4,8 @@
 The flags never keep a state of their own: ``MODEL`` replaces the artifact of the
 default decision deployment (``primary`` unless ``system.decision_model`` names
 another), ``-dp`` and ``--device-ids`` write its ``replicas``, the engine flags its
-engine arguments, and a fresh Engine-mode setup gets a listener that publishes it.
+engine arguments, ``--runtime-profile`` and ``--systemone-schema`` its ``profile`` and
+``systemone_schema``, and a fresh Engine-mode setup gets a listener that publishes it.
 :func:`apply_serve_options` returns the new document; :func:`~.schema.parse_config`
 then checks it like any other.
 """
@@ -26,6 +27,7 @@ from .schema import (
     DEVICE,
     DEVICE_MESSAGE,
     HUB_ID,
+    SYSTEMONE_SCHEMAS,
     is_local_artifact,
 )
 
@@ -71,6 +73,8 @@ class ServeOptions:
         device: ``--device``.
         revision: ``--revision``.
         profile: ``--runtime-profile``.
+        systemone_schema: ``--systemone-schema`` (one of
+            :data:`~.schema.SYSTEMONE_SCHEMAS`).
         engine_args: the engine flags given (``max_num_seqs`` ...), by models-file key.
     """
 
@@ -82,6 +86,7 @@ class ServeOptions:
     device: str | None = None
     revision: str | None = None
     profile: str | None = None
+    systemone_schema: str | None = None
     engine_args: dict[str, Any] | None = None
 
     @property
@@ -95,6 +100,7 @@ class ServeOptions:
             self.model is not None
             or self.revision is not None
             or self.profile is not None
+            or self.systemone_schema is not None
             or self.device is not None
             or self.engine_args
         )
@@ -232,6 +238,11 @@ def apply_serve_options(
         if ids is not None:
             raise FlagError("--device and --device-ids both place the workers; give one of them")
     model = check_model(options.model) if options.model is not None else None
+    if options.systemone_schema is not None and options.systemone_schema not in SYSTEMONE_SCHEMAS:
+        raise FlagError(
+            f"--systemone-schema must be one of {', '.join(SYSTEMONE_SCHEMAS)}, "
+            f"not {options.systemone_schema!r}"
+        )
 
     glob = _mapping(doc, "global")
     router = glob.get("router")
@@ -302,6 +313,8 @@ def _apply_model(resource: dict[str, Any], options: ServeOptions, model: str | N
         resource["revision"] = options.revision
     if options.profile is not None:
         resource["profile"] = options.profile
+    if options.systemone_schema is not None:
+        resource["systemone_schema"] = options.systemone_schema
     if options.device is not None:
         replicas = resource.get("replicas")
         if isinstance(replicas, list) and replicas:

@@ -95,6 +95,18 @@ DEVICE_MESSAGE = (
     "device must be an accelerator name with an optional index, such as cpu, cuda:0 or rocm:1"
 )
 
+SYSTEMONE_SCHEMAS = ("vllm-sr/5.0", "vllm-sr/4.0", "jev")
+"""The System One schemas a worker can answer ``/v1/systemone`` and ``/v1/systemone/batch``
+in (the runtime's ``--systemone-schema``); the first is the default."""
+
+DEFAULT_SYSTEMONE_SCHEMA = SYSTEMONE_SCHEMAS[0]
+
+JEV_SCHEMA = "jev"
+"""TypeSafe's Jev API (``typesafe-sdk``): a listener whose System One deployments all
+answer in it speaks Jev's error shapes too."""
+
+SYSTEMONE_SCHEMA_MESSAGE = f"systemone_schema must be one of {', '.join(SYSTEMONE_SCHEMAS)}"
+
 
 class ConfigError(Exception):
     """A configuration that cannot be served.
@@ -234,6 +246,7 @@ class Deployment(Strict):
     batch_window_ms: float | None = Field(default=None, ge=0)
     dtype: Literal["auto", "float32", "bfloat16", "float16"] | None = None
     enable_shared_context: bool | None = None
+    systemone_schema: str | None = None
 
     @field_validator("artifact")
     @classmethod
@@ -268,6 +281,14 @@ class Deployment(Strict):
     def _profile(cls, value: str) -> str:
         if not PROFILE.match(value):
             raise _problem(PROFILE_MESSAGE)
+        return value
+
+    @field_validator("systemone_schema")
+    @classmethod
+    def _systemone_schema(cls, value: str | None) -> str | None:
+        if value is not None and value not in SYSTEMONE_SCHEMAS:
+            quoted = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            raise _problem(f"{SYSTEMONE_SCHEMA_MESSAGE}, not {quoted}")
         return value
 
     @field_validator("endpoint")
@@ -375,6 +396,13 @@ class Deployment(Strict):
     def engine_args(self) -> dict[str, Any]:
         """The engine arguments given, as models-file keys."""
         return {k: getattr(self, k) for k in ENGINE_ARGS if getattr(self, k) is not None}
+
+    @property
+    def served_systemone_schema(self) -> str:
+        """The System One schema its workers answer in: ``systemone_schema``, else
+        :data:`DEFAULT_SYSTEMONE_SCHEMA`. A managed worker gets it in its models file; an
+        attached one was started with it (the key declares it, the frontend cannot set it)."""
+        return self.systemone_schema or DEFAULT_SYSTEMONE_SCHEMA
 
 
 def _trimmed(name: str) -> bool:

@@ -39,7 +39,8 @@ REVISION = re.compile(r"[0-9a-fA-F]{40}")
 
 
 def engine_argv(args: argparse.Namespace) -> list[str]:
-    """The engine flags given (``--max-num-seqs`` ...) as ``vllm-srun serve`` words."""
+    """The engine flags given (``--max-num-seqs`` ...) and ``--systemone-schema`` as
+    ``vllm-srun serve`` words (the runtime takes both under the same names)."""
     words: list[str] = []
     for name in ENGINE_FLAGS:
         value = getattr(args, name, None)
@@ -50,6 +51,9 @@ def engine_argv(args: argparse.Namespace) -> list[str]:
             words.append(flag if value else "--no-" + flag[2:])
         else:
             words += [flag, str(value)]
+    schema = getattr(args, "systemone_schema", None)
+    if schema is not None:
+        words += ["--systemone-schema", schema]
     return words
 
 

@@ -3,7 +3,8 @@
 A poller asks ``GET /health`` every 500 ms while the model is not ready and every
 5 s once it is, each call bounded by 2 s; a caller that saw a transport failure asks
 for an early probe (:meth:`~.worker.Worker.request_probe`). A ready model's card
-comes from ``GET /v1/models``. A worker whose ``api_version`` major is not the
+comes from ``GET /v1/models`` (with the model's entry in its Jev model list, when the
+runtime gives one). A worker whose ``api_version`` major is not the
 frontend's is ``incompatible``; one that does not list the model is ``missing``;
 one that does not answer is ``unreachable`` (a managed worker that never answered
 yet is still ``starting``).
@@ -31,6 +32,29 @@ PROBE_TIMEOUT = 2.0
 """Longest wait for one ``/health`` or ``/v1/models`` answer, in seconds."""
 
 HealthHook = Callable[[dict[str, Any]], None]
+
+
+LISTING_KEYS = ("description", "release_date")
+"""What the frontend keeps of a model's entry in a worker's Jev model list."""
+
+MAX_LISTING_TEXT = 1000
+"""The longest ``description`` or ``release_date`` kept (a longer one is left out)."""
+
+
+def model_listing(document: Any, name: str) -> dict[str, str] | None:
+    """The entry named ``name`` in the ``models`` list of a ``/v1/models`` document (the
+    Jev model list a runtime serving the Jev schema adds), as its ``description`` and
+    ``release_date`` when they are text of at most :data:`MAX_LISTING_TEXT` characters;
+    ``None`` when there is no such entry."""
+    models = document.get("models") if isinstance(document, dict) else None
+    for entry in models if isinstance(models, list) else ():
+        if isinstance(entry, dict) and entry.get("name") == name:
+            return {
+                key: entry[key]
+                for key in LISTING_KEYS
+                if isinstance(entry.get(key), str) and len(entry[key]) <= MAX_LISTING_TEXT
+            }
+    return None
 
 
 def unreachable_reason(err: Exception, timeout: float = PROBE_TIMEOUT) -> str:
@@ -145,6 +169,7 @@ class HealthPoller:
             if isinstance(card, dict) and card.get("id") == worker.served_name:
                 limits = document.get("limits")
                 worker.limits = dict(limits) if isinstance(limits, dict) else {}
+                worker.listing = model_listing(document, worker.served_name)
                 return card, ("ready", "")
         return None, ("missing", "the runtime does not serve this model")
 

@@ -394,6 +394,9 @@ def _managed(
     entry["device"] = device
     entry["profile"] = deployment.profile
     entry.update(deployment.engine_args())
+    if deployment.systemone_schema is not None:
+        # Only when configured: a worker of the default schema gets the same file as before.
+        entry["systemone_schema"] = deployment.systemone_schema
     models = {"models": [entry]}
     process = f"{name}-{rid}"
     identity = hashlib.sha256(

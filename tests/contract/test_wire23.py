@@ -1,10 +1,11 @@
 """Contract 2.3.0: the upstream router's client can attach this runtime.
 
 Each test sends the bodies the router's client builds (:mod:`.wire23`) to one
-real server (the real MiniLM and Rampart, and fixture packages of every head
-and a decoder), decodes every answer with Go's rules (:mod:`.go`; the
-:class:`~.conftest.Router` fails on the first type mismatch) and then makes the
-checks the client's own code makes.
+real server (the real MiniLM and Rampart, SmolLM2 where its mirror is installed, and
+fixture packages of every head and of decoders), decodes every answer with Go's rules
+(:mod:`.go`; the :class:`~.conftest.Router` fails on the first type mismatch) and then
+makes the checks the client's own code makes; every decision answer also passes the
+router's answer check (:mod:`.answer_checks`, asserted by the Router).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 import yaml
 
 from . import wire23 as w
-from .conftest import MINILM, RAMPART
+from .conftest import MINILM, RAMPART, real_models
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +59,7 @@ def assert_timing(response) -> None:
 def test_health_liveness_and_models_decode_with_major_2_and_every_model_ready(
     router, contract_packages
 ):
-    names = {MINILM, RAMPART, *contract_packages}
+    names = {*real_models(), *contract_packages}
     response, health = router.call("GET", "/health", w.Health)
     assert response.status_code == 200
     assert w.major(health["api_version"]) == "2" and health["api_version"] == w.VERSION
@@ -355,3 +356,8 @@ def test_every_exchange_of_the_run_decoded(router):
     # suite really exercised every surface and the listing.
     paths = {path for _, path, _, _ in router.exchanges}
     assert {"/v1/models", "/health", "/v1/embeddings", "/v1/rerank", "/v1/classify"} <= paths
+    # and every decision answer it got passed the router's answer check (the Router
+    # asserts that too): both readouts answered here, inside bundles too
+    checked = {(route, model) for route, model, _ in router.decision_answers}
+    assert {("/v1/decisions", MINILM), ("/v1/decisions", "decoder")} <= checked
+    assert ("bundle:decisions", MINILM) in checked

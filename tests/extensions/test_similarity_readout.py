@@ -139,7 +139,7 @@ def test_noul_score_states_and_a_bad_question_in_place(minilm):
     assert answers["bad"]["error"] == "invalid_question"
     assert "criteria" in answers["bad"]["message"]
     mood = answers["mood"]
-    assert list(mood["legend"]) == ["1", "2", "3"] and 1.0 <= mood["score"] <= 3.0
+    assert list(mood["legend"]) == ["0", "1", "2"] and 0.0 <= mood["score"] <= 2.0
     [other] = body["states"]
     assert other["answers"]["travel"]["noul"] < 0.5
     assert body["meta"]["numerics"] == "approximate"
@@ -201,7 +201,7 @@ def labelled_option_texts(question):
             ask if true is None else f"{ask} {true}",
         ]
     if question["type"] == "score":
-        return [f"{ask} {k}: {d}" for k, d in enumerate(question["criteria"], 1)]
+        return [f"{ask} {k}: {d}" for k, d in enumerate(question["criteria"])]
     return [
         f"{ask} This is about {k}." if d is None else f"{ask} {k}: {d}"
         for k, d in question["criteria"].items()
@@ -232,7 +232,7 @@ def test_the_shipped_calibration_is_an_independent_refit_of_the_labelled_set(sen
     for example, options in zip(examples, texts, strict=True):
         question, state = example["question"], unit[example["state"]]
         cosines = np.array([np.nan if t is None else state @ unit[t] for t in options])
-        keys = {"noul": ["false", "true"], "score": [str(k) for k in range(1, len(options) + 1)]}
+        keys = {"noul": ["false", "true"], "score": [str(k) for k in range(len(options))]}
         label = keys.get(question["type"], list(question.get("criteria") or []))
         rows.append((question["type"], cosines, label.index(example["label"])))
     grid = np.array([round(0.002 * 1.05**k, 6) for k in range(110)])
@@ -250,7 +250,7 @@ def test_the_shipped_calibration_is_an_independent_refit_of_the_labelled_set(sen
         z = cosines / temperature
         p = np.exp(z - z.max())
         p /= p.sum()
-        return abs(float((p * np.arange(1, len(p) + 1)).sum()) - (label + 1))
+        return abs(float((p * np.arange(len(p))).sum()) - label)
 
     levels = [(c, label) for kind, c, label in rows if kind == "score"]
     ordinal = [np.mean([expected_error(c, label, t) for c, label in levels]) for t in grid]
@@ -409,7 +409,7 @@ def test_minilm_answers_equal_sentence_transformers_cosines_over_each_types_temp
         "topic_food": "What is this about? This is about food.",
         **{
             f"mood{k}": f"How positive is the message? {k}: {d}"
-            for k, d in ((1, "Negative"), (2, "Neutral"), (3, "Positive"))
+            for k, d in ((0, "Negative"), (1, "Neutral"), (2, "Positive"))
         },
     }
     encoder = sentence_transformer
@@ -440,12 +440,12 @@ def test_minilm_answers_equal_sentence_transformers_cosines_over_each_types_temp
     assert list(topic["probabilities"].values()) == pytest.approx(p, abs=1e-5)
     assert topic["confidence"] == pytest.approx(written_confidence(p), abs=1e-4)
 
-    p = written_softmax([cos("mood1"), cos("mood2"), cos("mood3")], temperature["score"])
+    p = written_softmax([cos("mood0"), cos("mood1"), cos("mood2")], temperature["score"])
     mood = answers["mood"]
     assert list(mood["probabilities"].values()) == pytest.approx(p, abs=1e-5)
-    assert mood["score"] == pytest.approx(1 * p[0] + 2 * p[1] + 3 * p[2], abs=1e-5)
+    assert mood["score"] == pytest.approx(0 * p[0] + 1 * p[1] + 2 * p[2], abs=1e-5)
     assert mood["confidence"] == pytest.approx(written_confidence(p), abs=1e-4)
-    assert mood["legend"] == {"1": "Negative", "2": "Neutral", "3": "Positive"}
+    assert mood["legend"] == {"0": "Negative", "1": "Neutral", "2": "Positive"}
     # Every distinct text once: the state plus eight options, counted in tokens by the
     # tokenizer itself ([CLS] and [SEP] included).
     tokens = sum(len(encoder.tokenizer(text)["input_ids"]) for text in texts.values())
@@ -512,8 +512,8 @@ VECTORS = {
     "Late?": [R2, R2, 0.0],
     "Late? on time": [0.0, 0.0, 1.0],
     "Late? late": [0.6, 0.0, 0.8],
-    "Rate 1: low": [0.0, 0.0, 4.0],
-    "Rate 2: high": [1.0, 1.0, 0.0],
+    "Rate 0: low": [0.0, 0.0, 4.0],
+    "Rate 1: high": [1.0, 1.0, 0.0],
 }
 PICK = {
     "type": "choice",
@@ -551,11 +551,11 @@ def test_each_question_type_reads_its_own_temperature_and_noul_the_baseline():
     # Score: cosines 0 and 1/sqrt 2 over T = 0.25.
     high = 1 / (1 + math.exp(-R2 / 0.25))
     assert rate["probabilities"] == {
-        "1": pytest.approx(1 - high, abs=1e-12),
-        "2": pytest.approx(high, abs=1e-12),
+        "0": pytest.approx(1 - high, abs=1e-12),
+        "1": pytest.approx(high, abs=1e-12),
     }
-    assert rate["score"] == pytest.approx(1 + high, abs=1e-12)
-    assert rate["legend"] == {"1": "low", "2": "high"}
+    assert rate["score"] == pytest.approx(high, abs=1e-12)
+    assert rate["legend"] == {"0": "low", "1": "high"}
 
 
 def test_the_host_embeds_the_documented_texts_once_each_states_windowed_options_rejected():

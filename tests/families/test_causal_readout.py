@@ -100,8 +100,8 @@ def assert_readout(got, question, logits, temperature):
     """``got`` is the documented readout of ``logits`` (one per option, in option order) for
     ``question`` (a request's question object), written out here with ``math``:
     ``p = softmax(z / T)``; Choice picks the most probable key (the first on a tie), Noul
-    answers P(true) from ``[false, true]``, Score the expected level ``sum k p_k``; confidence
-    is ``1 - H(p) / ln N``."""
+    answers P(true) from ``[false, true]``, Score the expected level ``sum k p_k`` (``k`` from
+    0); confidence is ``1 - H(p) / ln N``."""
     z = [float(v) for v in logits]
     top = max(z)
     weights = [math.exp((v - top) / temperature) for v in z]
@@ -116,9 +116,9 @@ def assert_readout(got, question, logits, temperature):
         assert list(got) == ["type", "choice", "probabilities", "confidence"]
         assert got["choice"] == keys[p.index(max(p))]
     else:
-        keys = [str(k) for k in range(1, len(p) + 1)]
+        keys = [str(k) for k in range(len(p))]
         assert list(got) == ["type", "score", "probabilities", "confidence", "legend"]
-        assert got["score"] == pytest.approx(sum(k * v for k, v in enumerate(p, 1)), rel=1e-12)
+        assert got["score"] == pytest.approx(sum(k * v for k, v in enumerate(p)), rel=1e-12)
         assert got["legend"] == dict(zip(keys, question["levels"], strict=True))
     assert got["type"] == kind
     assert list(got["probabilities"]) == keys
@@ -292,9 +292,9 @@ def test_answers_equal_the_transformers_readout_bit_for_bit(unshared, packages, 
     assert abs(sum(team["probabilities"].values()) - 1) < 1e-6
     assert 0 <= team["confidence"] <= 1
     assert set(angry) == {"type", "noul"} and 0 < angry["noul"] < 1
-    assert list(urgency["probabilities"]) == ["1", "2", "3", "4"]
-    assert urgency["legend"] == {"1": "not urgent", "2": "soon", "3": "today", "4": "right now"}
-    assert 1 <= urgency["score"] <= 4
+    assert list(urgency["probabilities"]) == ["0", "1", "2", "3"]
+    assert urgency["legend"] == {"0": "not urgent", "1": "soon", "2": "today", "3": "right now"}
+    assert 0 <= urgency["score"] <= 3
     assert abs(sum(urgency["probabilities"].values()) - 1) < 1e-6
     assert body["usage"] == {"input_tokens": sum(r.tokens for r in plan.items), "output_tokens": 0}
     assert body["model"] == served.name
@@ -555,7 +555,7 @@ def test_labels_are_single_tokens_with_fallbacks(unshared):
     assert meta["many"]["labels"][:27] == [*"ABCDEFGHIJKLMNOPQRSTUVWXYZ", "a"]
     # "10" is two tokens: the ten levels are lettered.
     assert meta["ten"]["labels"] == list("ABCDEFGHIJ")
-    assert list(body["answers"]["ten"]["probabilities"]) == [str(k) for k in range(1, 11)]
+    assert list(body["answers"]["ten"]["probabilities"]) == [str(k) for k in range(10)]
 
 
 def test_no_label_set_fits_is_unavailable(unshared):

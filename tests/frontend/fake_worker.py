@@ -10,7 +10,9 @@ and ``devices``; what it does is chosen by ``FAKE_WORKER_MODE``:
 - ``incompatible``: a ready model under wire contract 3.0.0;
 - ``ready``: a ready model with a card (``/v1/models``), answering ``POST`` with 200
   (``{"model", "ok", "echo"}``: the model it was asked for and the body's ``echo``); a
-  body with ``"hold": true`` is answered only after a ``POST /release``;
+  body with ``"hold": true`` is answered only after a ``POST /release``; a models-file
+  entry with ``systemone_schema: jev`` is listed in ``/v1/models``' Jev ``models`` too
+  (:data:`JEV_DESCRIPTION`, :data:`JEV_RELEASE_DATE`), with ``jev-latest``;
 - ``crash``: ready, but exits (status 9) on the first ``POST``;
 - ``stubborn``: ready, and ignores SIGTERM.
 
@@ -30,6 +32,9 @@ import threading
 from http.server import BaseHTTPRequestHandler
 
 MODE = os.environ.get("FAKE_WORKER_MODE", "ready")
+
+JEV_DESCRIPTION = "A fake decision model"
+JEV_RELEASE_DATE = "2026-01-02"
 
 
 def option(argv: list[str], name: str) -> str | None:
@@ -71,7 +76,9 @@ def main(argv: list[str]) -> int:
         print("fake worker: cannot start", flush=True)
         return 3
     with open(option(argv, "--models") or "") as models_file:
-        names = [m["name"] for m in json.load(models_file)["models"]]
+        entries = json.load(models_file)["models"]
+    names = [m["name"] for m in entries]
+    jev = [m["name"] for m in entries if m.get("systemone_schema") == "jev"]
     path = option(argv, "--uds")
     if MODE == "stubborn":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -110,15 +117,22 @@ def main(argv: list[str]) -> int:
                     },
                 )
             elif self.path == "/v1/models":
-                self.answer(
-                    200,
-                    {
-                        "object": "list",
-                        "api_version": version,
-                        "limits": {"max_bundle_tasks": 1024, "max_request_bytes": 67108864},
-                        "data": [card(n) for n in names],
-                    },
-                )
+                document = {
+                    "object": "list",
+                    "api_version": version,
+                    "limits": {"max_bundle_tasks": 1024, "max_request_bytes": 67108864},
+                    "data": [card(n) for n in names],
+                }
+                if jev:
+                    document["models"] = [
+                        {
+                            "name": n,
+                            "description": JEV_DESCRIPTION,
+                            "release_date": JEV_RELEASE_DATE,
+                        }
+                        for n in [*jev, "jev-latest"]
+                    ]
+                self.answer(200, document)
             else:
                 self.answer(404, {"error": {"code": "not_found"}})
 

@@ -4,7 +4,8 @@ and a tiny health refresher for real ``vllm-srun serve --uds`` workers.
 A fake worker is a plain ASGI app served by uvicorn in the test's own event loop, on a
 socket the test binds and listens on before uvicorn starts (so no wait for "started"):
 it answers as its :attr:`FakeWorker.mode` says (``ok``, ``500``, ``400``, ``429``,
-``hang``, ``broken``, ``garbage``) and records what it received.
+``422``: its :attr:`FakeWorker.rejection`, ``hang``, ``broken``, ``garbage``) and records
+what it received.
 """
 
 from __future__ import annotations
@@ -104,6 +105,8 @@ class FakeWorker:
         received: ``(path, body bytes)`` of every request, in order.
         gate: a ``hang`` request waits for it (set it to let them all answer 200).
         timing: the ``Server-Timing`` header it sends.
+        rejection: the body of a ``422`` answer.
+        listing: the Jev ``models`` list of its ``/v1/models`` (``None``: no such key).
     """
 
     def __init__(self, name: str, path: Path) -> None:
@@ -116,6 +119,8 @@ class FakeWorker:
         self.arrived = asyncio.Condition()
         self.timing = "parse;dur=1, tokenize;dur=2, queue;dur=3, forward;dur=4, total;dur=12"
         self.api_version = "2.3.0"
+        self.rejection: Any = {"error": {"code": "invalid_request", "message": "SECRET"}}
+        self.listing: list[Any] | None = None
 
     def bodies(self) -> list[dict[str, Any]]:
         return [json.loads(body) for _, body in self.received]
@@ -166,6 +171,9 @@ class FakeWorker:
         if mode == "garbage":
             await self._send(send, 200, b"<html>not json</html>", b"text/html")
             return
+        if mode == "422":
+            await self._send(send, 422, json.dumps(self.rejection).encode())
+            return
         if mode in ("500", "400", "429"):
             status = int(mode)
             document = {"error": {"code": "internal_error", "message": "SECRET /srv/sock trace"}}
@@ -205,6 +213,8 @@ class FakeWorker:
                 "limits": {"max_bundle_tasks": 64, "max_request_bytes": 67108864},
                 "data": [card(id="x")],
             }
+            if self.listing is not None:
+                document["models"] = self.listing
         await self._send(send, 200, json.dumps(document).encode())
 
     async def _send(

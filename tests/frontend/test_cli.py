@@ -4,6 +4,7 @@ flag and environment refusals, and a whole run on the misbehaving worker command
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -11,12 +12,16 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
-from vllm_sr.cli import ROUTER_MODE_REFUSED, main, ready_timeout
+from vllm_sr.cli import ROUTER_MODE_REFUSED, build_parser, main, ready_timeout
+from vllm_sr.container.serve import engine_argv
+from vllm_sr.kubernetes import overlay_from_args
 
 from .conftest import FAKE_COMMAND, free_ports
+from .fake_worker import JEV_DESCRIPTION, JEV_RELEASE_DATE
 from .test_serve import Served, wait_for
 
 VALID = """
@@ -190,3 +195,104 @@ def test_a_runtime_profile_that_is_not_a_name_names_the_flag(capsys):
         "letters, digits and _, starting with a letter, at most 64 characters), such as exact, "
         "batching or max_speed"
     ) in capsys.readouterr().err
+
+
+def test_a_systemone_schema_outside_the_list_names_the_flag(capsys):
+    with pytest.raises(SystemExit) as caught:
+        main(["serve", "-e", "--systemone-schema", "jev2"])
+    assert caught.value.code == 2
+    assert (
+        "argument --systemone-schema: invalid choice: 'jev2' (choose from 'vllm-sr/5.0', "
+        "'vllm-sr/4.0', 'jev')"
+    ) in capsys.readouterr().err
+
+
+def test_the_engine_container_and_the_cluster_runtime_get_the_systemone_schema():
+    args = build_parser().parse_args(
+        ["serve", "some/model", "--systemone-schema", "jev", "--max-num-seqs", "4"]
+    )
+    assert engine_argv(args) == ["--max-num-seqs", "4", "--systemone-schema", "jev"]
+    args = build_parser().parse_args(
+        ["serve", "--target", "kubernetes", "some/model", "--systemone-schema", "vllm-sr/4.0"]
+    )
+    assert overlay_from_args(args).extra == ["--systemone-schema", "vllm-sr/4.0"]
+    assert engine_argv(build_parser().parse_args(["serve", "some/model"])) == []
+
+
+@pytest.mark.slow
+def test_systemone_schema_jev_reaches_the_worker_and_makes_a_jev_listener(tmp_path, rundir):
+    """``--systemone-schema jev`` writes the default deployment's key, the managed
+    worker's models file carries it, and the listener (its one System One model now
+    answering in Jev) resolves ``jev-latest``, answers Jev's 422 and lists Jev's models."""
+    [port] = free_ports(1)
+    config = tmp_path / "config.yaml"
+    keyed = "{name: http, address: 127.0.0.1, port: 8899, api_keys: [k-1],"
+    config.write_text(
+        VALID.replace("{name: http, address: 127.0.0.1, port: 8899,", keyed).replace(
+            "port: 8899", f"port: {port}"
+        )
+    )
+    server = Served(
+        tmp_path,
+        ["--config", str(config), "--systemone-schema", "jev"],
+        {
+            "VLLM_SRUN_DIR": str(rundir),
+            "VLLM_SRUN_COMMAND": " ".join(FAKE_COMMAND),
+            "FAKE_WORKER_MODE": "ready",
+        },
+    )
+    listener = f"http://127.0.0.1:{port}"
+    key = {"authorization": "Bearer k-1"}
+    try:
+        server.wait_ready(30)
+        [worker] = server.workers()
+        argv = worker.cmdline()
+        models = json.loads(Path(argv[argv.index("--models") + 1]).read_text())["models"]
+        assert models == [
+            {
+                "model": "fake/model",
+                "name": "primary",
+                "device": "cpu",
+                "profile": "exact",
+                "systemone_schema": "jev",
+            }
+        ]
+        asked = httpx.post(
+            f"{listener}/v1/systemone",
+            json={"model": "jev-latest", "state": "x", "questions": {}, "echo": 7},
+            headers=key,
+            timeout=10,
+        )
+        assert asked.status_code == 200, asked.text
+        assert asked.json() == {"model": "fake/model", "ok": True, "echo": 7}
+        bad = httpx.post(f"{listener}/v1/systemone", content=b"{", headers=key, timeout=10)
+        assert bad.status_code == 422
+        assert bad.json() == {
+            "error": {
+                "code": "invalid_request",
+                "type": "systemone_error",
+                "message": "invalid request",
+            },
+            "detail": [
+                {"loc": ["body"], "msg": "the body is not JSON text", "type": "json_invalid"}
+            ],
+        }
+        listed = httpx.get(f"{listener}/v1/models", headers=key, timeout=10)
+        assert listed.status_code == 200
+        entry = {"description": JEV_DESCRIPTION, "release_date": JEV_RELEASE_DATE}
+        assert listed.json() == {
+            "object": "list",
+            "data": [],
+            "models": [{"name": "fake/model", **entry}, {"name": "jev-latest", **entry}],
+        }
+        refused = httpx.get(f"{listener}/v1/models", timeout=10)
+        assert refused.status_code == 401
+        assert refused.headers["www-authenticate"] == 'Bearer realm="vllm-semantic-router"'
+        assert refused.json()["detail"] == {
+            "error_type": "authentication_error",
+            "message": "invalid api key",
+        }
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(30) == 0, server.output()
+    finally:
+        server.close()

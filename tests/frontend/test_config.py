@@ -131,8 +131,14 @@ def problems(document) -> list[str]:
             f"{D}.colour: unknown key colour; this mapping takes provider, "
             "artifact, revision, public_name, device, profile, input, endpoint, served_name, "
             "replicas, max_model_len, max_num_seqs, max_num_batched_tokens, batch_window_ms, "
-            "dtype, enable_shared_context",
+            "dtype, enable_shared_context, systemone_schema",
         ),
+        (
+            {"systemone_schema": "jev/1"},
+            f"{D}.systemone_schema: systemone_schema must be one of vllm-sr/5.0, "
+            'vllm-sr/4.0, jev, not "jev/1"',
+        ),
+        ({"systemone_schema": 5}, f"{D}.systemone_schema: Input should be a valid string"),
     ],
 )
 def test_each_deployment_refusal_names_its_key_path(fields, expected):
@@ -447,6 +453,54 @@ def test_attached_defaults_are_not_changed_by_flags():
     plain = served(attached, bootstrap=False)
     assert plain["global"]["model_catalog"]["deployments"]["primary"]["endpoint"] == (
         "http://gpu:8100"
+    )
+
+
+def test_systemone_schema_is_a_deployment_key():
+    for schema in ("vllm-sr/5.0", "vllm-sr/4.0", "jev"):
+        config = parse_config(deployment(systemone_schema=schema))
+        primary = config.catalog.deployments["primary"]
+        assert primary.systemone_schema == primary.served_systemone_schema == schema
+    unset = parse_config(deployment()).catalog.deployments["primary"]
+    assert (unset.systemone_schema, unset.served_systemone_schema) == (None, "vllm-sr/5.0")
+    # An attached deployment declares the schema its runtime was started with.
+    attached = deployment(endpoint="http://gpu:8100", systemone_schema="jev")
+    del attached["global"]["model_catalog"]["deployments"]["primary"]["artifact"]
+    assert parse_config(attached).catalog.deployments["primary"].served_systemone_schema == "jev"
+
+
+def test_systemone_schema_flag_writes_the_default_deployment():
+    document = served(None, systemone_schema="jev")
+    primary = document["global"]["model_catalog"]["deployments"]["primary"]
+    assert primary == {
+        "provider": "model_runtime",
+        "artifact": DEFAULT_MODEL,
+        "device": "auto",
+        "systemone_schema": "jev",
+    }
+    assert document["listeners"][0]["systemone"] == {"models": [DEFAULT_MODEL]}
+    parse_config(document)
+    # An authored default keeps everything else; another schema replaces its own.
+    saved = served(deployment(systemone_schema="vllm-sr/4.0", device="cpu"), bootstrap=False)
+    again = served(saved, bootstrap=False, systemone_schema="jev")
+    assert again["global"]["model_catalog"]["deployments"]["primary"] == {
+        "provider": "model_runtime",
+        "artifact": "vllm-sr/Vela-2.0-4B",
+        "device": "cpu",
+        "systemone_schema": "jev",
+    }
+    with pytest.raises(FlagError) as caught:
+        served(None, systemone_schema="jev2")
+    assert str(caught.value) == (
+        "--systemone-schema must be one of vllm-sr/5.0, vllm-sr/4.0, jev, not 'jev2'"
+    )
+    attached = deployment(endpoint="http://gpu:8100")
+    del attached["global"]["model_catalog"]["deployments"]["primary"]["artifact"]
+    with pytest.raises(FlagError) as caught:
+        served(attached, bootstrap=False, systemone_schema="jev")
+    assert str(caught.value) == (
+        "serve model overrides require a managed default deployment; attached endpoints "
+        "belong in --config"
     )
 
 

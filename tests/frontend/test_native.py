@@ -47,16 +47,27 @@ async def served(
         await close_all(*(w for p in pools.values() for w in p.workers))
 
 
-def is_error(response: httpx.Response, status: int, code: str, kind: str = "systemone_error"):
+def is_error(
+    response: httpx.Response,
+    status: int,
+    code: str,
+    kind: str = "systemone_error",
+    error_type: str | None = None,
+):
+    """The listener's error: ``error`` only, or (``error_type``) Jev's ``detail`` too."""
     assert response.status_code == status, response.text
-    assert response.json() == {
-        "error": {"code": code, "type": kind, "message": code.replace("_", " ")}
-    }
+    message = code.replace("_", " ")
+    expected: dict = {"error": {"code": code, "type": kind, "message": message}}
+    if error_type is not None:
+        expected["detail"] = {"error_type": error_type, "message": message}
+    assert response.json() == expected
+    assert response.headers["content-type"] == "application/json"
     assert response.headers["cache-control"] == "no-store"
     return True
 
 
 GRANT = Grant("http", systemone=("pub-a",), runtime=("pub-a",))
+AUTH = "authentication_error"
 
 
 def test_the_models_list_names_granted_ids_that_resolve():
@@ -165,7 +176,8 @@ def test_api_keys_by_bearer_or_api_key(headers, allowed):
                 if allowed:
                     assert response.status_code == 200, response.text
                 else:
-                    assert is_error(response, 401, "invalid_api_key")
+                    # Jev's detail beside the error, on every listener.
+                    assert is_error(response, 401, "invalid_api_key", error_type=AUTH)
                     realm = 'Bearer realm="vllm-semantic-router"'
                     assert response.headers["www-authenticate"] == realm
             assert len(fakes[0].received) == (1 if allowed else 0)

@@ -133,6 +133,41 @@ def test_the_runtime_accepts_the_models_file(rundir):
     assert (model.name, model.profile, model.max_num_seqs) == ("primary", "exact", 4)
 
 
+def test_the_models_file_carries_a_configured_systemone_schema(rundir):
+    """``systemone_schema`` reaches the worker's models-file entry when configured (and
+    changes the worker's identity); unset, the entry is what it was before the key."""
+    [plain] = plan_workers(config_with(device="cpu"), ["primary"], environment(rundir))
+    assert "systemone_schema" not in plain.models["models"][0]
+    for schema in ("jev", "vllm-sr/4.0", "vllm-sr/5.0"):
+        config = config_with(device="cpu", systemone_schema=schema)
+        [plan] = plan_workers(config, ["primary"], environment(rundir))
+        assert plan.models == {
+            "models": [
+                {
+                    "model": "vllm-sr/Vela-2.0-4B",
+                    "name": "primary",
+                    "device": "cpu",
+                    "profile": "exact",
+                    "systemone_schema": schema,
+                }
+            ]
+        }
+        assert plan.replica_id == plain.replica_id and plan.identity != plain.identity
+    attached = config_with(endpoint="http://gpu:8100", systemone_schema="jev")
+    [remote] = plan_workers(attached, ["primary"], environment(rundir))
+    assert (remote.managed, remote.models, remote.argv) == (False, {}, [])
+
+
+def test_the_runtime_accepts_a_systemone_schema_in_the_models_file(rundir):
+    from vllm_srun.serve.config import ModelConfig, read_models_file
+
+    config = config_with(device="cpu", systemone_schema="jev")
+    [plan] = plan_workers(config, ["primary"], environment(rundir))
+    plan.write_models_file()
+    [model] = read_models_file(plan.models_file, ModelConfig(model=""))
+    assert (model.name, model.systemone_schema) == ("primary", "jev")
+
+
 @pytest.mark.parametrize(
     ("cores", "override", "threads"),
     [(2, None, 1), (1, None, 1), (8, None, 4), (64, None, 16), (8, 6, 6), (8, 32, 8), (3, None, 1)],

@@ -172,7 +172,7 @@ def test_valid_questions_in_every_form():
     assert q["noul"].keys == ("false", "true")
     assert [o.description for o in q["noul_criteria"].options] == ["on time", "late"]
     assert [o.description for o in q["noul_choices"].options] == [None, "late"]
-    assert q["score"].keys == ("1", "2")
+    assert q["score"].keys == ("0", "1")
     assert [o.description for o in q["levels"].options] == ["a", "b", "c"]
     assert parsed.profile is None and parsed.deadline_ms is None
     assert parsed.return_meta is False and parsed.has_states is False
@@ -326,7 +326,7 @@ INVALID = {
         "questions.q.levels has 11 levels; a question takes 2 to 10",
     ),
     "levels not a list": (
-        {**SCORE, "criteria": {"1": "a"}},
+        {**SCORE, "criteria": {"0": "a"}},
         "questions.q.criteria must be an array of level descriptions, not an object",
     ),
     "blank level": ({**SCORE, "criteria": ["a", " "]}, "questions.q.criteria[1] is blank"),
@@ -584,12 +584,12 @@ def test_score_answer_expected_level_and_legend():
     result = score_answer(["low", "mid", "high"], [0.0, 0.0, math.log(2.0)])
     assert result["type"] == "score"
     assert result["probabilities"] == {
+        "0": pytest.approx(0.25),
         "1": pytest.approx(0.25),
-        "2": pytest.approx(0.25),
-        "3": pytest.approx(0.5),
+        "2": pytest.approx(0.5),
     }
-    assert result["score"] == pytest.approx(1 * 0.25 + 2 * 0.25 + 3 * 0.5)
-    assert result["legend"] == {"1": "low", "2": "mid", "3": "high"}
+    assert result["score"] == pytest.approx(0 * 0.25 + 1 * 0.25 + 2 * 0.5)
+    assert result["legend"] == {"0": "low", "1": "mid", "2": "high"}
     assert 0 < result["confidence"] < 1
 
 
@@ -608,11 +608,11 @@ def test_answer_dispatches_by_type():
     c, n, s = parsed.entries[0].questions
     assert answer(c, [0.0, 1.0])["choice"] == "shipping"
     assert answer(n, [0.0, 0.0]) == {"type": "noul", "noul": 0.5}
-    assert answer(s, [0.0, 0.0])["score"] == 1.5
+    assert answer(s, [0.0, 0.0])["score"] == 0.5
     # Without a temperature the logits are read as they are (T = 1).
     assert answer(n, [0.0, math.log(3.0)])["noul"] == pytest.approx(0.75, abs=1e-15)
     assert answer(c, [0.0, math.log(3.0)])["probabilities"]["shipping"] == pytest.approx(0.75)
-    assert answer(s, [0.0, math.log(3.0)])["score"] == pytest.approx(1.75)
+    assert answer(s, [0.0, math.log(3.0)])["score"] == pytest.approx(0.75)
 
 
 # -- found by trying to break the surface -----------------------------------------------------
@@ -821,12 +821,12 @@ def test_a_noul_questions_own_options_are_checked_like_a_choices():
     )
 
 
-def test_score_levels_are_keyed_one_to_n_with_their_descriptions():
+def test_score_levels_are_keyed_from_zero_with_their_descriptions():
     q = only({"type": "score", "instructions": "Rate", "levels": ["bad", "ok", "good"]})
     assert q == Question(
-        "q", "score", "Rate", (Option("1", "bad"), Option("2", "ok"), Option("3", "good"))
+        "q", "score", "Rate", (Option("0", "bad"), Option("1", "ok"), Option("2", "good"))
     )
-    assert q.keys == ("1", "2", "3")
+    assert q.keys == ("0", "1", "2")
     q = only({**CHOICE, "choices": None, "criteria": {"x": "ex", "y": None}})
     assert isinstance(q, InvalidQuestion)
     q = only({"type": "choice", "instructions": "Go", "choices": [{"key": "x"}, {"key": "y"}]})
@@ -1159,20 +1159,20 @@ def test_the_most_probable_choice_wins_wherever_it_sits():
     assert choice_answer(keys, torch.tensor([0.0, 0.0, 5.0, 1.0]))["choice"] == "c"
 
 
-def test_noul_answer_reads_true_second_and_score_weights_levels_from_one():
+def test_noul_answer_reads_true_second_and_score_weights_levels_from_zero():
     # P(true) = 1 / (1 + e^(z_false - z_true)): here e^-1 over 1 + e^-1 for true lower.
     assert noul_answer([1.0, 0.0])["noul"] == pytest.approx(1 / (1 + math.e), abs=1e-15)
     assert noul_answer(torch.tensor([0.0, 2.0]), 4.0)["noul"] == pytest.approx(
         1 / (1 + math.exp(-0.5)), abs=1e-15
     )
     result = score_answer(["a", None, "c", "d"], [0.0, 0.0, 0.0, 0.0])
-    assert result["score"] == pytest.approx(2.5, abs=1e-15)
+    assert result["score"] == pytest.approx(1.5, abs=1e-15)
     assert result["confidence"] == pytest.approx(0.0, abs=1e-12)
-    assert result["legend"] == {"1": "a", "2": None, "3": "c", "4": "d"}
+    assert result["legend"] == {"0": "a", "1": None, "2": "c", "3": "d"}
     assert list(result) == ["type", "score", "probabilities", "confidence", "legend"]
     result = score_answer(["a", "b"], [0.0, math.log(3.0)], temperature=0.5)
-    assert result["probabilities"] == {"1": pytest.approx(0.1), "2": pytest.approx(0.9)}
-    assert result["score"] == pytest.approx(1.9)
+    assert result["probabilities"] == {"0": pytest.approx(0.1), "1": pytest.approx(0.9)}
+    assert result["score"] == pytest.approx(0.9)
 
 
 def test_answer_passes_the_temperature_and_reads_score_descriptions():
@@ -1184,8 +1184,8 @@ def test_answer_passes_the_temperature_and_reads_score_descriptions():
     }
     assert answer(n, [0.0, math.log(3.0)], 0.5)["noul"] == pytest.approx(0.9)
     scored = answer(s, [0.0, math.log(3.0)], 0.5)
-    assert scored["score"] == pytest.approx(1.9)
-    assert scored["legend"] == {"1": "low", "2": "high"}
+    assert scored["score"] == pytest.approx(0.9)
+    assert scored["legend"] == {"0": "low", "1": "high"}
 
 
 def test_usage_and_response_bodies():

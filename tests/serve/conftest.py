@@ -147,6 +147,25 @@ def controlled_loader(
     return loader
 
 
+@pytest.fixture(scope="session")
+def caching_loader() -> Callable[..., ServedModel]:
+    """A ``Runtime`` loader that is the real :func:`load_model` (``--offline`` and every
+    other option honoured), each model loaded once per session: a later load of the same
+    model with the same options, by any runtime under any name, gets the model already
+    loaded under its own name. Real models (MiniLM) load in seconds, not milliseconds."""
+    loaded: dict[str, ServedModel] = {}
+    lock = threading.Lock()
+
+    def loader(model: str, options: LoadOptions, **kwargs: Any) -> ServedModel:
+        key = repr((model, dataclasses.replace(options, name=None), sorted(kwargs)))
+        with lock:
+            if key not in loaded:
+                loaded[key] = load_model(model, options, **kwargs)
+        return dataclasses.replace(loaded[key], name=options.name or loaded[key].name)
+
+    return loader
+
+
 # -- runtimes -------------------------------------------------------------------------------
 MakeRuntime = Callable[..., Runtime]
 

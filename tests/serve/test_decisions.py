@@ -84,7 +84,7 @@ def test_decisions_answer_every_question_type_in_order(client, path):
     temperature = calibration["temperature"]
     state = '{"ticket": "charged twice", "channel": "email"}'
     texts = ["Which team? billing: refunds", "Which team? shipping: parcels", "Is it urgent?"]
-    texts += ["How calm? 1: Upset", "How calm? 2: Calm"]
+    texts += ["How calm? 0: Upset", "How calm? 1: Calm"]
     z = cosines_over_http(client, state, texts)
     team = body["answers"]["team"]
     p = written_softmax(z[0:2], temperature["choice"])
@@ -98,8 +98,8 @@ def test_decisions_answer_every_question_type_in_order(client, path):
     mood = body["answers"]["mood"]
     p = written_softmax(z[3:5], temperature["score"])
     assert list(mood["probabilities"].values()) == pytest.approx(p, abs=1e-5)
-    assert mood["score"] == pytest.approx(1 * p[0] + 2 * p[1], abs=1e-5)
-    assert mood["legend"] == {"1": "Upset", "2": "Calm"}
+    assert mood["score"] == pytest.approx(0 * p[0] + 1 * p[1], abs=1e-5)
+    assert mood["legend"] == {"0": "Upset", "1": "Calm"}
     assert body["usage"]["input_tokens"] > 0 and body["usage"]["output_tokens"] == 0
     assert "server-timing" in response.headers
 
