@@ -28,7 +28,15 @@ import yaml
 
 from . import __version__
 from .config.durations import format_duration, parse_duration
-from .config.flags import ENGINE_FLAGS, PLATFORMS, FlagError, ServeOptions, port_offset
+from .config.flags import (
+    BOOTSTRAP_ADDRESS,
+    BOOTSTRAP_LISTENER,
+    ENGINE_FLAGS,
+    PLATFORMS,
+    FlagError,
+    ServeOptions,
+    port_offset,
+)
 from .config.in_use import deployments_in_use, managed_in_use
 from .config.schema import (
     DEFAULT_MODEL,
@@ -44,11 +52,16 @@ from .config.schema import (
 )
 from .workers.plan import LOG_LEVELS, PlanError
 
-ROUTER_MODE_REFUSED = (
-    "vllm-sr serve without -e would start Router mode (signals, decisions and Chat "
-    "routing), which this version of vllm-sr does not have yet; -e (--engine) starts "
+ROUTER_MODE_NEEDS_CONFIG = (
+    "vllm-sr serve without -e starts Router mode (signals, decisions and Chat routing) "
+    "from a configuration: vllm-sr serve --config config.yaml; -e (--engine) starts "
     "Engine mode, which serves the native System One API: vllm-sr serve [MODEL] -e; "
     "vllm-sr serve MODEL... runs the runtime in a foreground container"
+)
+
+ROUTER_MODE_NEEDS_BACKENDS = (
+    "Router mode needs providers.models with backend_refs (the Chat backends); start with "
+    "-e for Engine mode"
 )
 
 CONTAINER_ONLY = {
@@ -336,9 +349,10 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         args.container_runtime = args.container_runtime or args.legacy_runtime
     if args.target == "kubernetes":
         return serve_kubernetes(args, parser)
-    if not args.engine:
+    router = not args.engine and args.config is not None and not args.model and not args.models
+    if not args.engine and not router:
         if not args.model and not args.models:
-            print(f"vllm-sr: {ROUTER_MODE_REFUSED}", file=sys.stderr)
+            print(f"vllm-sr: {ROUTER_MODE_NEEDS_CONFIG}", file=sys.stderr)
             return 2
         return serve_container(args, parser)
     for name, flag in CONTAINER_ONLY.items():
@@ -372,7 +386,7 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         }
         options = ServeOptions(
             model=args.model[0] if args.model else None,
-            engine=True,
+            engine=not router,
             replicas=args.replicas,
             device_ids=args.device_ids,
             platform=args.platform,
@@ -389,7 +403,16 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             listener_port=8899 + offset,
             gpu_count=devices.count,
         )
+        if router:
+            document = with_router_listener(document, 8899 + offset)
         config = parse_config(document, args.config or "")
+        if router and not config.providers.models:
+            return _fail(ROUTER_MODE_NEEDS_BACKENDS)
+        if router and not config.router_enabled:
+            return _fail(
+                "global.router.enabled is false: this configuration is for Engine mode; start "
+                "it with -e, or set global.router.enabled: true"
+            )
         timeout, source = ready_timeout(environ, args.startup_timeout)
         result_cache = entries_from_environment(environ)
         # The built-in default is served from its installed mirror: nothing to download.
@@ -421,7 +444,8 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         result_cache=result_cache,
     )
     logging.getLogger("vllm_sr").info(
-        "engine mode: deployments in use %s (managed: %s); ready within %s (%s)",
+        "%s mode: deployments in use %s (managed: %s); ready within %s (%s)",
+        "router" if router else "engine",
         ", ".join(deployments_in_use(config)) or "none",
         ", ".join(managed_in_use(config)) or "none",
         format_duration(timeout),
@@ -429,6 +453,15 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     )
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
         return runner.run(frontend.run())
+
+
+def with_router_listener(document: dict[str, Any], port: int) -> dict[str, Any]:
+    """A Router-mode document with its Chat listener: the one it declares, else the default
+    listener on 127.0.0.1 at ``port`` (8899 plus ``VLLM_SR_PORT_OFFSET``)."""
+    if document.get("listeners"):
+        return document
+    listener = {"name": BOOTSTRAP_LISTENER, "address": BOOTSTRAP_ADDRESS, "port": port}
+    return {**document, "listeners": [listener]}
 
 
 def serve_container(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -35,6 +35,12 @@ from .config.in_use import deployments_in_use
 from .config.schema import JEV_SCHEMA, Config, Deployment
 from .metrics import Metrics, metrics_app
 from .pool import ReplicaPool
+from .router.chat import ListenerChat
+from .router.compose import RouterUnready, compose, prepare, response_cache, router_mode
+from .router.forward import Backends
+from .router.metrics import RoutingMetrics
+from .router.preview import Preview
+from .router.route import Router
 from .startup import DeploymentView, StartupFailed, StartupStatus, wait_for_deployments
 from .workers.devices import Devices
 from .workers.health import HealthPoller
@@ -165,6 +171,16 @@ class Frontend:
         self.stopping = asyncio.Event()
         self.forced = asyncio.Event()
         self._draining = False
+        self.router: Router | None = None
+        self.cache = response_cache(config)
+        self.backends = Backends()
+        self.routing_metrics = (
+            RoutingMetrics(self.metrics.registry) if router_mode(config) else None
+        )
+        preview = config.global_.services.api.routing_preview
+        self.preview = Preview(
+            lambda: self.router, preview.max_concurrency, float(preview.request_timeout_seconds)
+        )
 
     # -- what the management API reads ------------------------------------------------------------
     @property
@@ -357,8 +373,11 @@ class Frontend:
             waited.result()
             self.status.set("initializing_models", "checking bindings and opening the listeners")
             self._check_bindings()
+            if router_mode(self.config):
+                self.status.set("initializing_models", "preparing the routes")
+                await self._start_router()
             await self._open_listeners()
-        except (StartupFailed, PlanError) as err:
+        except (StartupFailed, PlanError, RouterUnready) as err:
             message = str(err)
             self.status.set("error", message)
             print(f"Router startup failed: {message}", file=sys.stderr, flush=True)
@@ -369,6 +388,17 @@ class Frontend:
         await self.stopping.wait()
         await self._shutdown()
         return 0
+
+    async def _start_router(self) -> None:
+        """Compose the router over the pools and embed its candidates before Chat opens.
+
+        Raises:
+            RouterUnready: a binding the routes need is missing, or its model did not answer.
+        """
+        cards = {name: pool.card for name, pool in self.pools.items()}
+        router = compose(self.config, self.pools, cards, self.metrics.unknown_answer)
+        await prepare(router)
+        self.router = router
 
     async def _open_listeners(self) -> None:
         pools = self._pools_by_public_id()
@@ -383,7 +413,18 @@ class Frontend:
                 runtime=tuple(config.runtime.models),
                 jev=self._jev(config.systemone.models),
             )
-            listener = Listener(grant, pools, **options)
+            chat = None
+            if self.router is not None:
+                chat = ListenerChat(
+                    name=config.name,
+                    allowed=tuple(config.models),
+                    timeout=config.timeout_seconds,
+                    router=lambda: self.router,
+                    backends=self.backends,
+                    cache=self.cache,
+                    metrics=self.routing_metrics,
+                )
+            listener = Listener(grant, pools, chat=chat, **options)
             await self._serve(listener.app, config.address, config.port, f"listener {config.name}")
             self.listeners.append(listener)
             log.info("listener %s serves on %s:%d", config.name, config.address, config.port)
@@ -411,6 +452,7 @@ class Frontend:
             for waiter in (drained, forced):
                 waiter.cancel()
             await asyncio.gather(drained, forced, return_exceptions=True)
+        await self.backends.close()
         for poller in self.pollers:
             poller.cancel()
         await asyncio.gather(*self.pollers, return_exceptions=True)

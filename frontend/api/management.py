@@ -4,7 +4,8 @@
 managed deployment in use is ready (and again once shutdown starts);
 ``GET /startup-status`` is upstream's startup document; ``GET /api/v1/status`` the
 instance's mode and phase; ``GET /api/v1/inventory/model-runtime`` lists each
-deployment in use with its replicas. Nothing here shows a socket path or a
+deployment in use with its replicas; ``POST /api/v1/routing/preview`` previews a
+Router-mode routing (:mod:`vllm_sr.router.preview`). Nothing here shows a socket path or a
 credential: an endpoint is ``unix`` or ``scheme://host:port``.
 """
 
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from fastapi import FastAPI
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
 
+from ..router.preview import Preview
 from ..startup import StartupStatus
 
 
@@ -22,6 +24,7 @@ class ManagementSource(Protocol):
     """What the management API reads (the :class:`~vllm_sr.frontend.Frontend`)."""
 
     status: StartupStatus
+    preview: Preview
 
     @property
     def draining(self) -> bool: ...
@@ -71,6 +74,11 @@ def build_management_app(source: ManagementSource) -> FastAPI:
     async def instance_status() -> JSONResponse:
         """This instance's mode, default deployment and phase."""
         return _json(200, source.instance_status())
+
+    @app.post("/api/v1/routing/preview")
+    async def routing_preview(request: Request) -> Response:
+        """What the router would do with a request (Router mode; never calls a backend)."""
+        return await source.preview.handle(request)
 
     @app.get("/api/v1/inventory/model-runtime")
     async def inventory() -> JSONResponse:

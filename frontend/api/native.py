@@ -57,6 +57,7 @@ from starlette.responses import Response
 from ..pool import jsontext
 from ..pool.pool import BadReply, Overloaded, PoolError, ReplicaPool, TooLarge
 from ..pool.transport import TASK_SURFACES, Reply
+from ..router.chat import ChatError, ListenerChat, unauthorized
 
 SYSTEMONE = "systemone_error"
 RUNTIME = "runtime_error"
@@ -268,9 +269,11 @@ class Listener:
         *,
         timeout: float = TIMEOUT_SECONDS,
         max_request_bytes: int = MAX_REQUEST_BYTES,
+        chat: ListenerChat | None = None,
     ) -> None:
         self.grant = grant
         self.pools = pools
+        self.chat = chat
         self.timeout = timeout
         self.max_request_bytes = max_request_bytes
         self._keys = tuple(key.encode() for key in grant.api_keys)
@@ -542,8 +545,17 @@ class Listener:
             ]
             return _json(200, {"object": "list", "data": data})
 
+        if self.chat is not None:
+            chat = self.chat
+
+            @route("/v1/chat/completions", "POST")
+            async def chat_completions(request: Request) -> Response:
+                return await self._chat(request, chat.completions)
+
         @route("/v1/models", "GET")
         async def models(request: Request) -> Response:
+            if self.chat is not None:  # Router mode: the Chat models
+                return await self._chat(request, self.chat.models)
             if not self.grant.systemone:
                 self._admit(request, self.grant.runtime, RUNTIME)
                 return _json(200, {"object": "list", "data": self.runtime_cards()})
@@ -559,6 +571,24 @@ class Listener:
             route(path, "POST")(self._runtime_handler(path, surface))
         route("/v1/bundle", "POST")(self._bundle)
         return app
+
+    async def _chat(
+        self, request: Request, handler: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        """A Chat route: the listener's key checked, OpenAI's error envelope on failure."""
+        try:
+            if self._stopping:
+                raise ChatError(
+                    503,
+                    "unavailable",
+                    "the router is shutting down; retry",
+                    headers={"retry-after": "1"},
+                )
+            if not self.authorized(request):
+                raise unauthorized()
+            return await handler(request)
+        except ChatError as err:
+            return err.response()
 
     def _systemone_handler(self, path: str) -> Callable[[Request], Awaitable[Response]]:
         async def handler(request: Request) -> Response:

@@ -2,13 +2,14 @@
 
 A deployment is in use when a listener publishes it (a native ``systemone`` grant,
 or this project's ``runtime`` grant, both by public model id) or when Engine mode
-needs it as the default decision deployment. In Router mode the deployments the
-task bindings name are in use as well. Any other declaration starts nothing and
+needs it as the default decision deployment. In Router mode the deployments its routes
+need are in use as well (:func:`routing_deployments`). Any other declaration starts nothing and
 never holds up startup.
 """
 
 from __future__ import annotations
 
+from .routing import CONDITION_TYPES
 from .schema import Config
 
 
@@ -28,8 +29,48 @@ def deployments_in_use(config: Config) -> list[str]:
     if catalog.decision_deployment in catalog.deployments and not config.router_enabled:
         wanted.add(catalog.decision_deployment)
     if config.router_enabled:
-        wanted.update(binding.deployment for binding in catalog.bindings.values())
+        wanted.update(routing_deployments(config))
     return [name for name in catalog.deployments if name in wanted]
+
+
+def routing_deployments(config: Config) -> set[str]:
+    """The deployments Router mode's routes need (ROUTER-SPEC §1.5): the binding of each
+    signal kind some decision references (the embedding binding also for a semantic
+    response cache), each referenced question's ``deployment``, and the default decision
+    deployment for referenced questions without one and for the built-in questions of
+    unbound domain and jailbreak signals (and embeddings, when nothing is bound for them).
+    Signals no decision references start nothing."""
+    catalog = config.catalog
+    bindings = catalog.bindings
+    default = catalog.decision_deployment
+    used: dict[str, set[str]] = {}
+    semantic_cache = False
+    for decision in config.routing.decisions:
+        if decision.rules is not None:
+            for leaf in decision.rules.leaves():
+                kind = CONDITION_TYPES.get(leaf.type or "")
+                if kind is not None and leaf.name is not None:
+                    used.setdefault(kind, set()).add(leaf.name)
+        cache = decision.plugin("response_cache")
+        if cache is not None and cache.configuration.get("mode", "semantic") != "exact":
+            semantic_cache = True
+    wanted: set[str] = set()
+
+    def bound_or_default(binding: str) -> None:
+        wanted.add(bindings[binding].deployment if binding in bindings else default)
+
+    if used.get("domains"):
+        bound_or_default("domain_classifier")
+    if used.get("jailbreak"):
+        bound_or_default("prompt_guard")
+    if used.get("pii") and "pii_classifier" in bindings:
+        wanted.add(bindings["pii_classifier"].deployment)
+    if used.get("embeddings") or semantic_cache:
+        bound_or_default("embedding")
+    for rule in config.routing.signals.decision:
+        if rule.name in used.get("decision", set()):
+            wanted.add(rule.deployment or default)
+    return {name for name in wanted if name in catalog.deployments}
 
 
 def managed_in_use(config: Config) -> list[str]:

@@ -25,7 +25,16 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+
+from .base import Strict, problem
+from .durations import parse_duration
+from .routing import (
+    Providers,
+    Routing,
+    decision_problems,
+    refused_provider_keys,
+    refused_routing_keys,
+)
 
 DEFAULT_DECISION_DEPLOYMENT = "primary"
 """The key of the default decision deployment when ``system.decision_model`` names none."""
@@ -127,15 +136,7 @@ class ConfigError(Exception):
         super().__init__(text)
 
 
-def _problem(message: str) -> PydanticCustomError:
-    """A validation error whose message is ``message`` as written (no prefix added)."""
-    return PydanticCustomError("vllm_sr_config", message)
-
-
-class Strict(BaseModel):
-    """A mapping of the configuration: unknown keys refused, values never coerced."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=False)
+_problem = problem
 
 
 def endpoint_problem(endpoint: str) -> str | None:
@@ -446,11 +447,96 @@ class System(Strict):
         return data
 
 
+GUARD_ACTIONS = ("allow", "block")
+"""What a guard module does on a failure (``on_error``) or an input it could not read in
+full (``on_unscanned``)."""
+
+
+def _action(value: str, key: str) -> str:
+    if value not in GUARD_ACTIONS:
+        raise _problem(f"{key} must be allow or block, not {value!r}")
+    return value
+
+
+class GuardModule(Strict):
+    """A safety module (``modules.prompt_guard``, ``modules.classifier.pii``)."""
+
+    threshold: float = Field(default=0.7, ge=0.0, le=1.0)
+    on_error: str = "allow"
+    on_unscanned: str = "block"
+
+    @field_validator("on_error")
+    @classmethod
+    def _on_error(cls, value: str) -> str:
+        return _action(value, "on_error")
+
+    @field_validator("on_unscanned")
+    @classmethod
+    def _on_unscanned(cls, value: str) -> str:
+        return _action(value, "on_unscanned")
+
+
+class PiiModule(GuardModule):
+    threshold: float = Field(default=0.9, ge=0.0, le=1.0)
+
+
+class DomainModule(Strict):
+    threshold: float = Field(default=0.5, ge=0.0, le=1.0)
+    on_error: str = "allow"
+
+    @field_validator("on_error")
+    @classmethod
+    def _on_error(cls, value: str) -> str:
+        return _action(value, "on_error")
+
+
+class ClassifierModules(Strict):
+    domain: DomainModule = Field(default_factory=DomainModule)
+    pii: PiiModule = Field(default_factory=PiiModule)
+
+
+class Modules(Strict):
+    """``global.model_catalog.modules``: the guards' and the domain classifier's settings."""
+
+    prompt_guard: GuardModule = Field(default_factory=GuardModule)
+    classifier: ClassifierModules = Field(default_factory=ClassifierModules)
+
+
+class EmbeddingConfig(Strict):
+    top_k: int = Field(default=1, ge=0)
+
+
+class SemanticEmbeddings(Strict):
+    embedding_config: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
+
+
+class EmbeddingsCatalog(Strict):
+    """``global.model_catalog.embeddings``: ``semantic.embedding_config.top_k`` (how many
+    matching embedding rules are emitted; 0: every one)."""
+
+    semantic: SemanticEmbeddings = Field(default_factory=SemanticEmbeddings)
+
+
+MAX_SIGNAL_TIMEOUT_MS = 3_600_000
+
+
 class ModelCatalog(Strict):
-    signal_timeout_ms: int | None = Field(default=None, gt=0)
+    signal_timeout_ms: int | None = None
+    modules: Modules = Field(default_factory=Modules)
+    embeddings: EmbeddingsCatalog = Field(default_factory=EmbeddingsCatalog)
     deployments: dict[str, Deployment] = Field(default_factory=dict)
     bindings: dict[str, Binding] = Field(default_factory=dict)
     system: System = Field(default_factory=System)
+
+    @field_validator("signal_timeout_ms")
+    @classmethod
+    def _signal_timeout(cls, value: int | None) -> int | None:
+        if value is not None and not 0 <= value <= MAX_SIGNAL_TIMEOUT_MS:
+            raise _problem(
+                f"global.model_catalog.signal_timeout_ms must be between 0 and "
+                f"{MAX_SIGNAL_TIMEOUT_MS}"
+            )
+        return value
 
     @field_validator("deployments")
     @classmethod
@@ -506,12 +592,68 @@ class ModelCatalog(Strict):
 
 
 class Router(Strict):
+    """``global.router``: the mode (``enabled``: Router mode) and the auto model names."""
+
     enabled: bool = True
+    auto_model_name: str | None = None
+    auto_model_names: list[str] | None = None
+    include_config_models_in_list: bool = False
+    strategy: Literal["priority", "confidence"] | None = None
+
+    @field_validator("auto_model_names")
+    @classmethod
+    def _names(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and (not value or any(not _trimmed(n) for n in value)):
+            raise _problem("auto_model_names must list trimmed, non-empty model names")
+        return value
+
+
+class ResponseCacheStore(Strict):
+    """``global.stores.response_cache``: the in-memory store every ``response_cache``
+    plugin uses."""
+
+    enabled: bool = True
+    backend_type: Literal["memory"] = "memory"
+    max_entries: int = Field(default=1000, gt=0)
+    ttl_seconds: float = Field(default=3600, gt=0)
+    eviction_policy: Literal["fifo", "lru"] = "fifo"
+    similarity_threshold: float | None = Field(default=None, ge=-1.0, le=1.0)
+
+    @field_validator("backend_type", mode="before")
+    @classmethod
+    def _memory(cls, value: Any) -> Any:
+        if value != "memory":
+            raise _problem(
+                f"backend_type {value} is not supported by this vllm-sr; Router mode supports "
+                "memory"
+            )
+        return value
+
+
+class Stores(Strict):
+    response_cache: ResponseCacheStore = Field(default_factory=ResponseCacheStore)
+
+
+class RoutingPreviewService(Strict):
+    request_timeout_seconds: int = Field(default=120, ge=1, le=3600)
+    max_concurrency: int = Field(default=16, ge=1)
+
+
+class ApiService(Strict):
+    routing_preview: RoutingPreviewService = Field(default_factory=RoutingPreviewService)
+
+
+class Services(Strict):
+    """``global.services``: only ``api.routing_preview`` (every other service is refused)."""
+
+    api: ApiService = Field(default_factory=ApiService)
 
 
 class Global(Strict):
     router: Router = Field(default_factory=Router)
     model_catalog: ModelCatalog = Field(default_factory=ModelCatalog)
+    stores: Stores = Field(default_factory=Stores)
+    services: Services = Field(default_factory=Services)
 
 
 class Grant(Strict):
@@ -547,6 +689,25 @@ class Listener(Strict):
     models: list[str] = Field(default_factory=list)
     systemone: Grant = Field(default_factory=Grant)
     runtime: Grant = Field(default_factory=Grant)
+    timeout: str | None = None
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            seconds = parse_duration(value)
+        except ValueError as err:
+            raise _problem(f"timeout must be a Go duration such as 300s or 5m: {err}") from None
+        if seconds <= 0:
+            raise _problem("timeout must be above 0 (leave it out for no request deadline)")
+        return value
+
+    @property
+    def timeout_seconds(self) -> float | None:
+        """``timeout`` in seconds, or ``None``."""
+        return parse_duration(self.timeout) if self.timeout is not None else None
 
     @field_validator("name", "address")
     @classmethod
@@ -572,8 +733,20 @@ class Listener(Strict):
 class Config(Strict):
     """The whole ``config.yaml``."""
 
+    version: str | None = None
     global_: Global = Field(default_factory=Global, alias="global")
     listeners: list[Listener] = Field(default_factory=list)
+    providers: Providers = Field(default_factory=Providers)
+    routing: Routing = Field(default_factory=Routing)
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str | None) -> str | None:
+        if value is not None and value != "v0.3":
+            raise _problem(
+                f"version must be v0.3 (the configuration this vllm-sr reads), not {value}"
+            )
+        return value
 
     model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
 
@@ -596,6 +769,12 @@ class Config(Strict):
         return self
 
     @property
+    def strategy(self) -> str:
+        """The ranking strategy: ``routing.strategy``, else ``global.router.strategy``, else
+        ``priority``."""
+        return self.routing.strategy or self.global_.router.strategy or "priority"
+
+    @property
     def catalog(self) -> ModelCatalog:
         return self.global_.model_catalog
 
@@ -613,6 +792,43 @@ class Config(Strict):
     def document(self) -> dict[str, Any]:
         """The configuration as a YAML-ready mapping (defaults left out)."""
         return self.model_dump(by_alias=True, exclude_defaults=True, mode="json")
+
+
+def routing_problems(config: Config) -> list[str]:
+    """Every problem of ``routing`` against the rest of the document: decision trees and
+    references (upstream's messages), PII signals without their binding, question
+    deployments not declared, bindings read under another contract."""
+    problems = decision_problems(config.routing, config.providers)
+    catalog = config.global_.model_catalog
+    signals = config.routing.signals
+    if signals.pii and "pii_classifier" not in catalog.bindings:
+        problems.append(
+            "pii signals need global.model_catalog.bindings.pii_classifier "
+            "(contract token_spans.v1)"
+        )
+    for rule in signals.decision:
+        if rule.deployment is not None and rule.deployment not in catalog.deployments:
+            problems.append(
+                f"routing.signals.decision {rule.name}: deployment {rule.deployment} is not "
+                "declared under global.model_catalog.deployments"
+            )
+    for name, contract in ROUTER_BINDINGS.items():
+        binding = catalog.bindings.get(name)
+        if binding is not None and binding.contract != contract:
+            problems.append(
+                f"global.model_catalog.bindings.{name}: Router mode reads it as {contract}, "
+                f"not {binding.contract}"
+            )
+    return problems
+
+
+ROUTER_BINDINGS = {
+    "pii_classifier": "token_spans.v1",
+    "prompt_guard": "label_distribution.v1",
+    "domain_classifier": "label_distribution.v1",
+    "embedding": "embedding.v1",
+}
+"""The bindings Router mode's signals read, and the contract each is read under."""
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -705,10 +921,17 @@ def parse_config(document: Any, source: str = "") -> Config:
     removed = list(_removed_fields(document))
     if removed:
         raise ConfigError(removed, source)
+    refused = refused_routing_keys(document) + refused_provider_keys(document)
+    if refused:
+        raise ConfigError(refused, source)
     try:
-        return Config.model_validate(dict(document))
+        config = Config.model_validate(dict(document))
     except ValidationError as err:
         raise ConfigError(_problems(err), source) from None
+    problems = routing_problems(config)
+    if problems:
+        raise ConfigError(problems, source)
+    return config
 
 
 def read_document(path: str | Path) -> dict[str, Any]:

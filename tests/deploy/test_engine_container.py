@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vllm_sr.cli import ROUTER_MODE_REFUSED, main
+from vllm_sr.cli import ROUTER_MODE_NEEDS_BACKENDS, ROUTER_MODE_NEEDS_CONFIG, main
 from vllm_sr.container import ContainerError
 from vllm_sr.container.command import gpu_flags, user_flags
 from vllm_sr.container.foreground import exit_status
@@ -307,10 +307,19 @@ def test_models_file_devices_are_checked(fake_runtime: FakeRuntime, tmp_path, ca
     )
 
 
-@pytest.mark.parametrize("argv", [["serve"], ["serve", "--config", "config.yaml"]])
-def test_router_mode_is_still_refused(fake_runtime: FakeRuntime, capsys, argv):
-    assert main(argv) == 2
-    assert capsys.readouterr().err == f"vllm-sr: {ROUTER_MODE_REFUSED}\n"
+def test_serve_without_a_config_or_model_names_router_mode_and_engine_mode(
+    fake_runtime: FakeRuntime, capsys
+):
+    assert main(["serve"]) == 2
+    assert capsys.readouterr().err == f"vllm-sr: {ROUTER_MODE_NEEDS_CONFIG}\n"
+    assert fake_runtime.calls() == []
+
+
+def test_router_mode_without_chat_backends_is_refused(fake_runtime: FakeRuntime, capsys, tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text("listeners:\n  - {name: http, port: 8899}\n")
+    assert main(["serve", "--config", str(config)]) == 1
+    assert ROUTER_MODE_NEEDS_BACKENDS in capsys.readouterr().err
     assert fake_runtime.calls() == []
 
 

@@ -16,7 +16,7 @@ import httpx
 import psutil
 import pytest
 
-from vllm_sr.cli import ROUTER_MODE_REFUSED, build_parser, main, ready_timeout
+from vllm_sr.cli import ROUTER_MODE_NEEDS_CONFIG, build_parser, main, ready_timeout
 from vllm_sr.container.serve import engine_argv
 from vllm_sr.kubernetes import overlay_from_args
 
@@ -34,12 +34,13 @@ listeners:
 """
 
 
-def test_serve_without_engine_mode_is_refused(capsys):
-    # With MODEL (or --models), serve without -e runs the engine container (tests/deploy).
-    assert main(["serve", "--config", "config.yaml"]) == 2
+def test_serve_without_engine_mode_needs_a_config(capsys):
+    # With MODEL (or --models), serve without -e runs the engine container (tests/deploy);
+    # with --config it starts Router mode (tests/frontend/test_router_*.py).
+    assert main(["serve"]) == 2
     err = capsys.readouterr().err
-    assert ROUTER_MODE_REFUSED in err
-    assert "Router mode" in err and "does not have yet" in err and "-e (--engine)" in err
+    assert ROUTER_MODE_NEEDS_CONFIG in err
+    assert "Router mode" in err and "--config config.yaml" in err and "-e (--engine)" in err
 
 
 def test_help_names_the_default_model(capsys):

@@ -1,0 +1,180 @@
+"""The routing series on the metrics listener (ROUTER-SPEC §3.3; upstream's names in
+``pkg/observability/metrics``), beside the ``vsr_model_runtime_*`` ones."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+if TYPE_CHECKING:
+    from .forward import Answer
+    from .route import Routed
+
+CONDITION_OF = {
+    "keywords": "keyword",
+    "embeddings": "embedding",
+    "domains": "domain",
+    "jailbreak": "jailbreak",
+    "pii": "pii",
+    "context": "context",
+    "decision": "decision",
+    "language": "language",
+}
+
+
+class RoutingMetrics:
+    """The ``llm_*`` series, registered on ``registry``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.requests = Counter(
+            "llm_model_requests", "Chat requests sent to a model.", ["model"], registry=r
+        )
+        self.errors = Counter(
+            "llm_request_errors",
+            "Chat requests that failed, by model and reason.",
+            ["model", "reason"],
+            registry=r,
+        )
+        self.routing_latency = Histogram(
+            "llm_model_routing_latency_seconds",
+            "Seconds spent on signals and decisions per routed request.",
+            registry=r,
+        )
+        self.signal_total = Counter(
+            "llm_signal_extraction",
+            "Signal rules evaluated.",
+            ["signal_type", "signal_name"],
+            registry=r,
+        )
+        self.signal_latency = Histogram(
+            "llm_signal_extraction_latency_seconds",
+            "Seconds a signal type took to evaluate.",
+            ["signal_type"],
+            registry=r,
+        )
+        self.signal_match = Counter(
+            "llm_signal_match",
+            "Signal rules that matched.",
+            ["signal_type", "signal_name"],
+            registry=r,
+        )
+        self.decision_total = Counter(
+            "llm_decision_evaluation", "Decision evaluations (one per routed request).", registry=r
+        )
+        self.decision_latency = Histogram(
+            "llm_decision_evaluation_latency_seconds",
+            "Seconds spent evaluating decisions per routed request.",
+            registry=r,
+        )
+        self.decision_match = Counter(
+            "llm_decision_match", "Requests routed by a decision.", ["decision_name"], registry=r
+        )
+        self.decision_confidence = Histogram(
+            "llm_decision_confidence",
+            "Confidence of the winning decision.",
+            ["decision_name"],
+            buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+            registry=r,
+        )
+        self.decision_unknown = Counter(
+            "llm_decision_unknown",
+            "rules.on_unknown policies applied.",
+            ["decision", "policy"],
+            registry=r,
+        )
+        self.plugin_total = Counter(
+            "llm_plugin_execution",
+            "Decision plugins run.",
+            ["plugin_type", "decision_name", "status"],
+            registry=r,
+        )
+        self.cache_hits = Counter(
+            "llm_cache_plugin_hits",
+            "Response cache hits.",
+            ["decision_name", "plugin_type"],
+            registry=r,
+        )
+        self.cache_misses = Counter(
+            "llm_cache_plugin_misses",
+            "Response cache misses.",
+            ["decision_name", "plugin_type"],
+            registry=r,
+        )
+        self.completion_latency = Histogram(
+            "llm_model_completion_latency_seconds",
+            "Seconds until a backend's response headers arrived.",
+            ["model"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "llm_model_ttft_seconds",
+            "Seconds until a streamed backend answer's headers arrived.",
+            ["model"],
+            registry=r,
+        )
+        self.prompt_tokens = Counter(
+            "llm_model_prompt_tokens", "Prompt tokens a backend reported.", ["model"], registry=r
+        )
+        self.completion_tokens = Counter(
+            "llm_model_completion_tokens",
+            "Completion tokens a backend reported.",
+            ["model"],
+            registry=r,
+        )
+
+    def routed(self, routed: Routed) -> None:
+        """Count one routed request: its signals, decisions and policies."""
+        self.routing_latency.observe(routed.seconds)
+        self.decision_total.inc()
+        results = routed.results
+        for key in set(results.confidences) | set(results.errors):
+            kind, _, name = key.partition(":")
+            self.signal_total.labels(kind, name).inc()
+        for kind, names in results.matched.items():
+            for name in names:
+                if kind == "decision" and ":" in name:
+                    continue
+                self.signal_match.labels(CONDITION_OF.get(kind, kind), name).inc()
+        for kind, measured in results.metrics.items():
+            if "execution_time_ms" in measured:
+                self.signal_latency.labels(kind).observe(measured["execution_time_ms"] / 1000)
+        for decision, policy in routed.ranking.policies.items():
+            self.decision_unknown.labels(decision, policy).inc()
+        if routed.decision is not None:
+            self.decision_match.labels(routed.decision.name).inc()
+            if routed.confidence is not None:
+                self.decision_confidence.labels(routed.decision.name).observe(routed.confidence)
+
+    def sent(self, model: str) -> None:
+        self.requests.labels(model).inc()
+
+    def error(self, model: str, reason: str) -> None:
+        self.errors.labels(model, reason).inc()
+
+    def plugin(self, kind: str, decision: str, status: str) -> None:
+        self.plugin_total.labels(kind, decision, status).inc()
+
+    def cache(self, decision: str, hit: bool) -> None:
+        (self.cache_hits if hit else self.cache_misses).labels(decision, "response_cache").inc()
+        self.plugin("response_cache", decision, "hit" if hit else "miss")
+
+    def backend(self, model: str, answer: Answer) -> None:
+        """A backend's answer: its latency, and the tokens a JSON answer's ``usage`` reports."""
+        if answer.stream is not None:
+            self.ttft.labels(model).observe(answer.backend_seconds)
+            return
+        self.completion_latency.labels(model).observe(answer.backend_seconds)
+        if not answer.content_type.startswith("application/json"):
+            return
+        import json
+
+        try:
+            usage = json.loads(answer.body).get("usage") or {}
+        except (ValueError, AttributeError):
+            return
+        if isinstance(usage.get("prompt_tokens"), int):
+            self.prompt_tokens.labels(model).inc(usage["prompt_tokens"])
+        if isinstance(usage.get("completion_tokens"), int):
+            self.completion_tokens.labels(model).inc(usage["completion_tokens"])
