@@ -10,6 +10,7 @@ a document already read; both raise :class:`ConfigError` listing every problem.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -812,6 +813,11 @@ def routing_problems(config: Config) -> list[str]:
                 f"routing.signals.decision {rule.name}: deployment {rule.deployment} is not "
                 "declared under global.model_catalog.deployments"
             )
+    if signals.language and importlib.util.find_spec("lingua") is None:
+        problems.append(
+            "routing.signals.language: language signals need the lingua-language-detector "
+            "package; install it with pip install 'vllm-srun[language]', or remove them"
+        )
     for name, contract in ROUTER_BINDINGS.items():
         binding = catalog.bindings.get(name)
         if binding is not None and binding.contract != contract:

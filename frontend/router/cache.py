@@ -109,7 +109,17 @@ class ResponseCache:
         for key in [k for k, e in self._entries.items() if e.expires <= now]:
             del self._entries[key]
 
-    async def _embedding(self, router: Router, text: str) -> tuple[str, list[float]] | None:
+    async def _embedding(self, router: Router, routed: Routed) -> tuple[str, list[float]] | None:
+        """The evaluation text's unit embedding and the embedder's identity, computed once
+        per request (the lookup's is reused by the store)."""
+        memo = routed.results.labels.get("cache_embedding")
+        if memo is not None:
+            return memo  # type: ignore[no-any-return]
+        found = await self._embed(router, routed.texts.evaluation)
+        routed.results.labels["cache_embedding"] = found
+        return found
+
+    async def _embed(self, router: Router, text: str) -> tuple[str, list[float]] | None:
         binding = router.setup.bindings.get("embedding")
         if binding is None or not text.strip():
             return None
@@ -145,7 +155,7 @@ class ResponseCache:
                     return Hit(entry.body)
         if mode == "exact":
             return None
-        embedded = await self._embedding(router, routed.texts.evaluation)
+        embedded = await self._embedding(router, routed)
         if embedded is None:
             return None
         embedder, vector = embedded
@@ -186,7 +196,7 @@ class ResponseCache:
         vector = None
         embedder = ""
         if self._mode(plugin) != "exact":
-            embedded = await self._embedding(router, routed.texts.evaluation)
+            embedded = await self._embedding(router, routed)
             if embedded is not None:
                 embedder, vector = embedded
         group, exact = _keys(body, routed, scope, embedder)

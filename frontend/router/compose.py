@@ -4,6 +4,7 @@ embedded once) before its Chat routes open."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 from ..config.schema import Config
 from .cache import ResponseCache
 from .route import Router, auto_names
+from .signals import language
 from .signals.calls import Pool, Unanswered
 from .signals.evaluate import Binding, Guard, Modules, Setup, prepare_candidates
 
@@ -109,11 +111,14 @@ def compose(
 
 
 async def prepare(router: Router, seconds: float = 60.0) -> None:
-    """Embed the embedding rules' candidates (once per generation).
+    """Embed the embedding rules' candidates (once per generation), and load the language
+    detector's models when language rules exist.
 
     Raises:
         RouterUnready: the embedding deployment did not answer.
     """
+    if router.routing.signals.language:
+        await asyncio.to_thread(language.warm)
     try:
         await prepare_candidates(router.setup, time.monotonic() + seconds)
     except (Unanswered, KeyError, IndexError, TypeError) as err:

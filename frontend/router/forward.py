@@ -217,7 +217,8 @@ async def _relay(response: aiohttp.ClientResponse, idle: float) -> AsyncIterator
                 yield sse_error("the backend closed the stream before it ended")
                 return
             if not chunk:
+                response.release()  # the whole answer was read: the connection is reusable
                 return
             yield chunk
     finally:
-        response.close()
+        response.close()  # a no-op after release(); drops a connection left mid-answer

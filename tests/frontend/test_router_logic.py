@@ -251,3 +251,27 @@ def test_tree_problems_in_upstream_shape():
     assert "rules.conditions[0]: on_unknown is allowed only on the root rule" in list(
         nested.problems("rules", root=True)
     )
+
+
+# -- language (lingua) -------------------------------------------------------------------------------
+
+
+def test_language_rules_match_the_detected_code_above_their_threshold():
+    import asyncio
+
+    from vllm_sr.config.routing import Routing
+    from vllm_sr.router.signals.evaluate import Evaluation, Modules, Setup
+    from vllm_sr.router.texts import Texts
+
+    routing = Routing.model_validate(
+        {
+            "signals": {
+                "language": [{"name": "fr"}, {"name": "en"}, {"name": "de", "threshold": 0.9}]
+            }
+        }
+    )
+    setup = Setup(routing=routing, modules=Modules(), pools={}, decision_deployment="primary")
+    text = "Bonjour, pouvez-vous m'aider avec ma facture du mois dernier ?"
+    found = asyncio.run(Evaluation(setup, Texts(text, text), None, float("inf")).run())
+    assert found.matched == {"language": {"fr"}}
+    assert found.labels["language"] == "fr"

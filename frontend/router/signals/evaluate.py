@@ -22,6 +22,7 @@ from typing import Any
 from ...config.routing import DecisionRule, EmbeddingRule, Routing
 from ..decisions import SignalResults
 from ..texts import Texts
+from . import language
 from .calls import Pool, Unanswered, call
 from .context import context_matches, token_estimate
 from .keywords import keyword_matches
@@ -166,7 +167,15 @@ class Evaluation:
                 for r in getattr(signals, kind)
                 if wanted is None or r.name in wanted.get(kind, set())
             ]
-            for kind in ("keywords", "embeddings", "domains", "jailbreak", "pii", "context")
+            for kind in (
+                "keywords",
+                "embeddings",
+                "domains",
+                "jailbreak",
+                "pii",
+                "context",
+                "language",
+            )
         }
         self.rules["decision"] = [
             r for r in signals.decision if wanted is None or r.name in wanted.get("decision", set())
@@ -188,6 +197,8 @@ class Evaluation:
             jobs.append(("jailbreak", self._jailbreak_classified()))
         if self.rules["pii"]:
             jobs.append(("pii", self._pii()))
+        if self.rules["language"]:
+            jobs.append(("language", self._language()))
         asked = self._questions(domains_bound, guard_bound)
         for deployment, questions in asked.items():
             jobs.append(("decision", self._ask(deployment, questions)))
@@ -261,11 +272,30 @@ class Evaluation:
             self._unscanned(kind, "deadline")
         elif kind == "domain":
             self._domain_failed(None)
+        elif kind == "language":
+            self._failed("language", "language_evaluation_failed", None)
         else:
             self._failed("embeddings", "embedding_evaluation_failed", None)
         bound = self.setup.bindings.get(binding or "")
         if bound is not None:
             self.setup.unknown(bound.deployment, "timeout")
+
+    # -- language ----------------------------------------------------------------------------
+    async def _language(self) -> None:
+        """The evaluation text's language (lingua, in a thread: it is CPU-bound)."""
+        try:
+            code, confidence = await asyncio.to_thread(language.detect, self.texts.evaluation)
+        except Exception:  # a detector that cannot run: the rules fail, nothing else does
+            self._failed("language", "language_evaluation_failed", None)
+            return
+        if code is None:
+            return
+        self.results.labels["language"] = code
+        self.results.metrics.setdefault("language", {})["confidence"] = confidence
+        for rule in self.rules["language"]:
+            threshold = rule.threshold or language.DEFAULT_THRESHOLD
+            if rule.name.lower() == code and confidence >= threshold:
+                self.results.match("language", rule.name)
 
     # -- embeddings --------------------------------------------------------------------------
     async def _embeddings(self) -> None:
