@@ -818,7 +818,8 @@ def routing_problems(config: Config) -> list[str]:
             "routing.signals.language: language signals need the lingua-language-detector "
             "package; install it with pip install 'vllm-srun[language]', or remove them"
         )
-    for name, contract in ROUTER_BINDINGS.items():
+    router = config.router_enabled and bool(config.providers.models)
+    for name, contract in ROUTER_BINDINGS.items() if router else ():
         binding = catalog.bindings.get(name)
         if binding is not None and binding.contract != contract:
             problems.append(
@@ -893,6 +894,25 @@ def _problems(err: ValidationError) -> list[str]:
     return problems
 
 
+def _not_refused(problems: list[str], refused: list[str]) -> list[str]:
+    """``problems`` less those at or under a key path a refusal names (the refusal says
+    it better than ``unknown key``), including a mapping's own problem that names the
+    refused key first (``plugins[0]: configuration.scope is not supported ...``)."""
+    paths = [r.split(": ", 1)[0] for r in refused]
+
+    def refused_at(where: str) -> bool:
+        return any(where == path or where.startswith((f"{path}.", f"{path}[")) for path in paths)
+
+    kept = []
+    for found in problems:
+        where, _, message = found.partition(": ")
+        named = message.split(" ", 1)[0]
+        if refused_at(where) or (named and refused_at(f"{where}.{named}")):
+            continue
+        kept.append(found)
+    return kept
+
+
 def _removed_fields(document: Any) -> Iterator[str]:
     """A problem for each removed model execution field under a deployment."""
     if not isinstance(document, Mapping):
@@ -928,12 +948,14 @@ def parse_config(document: Any, source: str = "") -> Config:
     if removed:
         raise ConfigError(removed, source)
     refused = refused_routing_keys(document) + refused_provider_keys(document)
-    if refused:
-        raise ConfigError(refused, source)
     try:
         config = Config.model_validate(dict(document))
     except ValidationError as err:
-        raise ConfigError(_problems(err), source) from None
+        # Every problem at once: the refusals (which say why), then the schema's problems
+        # at paths no refusal already names.
+        raise ConfigError(refused + _not_refused(_problems(err), refused), source) from None
+    if refused:
+        raise ConfigError(refused, source)
     problems = routing_problems(config)
     if problems:
         raise ConfigError(problems, source)

@@ -50,6 +50,8 @@ class SignalResults:
         metrics: per signal type, ``{"execution_time_ms", "confidence"}`` (the preview's).
         labels: extra facts for headers: the detected domain (``domain``), the context
             token count (``context_tokens``).
+        evaluated: per signal list, the rule names evaluated for this request (what
+            ``llm_signal_extraction_total`` counts).
     """
 
     matched: dict[str, set[str]] = field(default_factory=dict)
@@ -58,6 +60,7 @@ class SignalResults:
     errors: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     labels: dict[str, Any] = field(default_factory=dict)
+    evaluated: dict[str, set[str]] = field(default_factory=dict)
 
     def match(self, kind: str, name: str) -> None:
         """Record that rule ``name`` of list ``kind`` matched."""
@@ -210,6 +213,7 @@ def evidence_kind(decision: Decision) -> str | None:
 def evaluate(decision: Decision, results: SignalResults) -> Outcome:
     """One decision against the signals' results."""
     policy = decision.on_unknown
+    trace: dict[str, Any]
     if decision.catch_all:
         trace = {
             "decision_name": decision.name,
@@ -224,11 +228,13 @@ def evaluate(decision: Decision, results: SignalResults) -> Outcome:
     matched = root.state == TRUE
     confidence = root.confidence
     applied = None
+    evidence = evidence_kind(decision)
     if root.state == UNKNOWN:
         applied = policy
         if policy == "match":
-            matched, confidence = True, 1.0
-    trace: dict[str, Any] = {
+            # Matched by policy: confidence 1, unscored (no evidence to rank or report).
+            matched, confidence, evidence = True, 1.0, None
+    trace = {
         "decision_name": decision.name,
         "state": root.state,
         "matched": matched,
@@ -237,9 +243,7 @@ def evaluate(decision: Decision, results: SignalResults) -> Outcome:
     if policy is not None:
         trace["on_unknown"] = policy
     trace["root_trace"] = root.trace
-    return Outcome(
-        decision, root.state, matched, confidence, applied, evidence_kind(decision), trace
-    )
+    return Outcome(decision, root.state, matched, confidence, applied, evidence, trace)
 
 
 @dataclass

@@ -214,6 +214,9 @@ async def _relay(response: aiohttp.ClientResponse, idle: float) -> AsyncIterator
                 yield sse_error(TIMED_OUT, "timeout")
                 return
             except (aiohttp.ClientError, OSError):
+                left = _unread(response)
+                if left:
+                    yield left
                 yield sse_error("the backend closed the stream before it ended")
                 return
             if not chunk:
@@ -222,3 +225,14 @@ async def _relay(response: aiohttp.ClientResponse, idle: float) -> AsyncIterator
             yield chunk
     finally:
         response.close()  # a no-op after release(); drops a connection left mid-answer
+
+
+def _unread(response: aiohttp.ClientResponse) -> bytes:
+    """What a backend sent before it broke off and the relay has not read yet: aiohttp
+    raises the break on the next read even while it still holds bytes that came before
+    it, and those are the client's too."""
+    buffered = getattr(response.content, "_buffer", None)
+    try:
+        return b"".join(buffered) if buffered else b""
+    except TypeError:  # pragma: no cover - another aiohttp's internals
+        return b""

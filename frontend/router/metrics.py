@@ -128,10 +128,11 @@ class RoutingMetrics:
         """Count one routed request: its signals, decisions and policies."""
         self.routing_latency.observe(routed.seconds)
         self.decision_total.inc()
+        self.decision_latency.observe(routed.decision_seconds)
         results = routed.results
-        for key in set(results.confidences) | set(results.errors):
-            kind, _, name = key.partition(":")
-            self.signal_total.labels(kind, name).inc()
+        for kind, names in results.evaluated.items():
+            for name in names:
+                self.signal_total.labels(CONDITION_OF.get(kind, kind), name).inc()
         for kind, names in results.matched.items():
             for name in names:
                 if kind == "decision" and ":" in name:
@@ -142,10 +143,11 @@ class RoutingMetrics:
                 self.signal_latency.labels(kind).observe(measured["execution_time_ms"] / 1000)
         for decision, policy in routed.ranking.policies.items():
             self.decision_unknown.labels(decision, policy).inc()
-        if routed.decision is not None:
+        chosen = routed.ranking.chosen
+        if routed.decision is not None and chosen is not None:
+            # Every match, scored or not (upstream's RecordDecisionMatch).
             self.decision_match.labels(routed.decision.name).inc()
-            if routed.confidence is not None:
-                self.decision_confidence.labels(routed.decision.name).observe(routed.confidence)
+            self.decision_confidence.labels(routed.decision.name).observe(chosen.confidence)
 
     def sent(self, model: str) -> None:
         self.requests.labels(model).inc()

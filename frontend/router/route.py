@@ -44,6 +44,7 @@ class Routed:
         ref: the ``modelRefs`` entry chosen, or ``None``.
         status: ``selected``, ``fallback`` (the default model) or ``failed``.
         seconds: how long routing took.
+        decision_seconds: how long the decisions took to evaluate and rank (of ``seconds``).
     """
 
     texts: Texts
@@ -54,6 +55,7 @@ class Routed:
     ref: ModelRef | None
     status: str
     seconds: float
+    decision_seconds: float = 0.0
 
     @property
     def failed(self) -> Decision | None:
@@ -116,7 +118,9 @@ class Router:
         deadline = signal_deadline(started, self.setup.timeout_ms, request_deadline)
         wanted = None if every_signal else self.used
         results = await Evaluation(self.setup, texts, wanted, deadline).run()
+        ranked = time.monotonic()
         ranking = rank(self.routing.decisions, results, self.strategy)
+        decision_seconds = time.monotonic() - ranked
         decision = ranking.chosen.decision if ranking.chosen is not None else None
         model = ref = None
         status = "failed"
@@ -137,4 +141,5 @@ class Router:
             ref,
             status,
             time.monotonic() - started,
+            decision_seconds,
         )

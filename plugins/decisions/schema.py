@@ -151,7 +151,7 @@ def _text(value: Any, where: str, *, nullable: bool = False, structured: bool = 
         return state_text(value)
     if not isinstance(value, str):
         kind = "a string" if not structured else "text, an object or an array"
-        kind += " or null" if nullable else ""
+        kind += ", or null" if nullable else ""
         raise _Invalid(f"{where} must be {kind}, not {_kind(value)}")
     if is_blank(value):
         hint = " (use null for no description)" if nullable else ""
@@ -269,7 +269,8 @@ def _question(
     if kind not in QUESTION_TYPES:
         shown = "missing" if "type" not in raw else f"{kind!r}"
         raise _Invalid(f"{where}.type must be one of {', '.join(QUESTION_TYPES)}, not {shown}")
-    instructions = _text(raw.get("instructions"), f"{where}.instructions", nullable=True)
+    given = raw.get("instructions")
+    instructions = None if given is None else _text(given, f"{where}.instructions")
     alternative = {"choice": "choices", "noul": "choices", "score": "levels"}[kind]
     wrong = next(
         (f for f in ("choices", "levels") if f in raw and f != alternative),
@@ -281,6 +282,15 @@ def _question(
         raise _Invalid(f"{where} takes criteria or {alternative}, not both")
     form = "criteria" if "criteria" in raw else alternative
     at = f"{where}.{form}"
+    if kind == "noul":
+        noul = _noul_options(raw, form, at)
+        if instructions is None and all(o.description is None for o in noul):
+            # (criteria describing true or false would do instead: the Jev SDKs' rule)
+            raise _Invalid(f"{where}.instructions is missing")
+        return Question(name, kind, instructions or "", noul)
+    if instructions is None and not instructions_optional:
+        raise _Invalid(f"{where}.instructions is missing")
+    instructions = instructions or ""
     if kind == "choice":
         if form not in raw:
             raise _Invalid(f"{where} needs criteria (an object of options) or choices")
@@ -289,17 +299,6 @@ def _question(
         )
         _count(options, at, MIN_CHOICES, MAX_CHOICES, "options")
         return Question(name, kind, instructions, tuple(options))
-    if kind == "noul":
-        noul = _noul_options(raw, form, at)
-        if instructions is None and all(o.description is None for o in noul):
-            raise _Invalid(
-                f"{where}.instructions is missing; a noul question takes instructions, "
-                "or criteria that describe true or false"
-            )
-        return Question(name, kind, instructions or "", noul)
-    if instructions is None and not instructions_optional:
-        raise _Invalid(f"{where}.instructions is missing")
-    instructions = instructions or ""
     if form not in raw:
         raise _Invalid(f"{where} needs criteria or levels (a list of level descriptions)")
     levels = raw[form]

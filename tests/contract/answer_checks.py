@@ -279,9 +279,9 @@ class Report:
                 self.checked.append((route, str(model), str(asked(questions[name]).type)))
 
 
-def _entries(request: Mapping[str, Any], response: Mapping[str, Any], prefix: str) -> Iterator[
-    tuple[str, Any, Any, Any]
-]:
+def _entries(
+    request: Mapping[str, Any], response: Mapping[str, Any], prefix: str
+) -> Iterator[tuple[str, Any, Any, Any]]:
     """``(where, model, questions, answers)`` of a decisions (or ``/v1/systemone``) answer:
     its own and each ``states`` entry's, matched by name or by ``index``."""
     model = response.get("model")
@@ -295,8 +295,11 @@ def _entries(request: Mapping[str, Any], response: Mapping[str, Any], prefix: st
             if not isinstance(got, Mapping):
                 yield where, model, entry.get("questions"), None
                 continue
-            yield f"{where}.answers", got.get("model", model), entry.get("questions"), got.get(
-                "answers"
+            yield (
+                f"{where}.answers",
+                got.get("model", model),
+                entry.get("questions"),
+                got.get("answers"),
             )
     elif isinstance(asked_states, list):
         by_index = (
@@ -310,14 +313,17 @@ def _entries(request: Mapping[str, Any], response: Mapping[str, Any], prefix: st
             if got is None:
                 yield where, model, entry.get("questions"), None
                 continue
-            yield f"{where}.answers", got.get("model", model), entry.get("questions"), got.get(
-                "answers"
+            yield (
+                f"{where}.answers",
+                got.get("model", model),
+                entry.get("questions"),
+                got.get("answers"),
             )
 
 
-def _batch(request: Mapping[str, Any], response: Mapping[str, Any], prefix: str) -> Iterator[
-    tuple[str, Any, Any, Any]
-]:
+def _batch(
+    request: Mapping[str, Any], response: Mapping[str, Any], prefix: str
+) -> Iterator[tuple[str, Any, Any, Any]]:
     """``(where, model, questions, answers)`` of each state of a ``/v1/systemone/batch``
     answer: the request's one ``questions`` about every state, matched by ``index``."""
     model = response.get("model")

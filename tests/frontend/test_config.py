@@ -299,8 +299,29 @@ def test_in_use_follows_grants_and_mode():
     config = parse_config(document)
     # Engine mode: the grants and the default decision deployment; bindings' consumers are off.
     assert deployments_in_use(config) == ["primary", "embedder"]
+    # Router mode: only what the routes use; a binding nothing references starts nothing.
     document["global"]["router"] = {"enabled": True}
+    assert deployments_in_use(parse_config(document)) == ["embedder"]
+    document["providers"] = {
+        "models": [{"name": "m", "backend_refs": [{"endpoint": "127.0.0.1:8000"}]}]
+    }
+    document["routing"] = {
+        "signals": {"embeddings": [{"name": "near", "candidates": ["x"], "threshold": 0.5}]},
+        "decisions": [
+            {
+                "name": "d",
+                "rules": {"conditions": [{"type": "embedding", "name": "near"}]},
+                "modelRefs": [{"model": "m"}],
+            }
+        ],
+    }
     assert deployments_in_use(parse_config(document)) == ["embedder", "idle"]
+    # an unbound domain signal asks the default decision deployment
+    document["routing"]["signals"]["domains"] = [{"name": "math"}]
+    document["routing"]["decisions"][0]["rules"] = {
+        "conditions": [{"type": "domain", "name": "math"}]
+    }
+    assert deployments_in_use(parse_config(document)) == ["primary", "embedder"]
 
 
 # -- serve flags (§1.2) --------------------------------------------------------------------------

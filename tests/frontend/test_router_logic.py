@@ -159,7 +159,7 @@ def test_confidence_breaks_priority_ties_only_in_a_comparable_pool():
     assert rank([math, code, keyword], results).chosen.decision.name == "a-math"
 
 
-# -- T16: the signal deadline ------------------------------------------------------------------------
+# -- T16: the signal deadline ----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -180,7 +180,7 @@ def test_upstream_deadline_values(timeout_ms, request_in, expected):
     assert signal_deadline(now, timeout_ms, request) - now == pytest.approx(expected)
 
 
-# -- texts ------------------------------------------------------------------------------------------
+# -- texts -----------------------------------------------------------------------------------------
 
 
 def test_the_evaluation_text_is_the_last_non_empty_user_message():
@@ -210,7 +210,7 @@ def test_without_a_user_message_the_context_is_read():
     assert texts.evaluation == "sys asst"
 
 
-# -- T19: context bands ------------------------------------------------------------------------------
+# -- T19: context bands ----------------------------------------------------------------------------
 
 
 def test_context_counts_four_bytes_a_token_and_takes_k_suffixes():
@@ -223,7 +223,7 @@ def test_context_counts_four_bytes_a_token_and_takes_k_suffixes():
     assert not context_matches(band, 32001)
 
 
-# -- T2: tree validation --------------------------------------------------------------------------------
+# -- T2: tree validation ---------------------------------------------------------------------------
 
 
 def test_tree_problems_in_upstream_shape():
@@ -253,7 +253,7 @@ def test_tree_problems_in_upstream_shape():
     )
 
 
-# -- language (lingua) -------------------------------------------------------------------------------
+# -- language (lingua) -----------------------------------------------------------------------------
 
 
 def test_language_rules_match_the_detected_code_above_their_threshold():

@@ -224,6 +224,14 @@ INVALID = {
         "questions.q.type must be one of choice, noul, score, not 'rank'",
     ),
     "missing instructions": ({"type": "noul"}, "questions.q.instructions is missing"),
+    "noul with undescribed criteria and no instructions": (
+        {"type": "noul", "criteria": {"true": None}},
+        "questions.q.instructions is missing",
+    ),
+    "choice without instructions": (
+        {k: v for k, v in CHOICE.items() if k != "instructions"},
+        "questions.q.instructions is missing",
+    ),
     "blank instructions": ({**NOUL, "instructions": "  \n"}, "questions.q.instructions is blank"),
     "zero-width instructions": (
         {**NOUL, "instructions": "\u200b\u200d"},
@@ -231,7 +239,11 @@ INVALID = {
     ),
     "instructions not text": (
         {**NOUL, "instructions": 3},
-        "questions.q.instructions must be a string, not a number",
+        "questions.q.instructions must be text, an object or an array, not a number",
+    ),
+    "empty structured instructions": (
+        {**NOUL, "instructions": {"task": " ", "also": [None]}},
+        "questions.q.instructions is an empty object",
     ),
     "lone surrogate": (
         {**NOUL, "instructions": "bad \ud800"},
@@ -255,7 +267,7 @@ INVALID = {
     ),
     "description not text": (
         {**CHOICE, "criteria": {"a": 1, "b": None}},
-        "questions.q.criteria.a must be a string or null, not a number",
+        "questions.q.criteria.a must be text, an object or an array, or null, not a number",
     ),
     "criteria not an object": (
         {**CHOICE, "criteria": ["a", "b"]},
@@ -332,15 +344,15 @@ INVALID = {
     "blank level": ({**SCORE, "criteria": ["a", " "]}, "questions.q.criteria[1] is blank"),
     "null level": (
         {**SCORE, "criteria": ["a", None]},
-        "questions.q.criteria[1] must be a string, not null",
+        "questions.q.criteria[1] must be text, an object or an array, not null",
     ),
     "noul wrong keys": (
         {**NOUL, "criteria": {"yes": "a", "no": "b"}},
-        "questions.q.criteria must have exactly the keys false and true, not no, yes",
+        "questions.q.criteria takes the keys false and true (either or both), not no, yes",
     ),
-    "noul one key": (
-        {**NOUL, "criteria": {"true": "a"}},
-        "questions.q.criteria must have exactly the keys false and true, not true",
+    "noul extra key": (
+        {**NOUL, "criteria": {"true": "a", "maybe": "b"}},
+        "questions.q.criteria takes the keys false and true (either or both), not maybe, true",
     ),
     "noul levels": (
         {**NOUL, "levels": ["a", "b"]},
@@ -747,21 +759,25 @@ def test_is_encodable_refuses_only_lone_surrogates():
         (True, "a boolean"),
         (2, "a number"),
         (2.5, "a number"),
-        ([], "an array"),
-        ({}, "an object"),
-        (None, "null"),
         (("a",), "tuple"),
     ],
 )
 def test_a_wrong_kind_of_value_is_named(value, kind):
     assert message_of({**NOUL, "instructions": value}) == (
-        f"questions.q.instructions must be a string, not {kind}"
+        f"questions.q.instructions must be text, an object or an array, not {kind}"
+    )
+
+
+@pytest.mark.parametrize(("value", "kind"), [([], "array"), ({}, "object")])
+def test_empty_structured_text_is_named(value, kind):
+    assert message_of({**NOUL, "instructions": value}) == (
+        f"questions.q.instructions is an empty {kind}"
     )
 
 
 def test_question_fields_that_must_be_text_name_their_kind():
     assert message_of({**CHOICE, "criteria": {"a": True, "b": None}}) == (
-        "questions.q.criteria.a must be a string or null, not a boolean"
+        "questions.q.criteria.a must be text, an object or an array, or null, not a boolean"
     )
     assert (
         message_of(
@@ -780,25 +796,32 @@ def test_question_fields_that_must_be_text_name_their_kind():
         "questions.q.criteria.a holds a lone surrogate (not Unicode text)"
     )
     assert message_of({**SCORE, "criteria": ["a", 2]}) == (
-        "questions.q.criteria[1] must be a string, not a number"
+        "questions.q.criteria[1] must be text, an object or an array, not a number"
     )
     assert message_of([1]) == "questions.q must be an object, not an array"
 
 
-def test_noul_option_keys_are_exactly_false_and_true():
-    assert message_of({**NOUL, "criteria": {}}) == (
-        "questions.q.criteria must have exactly the keys false and true, not none"
+def test_noul_option_keys_are_false_and_true_either_or_both():
+    assert only({**NOUL, "criteria": {}}).options == (Option("false", None), Option("true", None))
+    assert only({**NOUL, "criteria": None}).options == (Option("false", None), Option("true", None))
+    assert only({**NOUL, "criteria": {"true": "late"}}).options == (
+        Option("false", None),
+        Option("true", "late"),
     )
     assert message_of({**NOUL, "criteria": {"true": None, "false": None, "maybe": None}}) == (
-        "questions.q.criteria must have exactly the keys false and true, not false, maybe, true"
+        "questions.q.criteria takes the keys false and true (either or both), not false, maybe, "
+        "true"
     )
     assert (
         message_of({**NOUL, "choices": [{"key": "true"}, {"key": "yes"}]})
-        == "questions.q.choices must have exactly the keys false and true, not true, yes"
+        == "questions.q.choices takes the keys false and true (either or both), not true, yes"
     )
     assert message_of({**NOUL, "criteria": {"false": None, "true": None}, "choices": []}) == (
         "questions.q takes criteria or choices, not both"
     )
+    # A noul question described by its criteria needs no instructions (the Jev SDKs' rule).
+    q = only({"type": "noul", "criteria": {"false": "on time"}})
+    assert q.instructions == "" and q.options == (Option("false", "on time"), Option("true", None))
     # Given in either order, the options read false then true, described as given.
     q = only({**NOUL, "choices": [{"key": "true", "description": "yes"}, {"key": "false"}]})
     assert q.options == (Option("false", None), Option("true", "yes"))

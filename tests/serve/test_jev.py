@@ -327,13 +327,6 @@ def zstd_frame(data: bytes) -> bytes:
     return header + ((len(data) << 3) | 1).to_bytes(3, "little") + data  # last block, raw
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runtime bug: Content-Encoding is not read. typesafe-sdk 0.7.5 sends every body "
-    "of 1024 bytes or more zstd-compressed with `Content-Encoding: zstd` where zstd is "
-    "available (Python 3.14, or typesafe-sdk[zstd]); the runtime parses the compressed "
-    "bytes as JSON and answers 422 'the body is not valid JSON'",
-)
 def test_a_zstd_compressed_body_is_answered_as_the_sdk_sends_it(raw: httpx.Client) -> None:
     # typesafe_sdk._core.compression: MIN_COMPRESSED_BODY_LENGTH; zstd is unavailable here,
     # so the SDK itself cannot be made to send it

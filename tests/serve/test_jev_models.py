@@ -208,12 +208,6 @@ def test_decisions_keeps_the_vllm_sr_shape_for_the_jev_entry(
         assert list(error) == ["error"] and error["error"]["code"] == code
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runtime bug: a jev /v1/systemone/batch 422 lists a batch's shared invalid "
-    "question once more per state after the first, at loc body.states[i].questions.NAME "
-    "(a path a batch body does not have) with a msg saying states[i-1]",
-)
 def test_a_jev_batch_names_an_invalid_shared_question_once(raw: httpx.Client) -> None:
     body = {"model": JEV, "states": [STATE, "the parcel is late"], "questions": {"which": INVALID}}
     error = refused(raw, body, 422, "/v1/systemone/batch")

@@ -22,7 +22,9 @@ class Pool(Protocol):
     """What a signal needs of a deployment's pool (:class:`~vllm_sr.pool.ReplicaPool`)."""
 
     public_name: str
-    deployment: str
+
+    @property
+    def deployment(self) -> str: ...  # read-only on ReplicaPool
 
     async def exchange(self, surface: str, path: str, raw: bytes, *, timeout: float) -> Reply: ...
 

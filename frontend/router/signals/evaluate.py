@@ -180,6 +180,9 @@ class Evaluation:
         self.rules["decision"] = [
             r for r in signals.decision if wanted is None or r.name in wanted.get("decision", set())
         ]
+        self.results.evaluated = {
+            kind: {r.name for r in rules} for kind, rules in self.rules.items() if rules
+        }
 
     # -- the whole evaluation ----------------------------------------------------------------
     async def run(self) -> SignalResults:
@@ -367,9 +370,15 @@ class Evaluation:
         results = list(answer.get("results") or [])
         retry = [i for i, r in enumerate(results) if r.get("error") == "max_length_exceeded"]
         if retry and kind != "domain":
-            window = {"overflow": "window"}
+            # Only a deployment that rejects (or truncates) long inputs gets here: under
+            # ``overflow: window`` its ``max_tokens`` would be the scan budget and the
+            # first call would have windowed already. Its ``max_tokens`` is then the
+            # longest single read it allows, so it sizes each window; the scan budget is
+            # the model's. (Sent as the budget, it would refuse every input the retry
+            # exists for with ``scan_budget_exceeded``.)
+            window: dict[str, Any] = {"overflow": "window"}
             if binding.max_tokens is not None:
-                window["max_tokens"] = binding.max_tokens
+                window["window"] = {"tokens": binding.max_tokens}
             again = await call(
                 pool,
                 "classify",
@@ -436,7 +445,7 @@ class Evaluation:
             self._unscanned("jailbreak", err.reason)
             return
         except Unanswered as err:
-            self._guard_failed("jailbreak", err)
+            self._guard_unanswered("jailbreak", err)
             return
         risks = [float((r.get("probabilities") or {}).get(JAILBREAK_LABEL, 0.0)) for r in results]
         self._jailbreak_risks(risks, len(self.texts.pieces(False)))
@@ -469,7 +478,7 @@ class Evaluation:
             self._unscanned("pii", err.reason)
             return
         except Unanswered as err:
-            self._guard_failed("pii", err)
+            self._guard_unanswered("pii", err)
             return
         own = len(self.texts.pieces(False))
         guard = self.setup.modules.pii
@@ -484,6 +493,16 @@ class Evaluation:
             }
             if found - set(rule.pii_types_allowed):
                 self.results.match("pii", rule.name)
+
+    def _guard_unanswered(self, kind: str, err: Unanswered) -> None:
+        """A guard's call went unanswered: past the deadline its input was not read in
+        full (unscanned, ``deadline``; counted as a ``timeout``), any other failure is a
+        backend error (``on_error``)."""
+        if err.reason == "timeout":
+            self._unscanned(kind, "deadline")
+            self.setup.unknown(err.deployment, err.reason)
+        else:
+            self._guard_failed(kind, err)
 
     def _guard_failed(self, kind: str, err: Unanswered | None) -> None:
         """A guard's backend failed: ``allow`` resolves its rules false, ``block`` matches
@@ -536,8 +555,11 @@ class Evaluation:
                 target = whole if item.whole else own
                 target[f"rule:{item.rule.name}"] = _routing_question(item.rule.question)
             elif item.kind == "domain":
+                # Every declared domain is a choice (the label set of a domain classifier),
+                # not only the rules evaluated: with those alone the answer would be forced.
                 choices = [
-                    {"key": r.name, "description": r.description} for r in self.rules["domains"]
+                    {"key": r.name, "description": r.description}
+                    for r in self.setup.routing.signals.domains
                 ]
                 own["domain"] = {
                     "type": "choice",
@@ -616,6 +638,8 @@ class Evaluation:
                 self.results.errors[f"decision:{item.rule.name}"] = code
             elif item.kind == "domain":
                 self._domain_failed(None)
+            elif err.reason == "timeout":  # a safety question not answered in time
+                self._unscanned("jailbreak", "deadline")
             else:
                 self._guard_failed("jailbreak", None)
         self.setup.unknown(err.deployment, err.reason)
