@@ -93,7 +93,7 @@ BUNDLE_BODY = {
     }
 }
 
-SYSTEMONE_ERRORS: dict[int | str, dict[str, Any]] = {
+SYSTEMONE_ERRORS: dict[int | str, dict[str, Any]] = {  # type: ignore[assignment]
     status: {
         "model": schemas.ErrorResponse | schemas.JevError,
         "description": "This runtime's error document; in the jev schema, Jev's detail "

@@ -10,6 +10,7 @@ is 413, never memory). zstd comes from the standard library's ``compression.zstd
 
 from __future__ import annotations
 
+import importlib
 import zlib
 from typing import Any
 
@@ -21,9 +22,9 @@ ENCODINGS = ("zstd", "gzip", "deflate", "identity")
 
 def _zstd() -> Any:
     try:
-        from compression import zstd  # type: ignore[import-not-found]  # Python 3.14
+        zstd = importlib.import_module("compression.zstd")  # Python 3.14
     except ImportError:
-        from backports import zstd  # type: ignore[no-redef]
+        zstd = importlib.import_module("backports.zstd")
     return zstd
 
 
@@ -47,7 +48,7 @@ def decoded_body(raw: bytes, encoding: str | None, limit: int) -> bytes:
     try:
         if name == "zstd":
             decompressor = _zstd().ZstdDecompressor()
-            body = decompressor.decompress(raw, max_length=limit + 1)
+            body = bytes(decompressor.decompress(raw, max_length=limit + 1))
             whole = decompressor.eof
         else:
             wbits = 31 if name == "gzip" else 15

@@ -89,11 +89,12 @@ class JevError(ApiError):
 
 def invalid(problems: Iterable[tuple[Sequence[str | int], str, str]]) -> JevError:
     """A 422 validation failure from ``(path in the body, message, type)`` triples."""
-    detail = [
-        {"loc": ["body", *path], "msg": clip(message, MESSAGE_LIMIT), "type": kind}
-        for path, message, kind in problems
-    ]
-    message = "; ".join(d["msg"] for d in detail)
+    detail: list[dict[str, Any]] = []
+    messages: list[str] = []
+    for path, message, kind in problems:
+        messages.append(clip(message, MESSAGE_LIMIT))
+        detail.append({"loc": ["body", *path], "msg": messages[-1], "type": kind})
+    message = "; ".join(messages)
     return JevError(422, "invalid_request", message, detail)
 
 
@@ -107,7 +108,7 @@ def as_jev(err: ApiError) -> JevError:
         return invalid([((), err.message, "invalid_request")])
     if err.status == 422:  # Jev clients read every 422 as a validation failure
         refused = invalid([((), err.message, err.code)])
-        refused.code = err.code  # type: ignore[assignment]
+        refused.code = err.code
         return refused
     return JevError(err.status, err.code, err.message)
 

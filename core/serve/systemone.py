@@ -36,11 +36,14 @@ from vllm_srun.plugins.decisions.schema import REQUEST_FIELDS
 from vllm_srun.plugins.spec import RequestError
 
 from . import jev
-from .config import SYSTEMONE_SCHEMAS as SCHEMAS
+from .config import SYSTEMONE_SCHEMAS
 from .requests import ApiError
 
 if TYPE_CHECKING:
     from .runtime import Runtime
+
+SCHEMAS = SYSTEMONE_SCHEMAS
+"""The System One schemas (``--systemone-schema``); the first is the default."""
 
 MAX_BATCH_STATES = 64
 """States one ``/v1/systemone/batch`` request may ask about (the command reference's 1-64)."""

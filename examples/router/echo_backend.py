@@ -37,23 +37,40 @@ async def chat(request: Request) -> Response:
                 delta = {"content": word if index == 0 else " " + word}
                 if index == 0:
                     delta["role"] = "assistant"
-                chunk = {"id": "chatcmpl-echo", "object": "chat.completion.chunk",
-                         "created": created, "model": body.get("model"),
-                         "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
-                yield f"data: {json.dumps(chunk)}\n\n".encode()
-            done = {"id": "chatcmpl-echo", "object": "chat.completion.chunk", "created": created,
+                chunk = {
+                    "id": "chatcmpl-echo",
+                    "object": "chat.completion.chunk",
+                    "created": created,
                     "model": body.get("model"),
-                    "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+                }
+                yield f"data: {json.dumps(chunk)}\n\n".encode()
+            done = {
+                "id": "chatcmpl-echo",
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": body.get("model"),
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            }
             yield f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode()
 
         return StreamingResponse(events(), media_type="text/event-stream")
-    return JSONResponse({
-        "id": "chatcmpl-echo", "object": "chat.completion", "created": created,
-        "model": body.get("model"),
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                     "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-    })
+    return JSONResponse(
+        {
+            "id": "chatcmpl-echo",
+            "object": "chat.completion",
+            "created": created,
+            "model": body.get("model"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        }
+    )
 
 
 def main() -> None:

@@ -13,6 +13,8 @@ HTTP response decoded fine.
 The rules, in our words (``SUM_TOLERANCE`` is the upstream tolerance, 0.02):
 
 - an answer that carries an ``error`` is not checked (the router reports it as failed);
+  nor (newer version) is the answer to a question the router asks by preset, a form
+  this runtime's questions do not have;
 - ``type`` equals the asked question's type;
 - ``confidence`` (0 when absent) lies in ``[0, 1]`` (newer version);
 - Choice: ``probabilities`` is a distribution over exactly the declared option keys

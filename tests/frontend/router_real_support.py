@@ -123,12 +123,17 @@ class RouterServed:
         return time.monotonic() - started
 
     def workers(self) -> list[psutil.Process]:
-        """The managed ``vllm-srun serve --uds`` children."""
-        return [
-            p
-            for p in psutil.Process(self.process.pid).children()
-            if "serve" in p.cmdline() and "--uds" in p.cmdline()
-        ]
+        """The managed ``vllm-srun serve --uds`` children (a child that ends while they
+        are listed, such as a device probe, is left out)."""
+        found = []
+        for child in psutil.Process(self.process.pid).children():
+            try:
+                argv = child.cmdline()
+            except psutil.NoSuchProcess:
+                continue
+            if "serve" in argv and "--uds" in argv:
+                found.append(child)
+        return found
 
     def worker_of(self, artifact: str) -> psutil.Process:
         """The worker serving ``artifact`` (its models file names it)."""

@@ -80,11 +80,15 @@ class StubBackend:
             transport = request.scope.get("transport")
             raise ConnectionAbortedError("hang up") if transport is None else _abort(transport)
         if script.status is not None:
-            return Response(json.dumps(script.body or {}), script.status, media_type="application/json")
+            return Response(
+                json.dumps(script.body or {}), script.status, media_type="application/json"
+            )
         model = body.get("model")
         created = int(time.time())
         if body.get("stream") is True:
-            return StreamingResponse(self._events(model, created, script), media_type="text/event-stream")
+            return StreamingResponse(
+                self._events(model, created, script), media_type="text/event-stream"
+            )
         answer = {
             "id": "chatcmpl-stub",
             "object": "chat.completion",
@@ -155,7 +159,11 @@ class Running:
         self.stub = stub or StubBackend()
         self.stub.port = free_port()
         config = uvicorn.Config(
-            self.stub.app(), host="127.0.0.1", port=self.stub.port, log_level="error", lifespan="off"
+            self.stub.app(),
+            host="127.0.0.1",
+            port=self.stub.port,
+            log_level="error",
+            lifespan="off",
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
