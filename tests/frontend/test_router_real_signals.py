@@ -496,16 +496,22 @@ def test_seed_preview_jq_prints_decision_matches_and_errors(router):
     }
 
 
+def unknown_answers(text: str) -> float:
+    """Every ``vsr_model_runtime_unknown_answers_total`` of ``primary``, whatever the reason."""
+    return sum(
+        metric_value(
+            text, "vsr_model_runtime_unknown_answers_total", deployment="primary", reason=r
+        )
+        for r in ("timeout", "unavailable", "overloaded", "rejected", "failed")
+    )
+
+
 def test_zz_a_killed_minilm_worker_answers_unknown_within_the_deadline(router, backend):
     """SIGKILL the MiniLM worker: a routed request is still answered within the signal
-    deadline (its signals unknown: the default model), and the seeds' metrics grep shows
-    the unknown answer counted. Last in the module: MiniLM is gone until restarted."""
-    before = metric_value(
-        router.metrics(),
-        "vsr_model_runtime_unknown_answers_total",
-        deployment="primary",
-        reason="unavailable",
-    )
+    deadline (its signals unknown: the default model), the seeds' preview names the
+    unknown signals, and the seeds' metrics grep shows the unknown answers counted. Last
+    in the module: MiniLM is gone until the supervisor restarts it (tens of seconds)."""
+    before = unknown_answers(router.metrics())
     minilm = router.worker_of("all-MiniLM-L6-v2")
     minilm.kill()
     minilm.wait(15)
@@ -517,24 +523,24 @@ def test_zz_a_killed_minilm_worker_answers_unknown_within_the_deadline(router, b
     assert seconds < SIGNAL_TIMEOUT_MS / 1000 + 5
     assert answer.headers["x-vsr-selected-model"] == "general"  # no decision matched
     assert "x-vsr-selected-decision" not in answer.headers
-    # The preview names the unknown signal (MiniLM takes tens of seconds to come back).
+    # The preview names the unknown signals: unavailable (the socket is gone), or a
+    # timeout should the restarted worker already accept connections while it loads.
     preview = json.loads(shell(seed(PREVIEW_JQ, router)))
+    print(f"preview: {preview}")
     assert preview["decision"] is None
-    assert preview["signal_errors"] == {
-        "decision:request_kind": "decision_unavailable",
-        "embedding:cold_any": "embedding_evaluation_failed",
-        "embedding:cooking_mean": "embedding_evaluation_failed",
-        "embedding:rain_max": "embedding_evaluation_failed",
-        "embedding:weather_mean": "embedding_evaluation_failed",
+    errors = preview["signal_errors"]
+    assert errors.pop("decision:request_kind") in ("decision_unavailable", "decision_timeout")
+    assert errors == {
+        f"embedding:{name}": "embedding_evaluation_failed"
+        for name in ("cold_any", "cooking_mean", "rain_max", "weather_mean")
     }
     grep = shell(seed(METRICS_GREP, router))
     print(
         "\n".join(
-            line for line in grep.splitlines() if "unknown_answers" in line or "_ready{" in line
+            line
+            for line in grep.splitlines()
+            if "unknown_answers_total" in line or "_ready{" in line
         )
     )
-    counted = metric_value(
-        grep, "vsr_model_runtime_unknown_answers_total", deployment="primary", reason="unavailable"
-    )
-    assert counted >= before + 1, grep
+    assert unknown_answers(grep) >= before + 2, grep  # the question and the embedding
     assert metric_value(grep, "vsr_model_runtime_ready", deployment="primary") == 0

@@ -309,11 +309,15 @@ def test_an_unbound_domain_signal_starts_primary_and_waits_for_it(
     try:
 
         def worker() -> list[psutil.Process]:
-            return [
-                p
-                for p in psutil.Process(served.process.pid).children()
-                if "router_worker.py" in " ".join(p.cmdline()) and "serve" in p.cmdline()
-            ]
+            found = []
+            for child in psutil.Process(served.process.pid).children():
+                try:
+                    command = child.cmdline()
+                except psutil.NoSuchProcess:  # exited while it was listed
+                    continue
+                if "router_worker.py" in " ".join(command) and "serve" in command:
+                    found.append(child)
+            return found
 
         [started] = wait_for(worker, 30, "the primary worker")
         assert "primary" in " ".join(started.cmdline())

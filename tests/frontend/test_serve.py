@@ -95,11 +95,15 @@ class Served:
         return answer.json()
 
     def workers(self) -> list[psutil.Process]:
-        return [
-            p
-            for p in psutil.Process(self.process.pid).children()
-            if "serve" in p.cmdline() and "--uds" in p.cmdline()
-        ]
+        found = []
+        for child in psutil.Process(self.process.pid).children():
+            try:
+                command = child.cmdline()
+            except psutil.NoSuchProcess:  # a child that exited while it was listed
+                continue
+            if "serve" in command and "--uds" in command:
+                found.append(child)
+        return found
 
     def close(self) -> None:
         self.mgmt.close()
