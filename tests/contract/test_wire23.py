@@ -1,7 +1,7 @@
 """Contract 2.3.0: the upstream router's client can attach this runtime.
 
 Each test sends the bodies the router's client builds (:mod:`.wire23`) to one
-real server (the real MiniLM and Rampart, SmolLM2 where its mirror is installed, and
+real server (the real MiniLM and Rampart, and
 fixture packages of every head and of decoders), decodes every answer with Go's rules
 (:mod:`.go`; the :class:`~.conftest.Router` fails on the first type mismatch) and then
 makes the checks the client's own code makes; every decision answer also passes the

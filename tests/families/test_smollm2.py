@@ -121,3 +121,25 @@ def test_a_question_alone_and_in_a_batch_agree_within_the_promise(smollm2):
             assert answer["probabilities"] == pytest.approx(
                 together[name]["probabilities"], abs=1e-5
             )
+
+
+def test_every_answer_passes_the_upstream_routers_answer_check(smollm2):
+    # The contract suite's questions, one of each type and form that reads differently
+    # (a choices list with a blank description, criteria describing a Noul, Score levels
+    # from 0) about a states entry too: the real model runs once per option on a CPU.
+    from tests.contract.answer_checks import answer_violations
+    from tests.contract.test_decision_answers import QUESTIONS, STATES
+
+    questions = {k: QUESTIONS[k] for k in ("route", "angry", "tone")}
+    body = {
+        "state": STATES[0],
+        "questions": questions,
+        "states": {"order": {"state": STATES[2], "questions": {"tone": questions["tone"]}}},
+    }
+    answered = smollm2.answer("decisions", body)
+    problems = answer_violations(questions, answered["answers"])
+    order = {"tone": questions["tone"]}
+    problems += answer_violations(order, answered["states"]["order"]["answers"], "states.order")
+    assert problems == []
+    scored = answered["answers"]["tone"]
+    assert list(scored["probabilities"]) == ["0", "1", "2"] and 0 <= scored["score"] <= 2
