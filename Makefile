@@ -59,7 +59,9 @@ eval: install
 # The serving benchmark (bench/run.py) loads HTTP with wrk, installed from
 # Debian when missing (as root); without it bench/run.py falls back to its own
 # Python load generator and says so. Its frontend section (bench/frontend_section.py)
-# measures vllm-sr serve -e against the worker alone. `make bench-startup` is the startup one.
+# measures vllm-sr serve -e against the worker alone; its router section
+# (bench/router_section.py, also `make bench-router`) measures Router mode against a fast
+# stand-in backend and LiteLLM's proxy. `make bench-startup` is the startup one.
 bench: install
 	@command -v wrk >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
 		{ apt-get install -y wrk || { apt-get update -qq && apt-get install -y wrk; }; }; } || \
@@ -67,6 +69,14 @@ bench: install
 	$(PY) bench/run.py
 	$(PY) bench/profiles_section.py
 	$(PY) bench/long_inputs.py
+	$(PY) bench/router_section.py
+
+# Router mode's overhead (bench/router_section.py): keyword and embedding routing in front of
+# a fast stand-in backend vs the backend alone vs LiteLLM's proxy (installed on first use
+# into its own venv, build/litellm-venv; skipped with a note when it cannot be installed).
+.PHONY: bench-router
+bench-router: install
+	$(PY) bench/router_section.py
 
 .PHONY: bench-startup
 bench-startup: install
