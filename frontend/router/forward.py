@@ -180,9 +180,7 @@ class Backends:
             response = await asyncio.wait_for(request.__aenter__(), timeout)
         except TimeoutError as err:
             raise BackendTimeout(TIMED_OUT) from err
-        except (aiohttp.ClientConnectionError, aiohttp.ClientError, OSError) as err:
-            if isinstance(err, aiohttp.ServerTimeoutError):
-                raise BackendUnreachable(UNREACHABLE) from err
+        except (aiohttp.ClientError, OSError) as err:  # a connect timeout included
             raise BackendUnreachable(UNREACHABLE) from err
         waited = loop.time() - started
         content_type = response.headers.get("content-type", "application/json")

@@ -12,7 +12,6 @@ is accepted and unused there. A backend is drawn among the model's ``backend_ref
 
 from __future__ import annotations
 
-import copy
 import os
 import random
 from collections.abc import Mapping, Sequence
@@ -111,7 +110,9 @@ def rewrite(
 ) -> Rewritten:
     """The backend request for ``model``, with ``decision``'s plugins applied (none for the
     default model or a pass-through)."""
-    updated = copy.deepcopy(dict(body))
+    # A shallow copy: every change below replaces a top-level value (messages, the
+    # reasoning fields, model) with a new object, never mutating the client's.
+    updated = dict(body)
     result = Rewritten(updated, model)
     if decision is not None:
         prompt = decision.plugin("system_prompt")
