@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 from jevcompat import runner as jevcompat_runner
-from jevcompat.runner import Report
 
+from ..jevcompat_report import failures
 from .conftest import free_ports
 from .test_serve import VLLM_SRUN, Served
 
@@ -81,38 +81,6 @@ def listener(tmp_path: Path) -> Iterator[tuple[str, Served]]:
         for path in rundir.iterdir():
             path.unlink()
         rundir.rmdir()
-
-
-def failures(report: Report) -> str:
-    """Every failed requirement with its findings (and the exchange of each), then what
-    kept the run from a verdict, then the requirements left untested."""
-    lines = [
-        f"jevcompat verdict {report.verdict!r} against {report.url} (model {report.model!r}): "
-        f"{report.summary()}"
-    ]
-    if report.aborted:
-        lines.append(f"aborted: {report.aborted}")
-    for result in report.results:
-        if result.status != "fail":
-            continue
-        lines.append(f"FAILED {result.level} {result.id} ({result.title}):")
-        for finding in result.findings:
-            where = f" at {finding.where}" if finding.where else ""
-            lines.append(f"  - [{finding.case}] {finding.message}{where}")
-            if finding.exchange is not None:
-                exchange = report.exchanges[finding.exchange]
-                lines.append(
-                    f"    {exchange.method} {exchange.path} -> {exchange.status}: "
-                    f"{str(exchange.response)[:300]}"
-                )
-    for case, error in report.case_errors:
-        lines.append(f"case error {case}: {error}")
-    for note in report.inconclusive:
-        lines.append(f"inconclusive: {note}")
-    for result in report.results:
-        if result.status == "skip":
-            lines.append(f"not tested {result.level} {result.id}: {result.reason}")
-    return "\n".join(lines)
 
 
 def test_the_listener_is_jev_conformant(listener: tuple[str, Served]) -> None:

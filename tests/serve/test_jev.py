@@ -30,6 +30,7 @@ import pytest
 from vllm_srun.serve.jev import ALIAS
 from vllm_srun.serve.runtime import Runtime
 
+from ..jevcompat_report import failures
 from .conftest import LiveServer
 from .jev_support import (
     MINILM,
@@ -38,7 +39,6 @@ from .jev_support import (
     TEAMS,
     check_answers,
     entropy_confidence,
-    failures,
     load,
     one_torch_thread,
     serve_args,
