@@ -29,7 +29,8 @@ from typing import Any
 import uvicorn
 
 from .api.management import build_management_app
-from .api.native import Grant, Listener
+from .api.native import Listener
+from .api.published import Grant
 from .config.bindings import binding_problem
 from .config.in_use import deployments_in_use
 from .config.schema import JEV_SCHEMA, Config, Deployment

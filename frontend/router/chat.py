@@ -234,7 +234,8 @@ class ListenerChat:
         if not router.is_auto(model):
             chosen = router.providers.find(model)
             if chosen is None:
-                self._error_metric(model, "model_not_found")
+                if self.metrics is not None:
+                    self.metrics.unserved(model)
                 raise ChatError(
                     400, "model_not_found", "the requested model is not served", param="model"
                 )

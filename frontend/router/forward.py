@@ -142,7 +142,9 @@ class Backends:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
-                timeout=aiohttp.ClientTimeout(total=None),
+                timeout=aiohttp.ClientTimeout(
+                    total=None, connect=None, sock_connect=self.connect_timeout, sock_read=None
+                ),
                 auto_decompress=False,
             )
         return self._session
@@ -170,14 +172,10 @@ class Backends:
         """
         loop = asyncio.get_running_loop()
         started = loop.time()
-        client_timeout = aiohttp.ClientTimeout(
-            total=None, connect=None, sock_connect=self.connect_timeout, sock_read=None
-        )
-        request = self._client().post(
-            url, data=body, headers=list(headers), timeout=client_timeout, allow_redirects=False
-        )
+        request = self._client().post(url, data=body, headers=headers, allow_redirects=False)
         try:
-            response = await asyncio.wait_for(request.__aenter__(), timeout)
+            async with asyncio.timeout(timeout):
+                response = await request.__aenter__()
         except TimeoutError as err:
             raise BackendTimeout(TIMED_OUT) from err
         except (aiohttp.ClientError, OSError) as err:  # a connect timeout included
@@ -187,7 +185,8 @@ class Backends:
         streamed = stream and 200 <= response.status < 300
         if not streamed:
             try:
-                content = await asyncio.wait_for(response.read(), timeout)
+                async with asyncio.timeout(timeout):
+                    content = await response.read()
             except TimeoutError as err:
                 response.close()
                 raise BackendTimeout(TIMED_OUT) from err
@@ -207,7 +206,8 @@ async def _relay(response: aiohttp.ClientResponse, idle: float) -> AsyncIterator
     try:
         while True:
             try:
-                chunk = await asyncio.wait_for(response.content.readany(), idle)
+                async with asyncio.timeout(idle):
+                    chunk = await response.content.readany()
             except TimeoutError:
                 yield sse_error(TIMED_OUT, "timeout")
                 return

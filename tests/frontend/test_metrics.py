@@ -11,7 +11,8 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from vllm_sr.api.native import Grant, Listener
+from vllm_sr.api.native import Listener
+from vllm_sr.api.published import Grant
 from vllm_sr.metrics import (
     CACHE_RESULTS,
     PHASES,

@@ -12,8 +12,9 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from vllm_sr.api import native
-from vllm_sr.api.native import Grant, Listener
+from vllm_sr.api import published
+from vllm_sr.api.native import Listener
+from vllm_sr.api.published import Grant
 from vllm_sr.pool.pool import MAX_INFLIGHT, ReplicaPool
 
 from .pool_support import Clock, close_all, fake_workers, run
@@ -192,7 +193,7 @@ def test_every_presented_key_meets_every_listener_key_in_constant_time(monkeypat
         calls.append((a, b))
         return a == b
 
-    monkeypatch.setattr(native.hmac, "compare_digest", compare)
+    monkeypatch.setattr(published.hmac, "compare_digest", compare)
 
     async def scenario():
         grant = Grant("http", api_keys=("k1", "k2", "k3"), systemone=("pub-a",))

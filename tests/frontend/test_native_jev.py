@@ -11,8 +11,9 @@ import json
 import httpx
 import pytest
 
-from vllm_sr.api import native
-from vllm_sr.api.native import Grant, detail_entries
+from vllm_sr.api import native, refusals
+from vllm_sr.api.published import Grant
+from vllm_sr.api.refusals import detail_entries
 from vllm_sr.pool.pool import MAX_INFLIGHT, ReplicaPool
 from vllm_sr.workers.health import HealthPoller
 from vllm_sr.workers.worker import Worker
@@ -241,8 +242,8 @@ def test_a_workers_422_reaches_a_jev_client_rebuilt():
         {"loc": ["body", "questions", "질문", 0], "msg": "bad", "type": "value_error"},
         {
             "loc": ["body", *(f"p{i}" for i in range(15))],
-            "msg": "m" * native.MAX_DETAIL_TEXT,
-            "type": "t" * native.MAX_DETAIL_TEXT,
+            "msg": "m" * refusals.MAX_DETAIL_TEXT,
+            "type": "t" * refusals.MAX_DETAIL_TEXT,
         },
     ]
 
@@ -259,9 +260,9 @@ def test_a_workers_422_reaches_a_jev_client_rebuilt():
             response = await client.post("/v1/systemone", json={"model": "pub-a", **QUESTION})
             generic = [{"loc": ["body"], "msg": "the request is not valid", "type": "value_error"}]
             assert is_invalid(response, generic)
-            fakes[0].rejection = {"detail": [expected[0]] * (native.MAX_DETAIL_ENTRIES + 8)}
+            fakes[0].rejection = {"detail": [expected[0]] * (refusals.MAX_DETAIL_ENTRIES + 8)}
             response = await client.post("/v1/systemone", json={"model": "pub-a", **QUESTION})
-            assert is_invalid(response, [expected[0]] * native.MAX_DETAIL_ENTRIES)
+            assert is_invalid(response, [expected[0]] * refusals.MAX_DETAIL_ENTRIES)
 
     run(scenario())
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from vllm_sr.api.native import Grant, Listener
+from vllm_sr.api.native import Listener
+from vllm_sr.api.published import Grant
 from vllm_sr.metrics import Metrics
 from vllm_sr.pool.pool import DIFFERENT, ReplicaPool
 from vllm_sr.workers.worker import Worker

@@ -275,3 +275,26 @@ def test_language_rules_match_the_detected_code_above_their_threshold():
     found = asyncio.run(Evaluation(setup, Texts(text, text), None, float("inf")).run())
     assert found.matched == {"language": {"fr"}}
     assert found.labels["language"] == "fr"
+
+
+@pytest.mark.parametrize(
+    ("body", "usage"),
+    [
+        (
+            b'{"id":"c","choices":[{"message":{"content":"see \\"usage\\": 9"}}],'
+            b'"usage": {"prompt_tokens": 7, "completion_tokens": 3}}',
+            {"prompt_tokens": 7, "completion_tokens": 3},
+        ),
+        (  # usage first, then a nested object that also has a "usage" key
+            b'{"usage":{"prompt_tokens":1},"choices":[{"x":{"usage":"text"}}]}',
+            {"prompt_tokens": 1},
+        ),
+        (b'{"id":"c","usage":null}', {}),
+        (b'{"id":"c"}', {}),
+        (b"not json", {}),
+    ],
+)
+def test_usage_is_read_from_the_answer(body: bytes, usage: dict[str, int]) -> None:
+    from vllm_sr.router.metrics import usage_of
+
+    assert usage_of(body) == usage

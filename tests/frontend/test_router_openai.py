@@ -815,3 +815,41 @@ def test_the_routing_series_exist_with_their_labels(router: Router) -> None:
     grew("llm_model_prompt_tokens_total", 7 * 2, model="local-chat")  # the JSON answers' usage
     grew("llm_model_completion_tokens_total", 3 * 2, model="local-chat")
     grew("llm_model_ttft_seconds_count", 1, model="local-chat")
+
+
+def test_the_chat_fast_path_answers_a_handler_failure_500_and_passes_other_routes_on() -> None:
+    """A Chat handler that raises is answered in OpenAI's envelope (never a dropped
+    connection); any other request reaches the app behind the fast path unchanged."""
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse
+
+    from vllm_sr.api.native import ChatFastPath
+
+    async def broken(request: Request) -> Any:
+        raise RuntimeError("a bug")
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await PlainTextResponse(f"app saw {scope['method']} {scope['path']}")(scope, receive, send)
+
+    async def exchange() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
+        transport = httpx.ASGITransport(app=ChatFastPath(app, broken))
+        async with httpx.AsyncClient(transport=transport, base_url="http://listener") as client:
+            return (
+                await client.post("/v1/chat/completions", json={"model": "auto"}),
+                await client.get("/v1/chat/completions"),
+                await client.post("/v1/embeddings", json={}),
+            )
+
+    failed, other_method, other_path = asyncio.run(exchange())
+    assert failed.status_code == 500
+    assert failed.json() == {
+        "error": {
+            "type": "server_error",
+            "code": "internal_error",
+            "message": "the router failed; retry",
+            "param": None,
+        }
+    }
+    assert failed.headers["x-vsr-response-path"] == "error"
+    assert other_method.text == "app saw GET /v1/chat/completions"
+    assert other_path.text == "app saw POST /v1/embeddings"

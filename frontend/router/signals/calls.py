@@ -67,9 +67,8 @@ async def call(
         raise Unanswered(pool.deployment, "timeout", "the signal deadline had passed")
     raw = json.dumps({"model": pool.public_name, **body}, ensure_ascii=False).encode()
     try:
-        reply = await asyncio.wait_for(
-            pool.exchange(surface, path, raw, timeout=remaining), remaining
-        )
+        async with asyncio.timeout(remaining):
+            reply = await pool.exchange(surface, path, raw, timeout=remaining)
     except (TimeoutError, TimedOut) as err:
         raise Unanswered(pool.deployment, "timeout", str(err)) from err
     except Overloaded as err:
