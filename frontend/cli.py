@@ -22,11 +22,12 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-from . import __version__
+from . import __version__, config_client
 from .config.durations import format_duration, parse_duration
 from .config.flags import (
     BOOTSTRAP_ADDRESS,
@@ -84,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"vllm-sr {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_serve(commands)
-    config = commands.add_parser("config", help="check or migrate a config.yaml")
+    config = commands.add_parser(
+        "config", help="check or migrate a config.yaml; apply one to a running frontend"
+    )
     config_commands = config.add_subparsers(dest="config_command", metavar="ACTION")
     validate = config_commands.add_parser("validate", help="check a config.yaml; exit 1 if bad")
     validate.add_argument("file", metavar="FILE")
@@ -93,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     migrate.add_argument("file", metavar="FILE")
     migrate.add_argument("--write", action="store_true", help="rewrite FILE in place")
+    config_client.add_commands(config_commands)
     instance = commands.add_parser(
         "instance", help="ask a running frontend (its management API) about itself"
     )
@@ -305,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
             return validate(args.file)
         if args.config_command == "migrate":
             return migrate(args.file, args.write)
+        if args.config_command in ("apply", "get", "plan"):
+            return config_client.run(args)
         parser.parse_args(["config", "--help"])
     if args.command == "instance":
         return instance(args.config, args.action)
@@ -371,6 +377,7 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .config.flags import apply_serve_options
     from .frontend import LOOPBACK, MANAGEMENT_PORT, METRICS_PORT, Frontend
     from .pool.cache import entries_from_environment
+    from .reload import ConfigSource
     from .workers.devices import Devices
     from .workers.plan import RuntimeEnvironment, worker_command
 
@@ -396,16 +403,34 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             systemone_schema=args.systemone_schema,
             engine_args=engine_args or None,
         )
-        document = apply_serve_options(
-            document,
-            options,
-            bootstrap=True,
-            listener_port=8899 + offset,
-            gpu_count=devices.count,
+        given = document
+
+        def served(document: dict[str, Any] | None) -> Config:
+            """A document as served: the serve flags applied."""
+            made = apply_serve_options(
+                document,
+                options,
+                bootstrap=True,
+                listener_port=8899 + offset,
+                gpu_count=devices.count,
+            )
+            if router:
+                made = with_router_listener(made, 8899 + offset)
+            return parse_config(made, args.config or "")
+
+        def load(document: dict[str, Any] | None) -> Config:
+            """A reload's document as served, flags applied as at start."""
+            try:
+                return served(document)
+            except FlagError as err:
+                raise ConfigError([f"{err} (a serve flag of this frontend)"]) from None
+
+        config = served(given)
+        config_source = ConfigSource(
+            Path(args.config).read_bytes() if args.config else b"",
+            load,
+            Path(args.config).resolve() if args.config else None,
         )
-        if router:
-            document = with_router_listener(document, 8899 + offset)
-        config = parse_config(document, args.config or "")
         if router and not config.providers.models:
             return _fail(ROUTER_MODE_NEEDS_BACKENDS)
         if router and not config.router_enabled:
@@ -442,6 +467,8 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         timeout_source=source,
         devices=devices,
         result_cache=result_cache,
+        source=config_source,
+        management_token=environ.get("VSR_MGMT_TOKEN") or None,
     )
     logging.getLogger("vllm_sr").info(
         "%s mode: deployments in use %s (managed: %s); ready within %s (%s)",

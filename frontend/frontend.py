@@ -30,12 +30,13 @@ import uvicorn
 
 from .api.management import build_management_app
 from .api.native import Listener
-from .api.published import Grant
+from .api.published import Grant, Published
 from .config.bindings import binding_problem
-from .config.in_use import deployments_in_use
-from .config.schema import JEV_SCHEMA, Config, Deployment
+from .config.schema import JEV_SCHEMA, Config
+from .generation import Generation, compose_generation
 from .metrics import Metrics, metrics_app
 from .pool import ReplicaPool
+from .reload import ConfigSource, Reloads
 from .router.chat import ListenerChat
 from .router.compose import RouterUnready, compose, prepare, response_cache, router_mode
 from .router.forward import Backends
@@ -44,10 +45,8 @@ from .router.preview import Preview
 from .router.route import Router
 from .startup import DeploymentView, StartupFailed, StartupStatus, wait_for_deployments
 from .workers.devices import Devices
-from .workers.health import HealthPoller
-from .workers.plan import PlanError, RuntimeEnvironment, needs_auto, plan_workers
-from .workers.supervisor import Clock, RealClock, Supervisor
-from .workers.worker import Worker
+from .workers.plan import PlanError, RuntimeEnvironment, needs_auto
+from .workers.supervisor import Clock, RealClock
 
 log = logging.getLogger("vllm_sr")
 
@@ -101,20 +100,6 @@ def bind_problem(host: str, port: int) -> str:
     return "the address could not be bound"
 
 
-def input_defaults(deployment: Deployment) -> dict[str, Any]:
-    """A deployment's ``input`` as the ``options`` its pool gives requests that choose
-    none (``max_tokens: 0`` leaves the model's own limit)."""
-    given = deployment.input
-    if given is None:
-        return {}
-    defaults: dict[str, Any] = {}
-    if given.max_tokens:
-        defaults["max_tokens"] = given.max_tokens
-    if given.overflow is not None:
-        defaults["overflow"] = given.overflow
-    return defaults
-
-
 class Frontend:
     """One frontend run: :meth:`run` until a signal, or until startup fails.
 
@@ -123,7 +108,7 @@ class Frontend:
         env: the managed workers' environment.
         management: host and port of the management API.
         metrics_address: host and port of the metrics, or ``None`` for none.
-        ready_timeout: seconds the readiness wait may take.
+        ready_timeout: seconds the readiness wait may take (at start and per reload).
         timeout_source: what set it (the timeout message names it).
         devices: the worker command's ``devices`` answer (``auto`` resolution).
         clock: time of the supervisors' back-off and of the wait.
@@ -132,6 +117,11 @@ class Frontend:
             ``VLLM_SRUN_RESULT_CACHE``; 0 disables it).
         request_timeout: seconds a listener request waits for its worker.
         supervisor_options: further :class:`~.workers.supervisor.Supervisor` arguments.
+        source: the configuration as read, and how a new document becomes a
+            :class:`Config` (``vllm-sr config apply``); ``None``: the configuration
+            is kept in memory only (:class:`~.reload.ConfigSource` of ``config``).
+        management_token: the bearer token the configuration API asks for (``None``:
+            none; the API listens on loopback).
     """
 
     def __init__(
@@ -149,6 +139,8 @@ class Frontend:
         result_cache: int | None = None,
         request_timeout: float | None = None,
         supervisor_options: dict[str, Any] | None = None,
+        source: ConfigSource | None = None,
+        management_token: str | None = None,
     ) -> None:
         self.config = config
         self.env = env
@@ -163,16 +155,17 @@ class Frontend:
         self.request_timeout = request_timeout
         self.supervisor_options = supervisor_options or {}
         self.metrics = Metrics()
-        self.views: list[DeploymentView] = []
         self.status = StartupStatus([])
-        self.pools: dict[str, ReplicaPool] = {}
-        self.listeners: list[Listener] = []
+        self.active: Generation | None = None
+        """The generation serving (the one starting, until the listeners open)."""
+        self.preparing: Generation | None = None
+        """A reload's generation while it prepares beside the active one."""
+        self.listeners: dict[str, Listener] = {}
         self.servers: list[tuple[Server, asyncio.Task[None]]] = []
-        self.pollers: list[asyncio.Task[None]] = []
         self.stopping = asyncio.Event()
         self.forced = asyncio.Event()
         self._draining = False
-        self.router: Router | None = None
+        self._auto_device: str | None = None
         self.cache = response_cache(config)
         self.backends = Backends()
         self.routing_metrics = (
@@ -182,15 +175,45 @@ class Frontend:
         self.preview = Preview(
             lambda: self.router, preview.max_concurrency, float(preview.request_timeout_seconds)
         )
+        self.reloads = Reloads(self, source or ConfigSource.of(config), management_token)
 
     # -- what the management API reads ------------------------------------------------------------
     @property
     def draining(self) -> bool:
         return self._draining
 
+    @property
+    def views(self) -> list[DeploymentView]:
+        """The active generation's deployments in use."""
+        return self.active.views if self.active is not None else []
+
+    @property
+    def pools(self) -> dict[str, ReplicaPool]:
+        """The active generation's pools, by deployment."""
+        return self.active.pools if self.active is not None else {}
+
+    @property
+    def router(self) -> Router | None:
+        """The active generation's routes (Router mode, once composed)."""
+        return self.active.router if self.active is not None else None
+
     def inventory(self) -> list[dict[str, Any]]:
-        """Each deployment in use: its pool's inventory entry."""
-        return [pool.inventory() for pool in self.pools.values()]
+        """Each deployment in use: its pool's inventory entry, with the generation it
+        serves in (``active``), and, while a reload prepares, the preparing
+        generation's pools that differ (``preparing``)."""
+        entries = []
+        shown: set[int] = set()
+        for generation, role in ((self.active, "active"), (self.preparing, "preparing")):
+            if generation is None:
+                continue
+            for pool in generation.pools.values():
+                if id(pool) in shown:
+                    continue
+                shown.add(id(pool))
+                entries.append(
+                    {**pool.inventory(), "generation": role, "config_version": generation.version}
+                )
+        return entries
 
     def instance_status(self) -> dict[str, Any]:
         catalog = self.config.catalog
@@ -202,68 +225,31 @@ class Frontend:
             "ready": self.status.ready and not self._draining,
             "message": self.status.message,
             "deployments": [v.name for v in self.views],
+            "config_version": self.active.version if self.active is not None else 0,
         }
 
     # -- composing -----------------------------------------------------------------------------
-    async def _plan(self) -> None:
-        names = deployments_in_use(self.config)
-        auto = None
-        if needs_auto(self.config, names):  # asked once; /health answers meanwhile
-            auto = await asyncio.to_thread(self.devices.auto)
-        plans = plan_workers(self.config, names, self.env, auto)
-        deployments = self.config.catalog.deployments
-        for name in names:
-            deployment = deployments[name]
-            workers: list[Worker] = []
-            supervisors: list[Supervisor] = []
-            for plan in (p for p in plans if p.deployment == name):
-                worker = Worker(
-                    deployment=name,
-                    replica_id=plan.replica_id,
-                    managed=plan.managed,
-                    endpoint=plan.endpoint,
-                    served_name=plan.served_name,
-                    process=plan.process,
-                    device=plan.device,
-                )
-                workers.append(worker)
-                if plan.managed:
-                    supervisors.append(
-                        Supervisor(plan, worker, clock=self.clock, **self.supervisor_options)
-                    )
-            pool = ReplicaPool(
-                name,
-                workers,
-                self.metrics,
-                public_name=deployment.public_id() or name,
-                artifact=deployment.artifact,
-                revision=deployment.revision,
-                profile=deployment.profile,
-                input_defaults=input_defaults(deployment),
-                cache_entries=self.result_cache,
-            )
-            self.pools[name] = pool
-            self.views.append(
-                DeploymentView(
-                    name=name,
-                    artifact=deployment.artifact or "",
-                    managed=deployment.managed,
-                    pool=pool,
-                    supervisors=supervisors,
-                )
-            )
-        self.status = StartupStatus(self.views)
+    async def compose(self, config: Config, previous: Generation | None) -> Generation:
+        """``config``'s generation, reusing ``previous``'s workers (nothing started).
 
-    def _start_workers(self) -> None:
-        for view in self.views:
-            for supervisor in view.supervisors:
-                supervisor.start()
-            for worker in view.workers:
-                if not worker.managed:
-                    poller = HealthPoller(worker)
-                    self.pollers.append(
-                        asyncio.create_task(poller.run(), name=f"health {worker.deployment}")
-                    )
+        Raises:
+            PlanError: a worker cannot be planned.
+        """
+        from .config.in_use import deployments_in_use
+
+        if needs_auto(config, deployments_in_use(config)) and self._auto_device is None:
+            self._auto_device = await asyncio.to_thread(self.devices.auto)  # asked once
+        return compose_generation(
+            config,
+            self.env,
+            self.metrics,
+            version=previous.version + 1 if previous is not None else 1,
+            previous=previous,
+            auto_device=self._auto_device,
+            clock=self.clock,
+            supervisor_options=self.supervisor_options,
+            result_cache=self.result_cache,
+        )
 
     async def _serve(self, app: ASGIApp, host: str, port: int, what: str) -> None:
         """Serve ``app`` on ``host:port`` once it is bound.
@@ -291,38 +277,86 @@ class Frontend:
             raise StartupFailed(f"{what} cannot listen on {host}:{port}: {problem}")
         self.servers.append((server, task))
 
-    def _check_bindings(self) -> None:
-        catalog = self.config.catalog
-        in_use = {v.name: v for v in self.views}
+    @staticmethod
+    def binding_problems(generation: Generation) -> list[str]:
+        """What is wrong with ``generation``'s bindings, checked against the cards of its
+        ready deployments (an attached one not ready yet is checked once it is)."""
+        catalog = generation.config.catalog
+        in_use = {v.name: v for v in generation.views}
+        problems = []
         for name, binding in catalog.bindings.items():
             view = in_use.get(binding.deployment)
             if view is None:
                 continue
             card = view.pool.card
             if card is None:
-                continue  # an attached runtime not ready yet: checked once its card is seen
+                continue
             problem = binding_problem(name, binding, catalog.deployments[view.name], card)
             if problem:
-                raise StartupFailed(problem)
+                problems.append(problem)
+        return problems
 
-    def _pools_by_public_id(self) -> dict[str, ReplicaPool]:
-        deployments = self.config.catalog.deployments
-        found = {}
-        for name, pool in self.pools.items():
-            public = deployments[name].public_id()
-            if public:
-                found[public] = pool
-        return found
+    async def compose_router(self, generation: Generation) -> None:
+        """Compose ``generation``'s routes over its pools and embed its candidates.
 
-    def _jev(self, public_ids: list[str]) -> tuple[str, ...]:
+        Raises:
+            RouterUnready: a binding the routes need is missing, or its model did not answer.
+        """
+        cards = {name: pool.card for name, pool in generation.pools.items()}
+        router = compose(generation.config, generation.pools, cards, self.metrics.unknown_answer)
+        await prepare(router)
+        generation.router = router
+
+    def _jev(self, config: Config, public_ids: list[str]) -> tuple[str, ...]:
         """The ones of ``public_ids`` whose deployment serves the Jev schema."""
-        deployments = self.config.catalog.deployments
+        deployments = config.catalog.deployments
         found = []
         for public_id in public_ids:
-            name = self.config.deployment_for_public_id(public_id)
+            name = config.deployment_for_public_id(public_id)
             if name is not None and deployments[name].served_systemone_schema == JEV_SCHEMA:
                 found.append(public_id)
         return tuple(found)
+
+    def published(self, generation: Generation) -> dict[str, Published]:
+        """What each listener publishes under ``generation``, by listener name."""
+        pools = generation.pools_by_public_id()
+        found = {}
+        for config in generation.config.listeners:
+            grant = Grant(
+                listener=config.name,
+                api_keys=tuple(config.api_keys),
+                systemone=tuple(config.systemone.models),
+                runtime=tuple(config.runtime.models),
+                jev=self._jev(generation.config, config.systemone.models),
+            )
+            chat = None
+            if generation.router is not None:
+                router = generation.router
+                chat = ListenerChat(
+                    name=config.name,
+                    allowed=tuple(config.models),
+                    timeout=config.timeout_seconds,
+                    router=lambda router=router: router,  # type: ignore[misc]
+                    backends=self.backends,
+                    cache=self.cache,
+                    metrics=self.routing_metrics,
+                )
+            found[config.name] = Published(grant, pools, chat)
+        return found
+
+    def activate(self, generation: Generation) -> None:
+        """Serve ``generation`` from the next request on: every listener's published
+        grant and pools, the gauges of its pools, the preview's routes, the startup
+        status' deployments. Requests in flight finish on the generation that admitted
+        them."""
+        published = self.published(generation)
+        for pool in generation.pools.values():
+            self.metrics.watch(pool)
+        for name, listener in self.listeners.items():
+            listener.publish(published[name])
+        self.active = generation
+        self.config = generation.config
+        self.status.views = list(generation.views)
 
     # -- the run -------------------------------------------------------------------------------
     def request_shutdown(self) -> None:
@@ -347,15 +381,17 @@ class Frontend:
             host, port = self.management
             await self._serve(build_management_app(self), host, port, "the management API")
             log.info("management API on http://%s:%d (/ready, /startup-status)", host, port)
-            await self._plan()
+            generation = await self.compose(self.config, None)
+            self.active = generation
+            self.status = StartupStatus(generation.views)
             if self.metrics_address is not None:
                 host, port = self.metrics_address
                 await self._serve(metrics_app(self.metrics), host, port, "the metrics endpoint")
                 log.info("metrics on http://%s:%d/metrics", host, port)
-            self._start_workers()
+            generation.start()
             waited = asyncio.create_task(
                 wait_for_deployments(
-                    self.views,
+                    generation.views,
                     timeout=self.ready_timeout,
                     source=self.timeout_source,
                     clock=self.clock,
@@ -373,11 +409,14 @@ class Frontend:
             stop.cancel()
             waited.result()
             self.status.set("initializing_models", "checking bindings and opening the listeners")
-            self._check_bindings()
+            problems = self.binding_problems(generation)
+            if problems:
+                raise StartupFailed(problems[0])
             if router_mode(self.config):
                 self.status.set("initializing_models", "preparing the routes")
-                await self._start_router()
-            await self._open_listeners()
+                await self.compose_router(generation)
+            await self._open_listeners(generation)
+            self.reloads.started(generation)
         except (StartupFailed, PlanError, RouterUnready) as err:
             message = str(err)
             self.status.set("error", message)
@@ -390,61 +429,34 @@ class Frontend:
         await self._shutdown()
         return 0
 
-    async def _start_router(self) -> None:
-        """Compose the router over the pools and embed its candidates before Chat opens.
-
-        Raises:
-            RouterUnready: a binding the routes need is missing, or its model did not answer.
-        """
-        cards = {name: pool.card for name, pool in self.pools.items()}
-        router = compose(self.config, self.pools, cards, self.metrics.unknown_answer)
-        await prepare(router)
-        self.router = router
-
-    async def _open_listeners(self) -> None:
-        pools = self._pools_by_public_id()
+    async def _open_listeners(self, generation: Generation) -> None:
         options: dict[str, Any] = {}
         if self.request_timeout is not None:
             options["timeout"] = self.request_timeout
-        for config in self.config.listeners:
-            grant = Grant(
-                listener=config.name,
-                api_keys=tuple(config.api_keys),
-                systemone=tuple(config.systemone.models),
-                runtime=tuple(config.runtime.models),
-                jev=self._jev(config.systemone.models),
-            )
-            chat = None
-            if self.router is not None:
-                chat = ListenerChat(
-                    name=config.name,
-                    allowed=tuple(config.models),
-                    timeout=config.timeout_seconds,
-                    router=lambda: self.router,
-                    backends=self.backends,
-                    cache=self.cache,
-                    metrics=self.routing_metrics,
-                )
-            listener = Listener(grant, pools, chat=chat, **options)
+        published = self.published(generation)
+        for config in generation.config.listeners:
+            given = published[config.name]
+            listener = Listener(given.grant, given.pools, chat=given.chat, **options)
             await self._serve(listener.app, config.address, config.port, f"listener {config.name}")
-            self.listeners.append(listener)
+            self.listeners[config.name] = listener
             log.info("listener %s serves on %s:%d", config.name, config.address, config.port)
 
     async def _drained(self) -> None:
-        for listener in self.listeners:
+        for listener in self.listeners.values():
             await listener.drained()
 
     async def _shutdown(self) -> None:
         """Drain the listeners, stop the workers, close the servers."""
         self._draining = True
-        inflight = sum(listener.inflight for listener in self.listeners)
+        listeners = list(self.listeners.values())
+        inflight = sum(listener.inflight for listener in listeners)
         log.info(
             "shutting down: new requests get 503; %d in flight finish first, then the workers stop",
             inflight,
         )
-        for listener in self.listeners:
+        for listener in listeners:
             listener.stop()
-        if self.listeners and not self.forced.is_set():
+        if listeners and not self.forced.is_set():
             drained = asyncio.ensure_future(self._drained())
             forced = asyncio.ensure_future(self.forced.wait())
             await asyncio.wait(
@@ -453,15 +465,14 @@ class Frontend:
             for waiter in (drained, forced):
                 waiter.cancel()
             await asyncio.gather(drained, forced, return_exceptions=True)
+        await self.reloads.close()
         await self.backends.close()
-        for poller in self.pollers:
-            poller.cancel()
-        await asyncio.gather(*self.pollers, return_exceptions=True)
-        await asyncio.gather(*(s.stop() for v in self.views for s in v.supervisors))
-        for pool in self.pools.values():
-            self.metrics.forget(pool)
-            for worker in pool.workers:
-                await worker.aclose()
+        for generation in (self.preparing, self.active):
+            if generation is None:
+                continue
+            await generation.stop(generation.everything())
+            for pool in generation.pools.values():
+                self.metrics.forget(pool)
         for server, _ in self.servers:
             server.should_exit = True
         await asyncio.gather(*(task for _, task in self.servers), return_exceptions=True)

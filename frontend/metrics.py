@@ -12,6 +12,7 @@ lookups) are counted as they happen.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -242,6 +243,35 @@ class Metrics:
         """Stop showing ``pool``'s gauges (when it is still the one watched)."""
         if self._pools.get(pool.deployment) is pool:
             del self._pools[pool.deployment]
+
+    def drop(self, deployment: str, replica: str | None = None) -> None:
+        """Delete every labelled series of ``deployment`` (of its ``replica`` only, when
+        given): a reload removed it, and a removed replica's counters must vanish, not
+        stay at their last value."""
+        for metric in self.registry_metrics():
+            names = metric._labelnames  # prometheus_client keeps no public accessor
+            if "deployment" not in names or (replica is not None and "replica" not in names):
+                continue
+            found = set()
+            for family in metric.collect():
+                for sample in family.samples:
+                    labels = sample.labels
+                    if labels.get("deployment") != deployment:
+                        continue
+                    if replica is not None and labels.get("replica") != replica:
+                        continue
+                    found.add(tuple(labels.get(n, "") for n in names))
+            for values in found:
+                with contextlib.suppress(KeyError):
+                    metric.remove(*values)
+
+    def registry_metrics(self) -> list[Counter | Histogram]:
+        """The labelled counters and histograms of this registry."""
+        return [
+            value
+            for value in vars(self).values()
+            if isinstance(value, Counter | Histogram) and value._labelnames
+        ]
 
     # -- events ------------------------------------------------------------------------------
     def request(self, deployment: str, outcome: str) -> None:

@@ -7,17 +7,33 @@ instance's mode and phase; ``GET /api/v1/inventory/model-runtime`` lists each
 deployment in use with its replicas; ``POST /api/v1/routing/preview`` previews a
 Router-mode routing (:mod:`vllm_sr.router.preview`). Nothing here shows a socket path or a
 credential: an endpoint is ``unix`` or ``scheme://host:port``.
+
+The configuration routes (:mod:`vllm_sr.reload`, ROUTER-SPEC §3.2): ``GET /api/v1/config``
+(the persisted document, keys redacted, with its ``ETag``), ``POST /api/v1/config/plan``,
+``PUT`` (replace) and ``PATCH`` (merge) ``/api/v1/config`` with ``If-Match``, and
+``GET /api/v1/config/hash``. When the frontend was started with ``VSR_MGMT_TOKEN`` set, they
+ask for ``Authorization: Bearer <that token>`` (401 ``UNAUTHORIZED`` otherwise). Their errors
+are ``{"error": {"code", "message", "timestamp"}}`` (``reasons`` too for a configuration
+that is not valid, needs a restart or failed), and every answer carries
+``x-vsr-config-version``.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import hmac
+import json
 from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from ..reload import ConfigRefused, Reloads
 from ..router.preview import Preview
 from ..startup import StartupStatus
+
+MAX_CONFIG_BODY = 4 * 1024 * 1024
+"""The largest configuration request body read (413 beyond)."""
 
 
 class ManagementSource(Protocol):
@@ -25,6 +41,7 @@ class ManagementSource(Protocol):
 
     status: StartupStatus
     preview: Preview
+    reloads: Reloads
 
     @property
     def draining(self) -> bool: ...
@@ -80,6 +97,8 @@ def build_management_app(source: ManagementSource) -> FastAPI:
         """What the router would do with a request (Router mode; never calls a backend)."""
         return await source.preview.handle(request)
 
+    config_routes(app, source.reloads)
+
     @app.get("/api/v1/inventory/model-runtime")
     async def inventory() -> JSONResponse:
         """Each deployment in use, sorted by name, with its replicas."""
@@ -87,3 +106,114 @@ def build_management_app(source: ManagementSource) -> FastAPI:
         return _json(200, {"deployments": entries, "count": len(entries)})
 
     return app
+
+
+def config_routes(app: FastAPI, reloads: Reloads) -> None:
+    """Add the configuration routes (see the module docstring) to ``app``."""
+
+    def headers(extra: dict[str, str] | None = None) -> dict[str, str]:
+        return {
+            "Cache-Control": "no-store",
+            "x-vsr-config-version": str(reloads.config_version),
+            **(extra or {}),
+        }
+
+    def refused(err: ConfigRefused) -> JSONResponse:
+        stamp = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        error: dict[str, Any] = {"code": err.code, "message": err.message, "timestamp": stamp}
+        if err.reasons is not None:
+            error["reasons"] = err.reasons
+        return JSONResponse({"error": error}, err.status, headers=headers(err.headers))
+
+    def authorize(request: Request) -> None:
+        if reloads.token is None:
+            return
+        scheme, _, given = request.headers.get("authorization", "").strip().partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            given.strip().encode(), reloads.token.encode()
+        ):
+            raise ConfigRefused(
+                401,
+                "UNAUTHORIZED",
+                "send Authorization: Bearer <the management token> (VSR_MGMT_TOKEN)",
+                headers={"WWW-Authenticate": 'Bearer realm="vllm-sr management"'},
+            )
+
+    async def body_of(request: Request, *, mode_allowed: bool) -> tuple[str, str]:
+        too_large = ConfigRefused(
+            413, "REQUEST_TOO_LARGE", f"the body is over {MAX_CONFIG_BODY} bytes"
+        )
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > MAX_CONFIG_BODY:
+            raise too_large
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_CONFIG_BODY:
+                raise too_large
+            chunks.append(chunk)
+        raw = b"".join(chunks)
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            raise ConfigRefused(
+                400, "INVALID_REQUEST", 'the body must be JSON: {"yaml": "<the document>"}'
+            ) from None
+        text = body.get("yaml") if isinstance(body, dict) else None
+        if not isinstance(text, str):
+            raise ConfigRefused(
+                400, "INVALID_REQUEST", 'yaml is required: {"yaml": "<the document>"}'
+            )
+        mode = body.get("mode", "replace") if mode_allowed else "replace"
+        if not isinstance(mode, str):
+            raise ConfigRefused(400, "INVALID_REQUEST", "mode must be replace or merge")
+        return text, mode
+
+    @app.get("/api/v1/config")
+    async def read_config(request: Request) -> Response:
+        """The persisted configuration (keys redacted), with its ``ETag``."""
+        try:
+            authorize(request)
+            document = reloads.current()
+        except ConfigRefused as err:
+            return refused(err)
+        return JSONResponse(document, 200, headers=headers({"ETag": reloads.source.etag}))
+
+    @app.post("/api/v1/config/plan")
+    async def plan_config(request: Request) -> Response:
+        """Whether a document is valid and changes the configuration."""
+        try:
+            authorize(request)
+            text, mode = await body_of(request, mode_allowed=True)
+            plan = reloads.plan(text, mode)
+        except ConfigRefused as err:
+            return refused(err)
+        return JSONResponse(plan, 200, headers=headers())
+
+    async def mutate(request: Request, mode: str) -> Response:
+        try:
+            authorize(request)
+            text, _ = await body_of(request, mode_allowed=False)
+            status, result = await reloads.apply(text, mode, request.headers.get("if-match"))
+        except ConfigRefused as err:
+            return refused(err)
+        return JSONResponse(result, status, headers=headers({"ETag": reloads.source.etag}))
+
+    @app.put("/api/v1/config")
+    async def replace_config(request: Request) -> Response:
+        """Replace the configuration and activate it."""
+        return await mutate(request, "replace")
+
+    @app.patch("/api/v1/config")
+    async def merge_config(request: Request) -> Response:
+        """Merge a patch into the configuration and activate it."""
+        return await mutate(request, "merge")
+
+    @app.get("/api/v1/config/hash")
+    async def config_hash(request: Request) -> Response:
+        """The persisted, generated and active hashes and the activation's state."""
+        try:
+            authorize(request)
+        except ConfigRefused as err:
+            return refused(err)
+        return JSONResponse(reloads.hash_document(), 200, headers=headers())

@@ -120,6 +120,7 @@ class Listener:
         chat: ListenerChat | None = None,
     ) -> None:
         self.published = Published(grant, pools, chat)
+        self._older: list[Published] = []
         self.router_mode = chat is not None
         self.timeout = timeout
         self.max_request_bytes = max_request_bytes
@@ -149,7 +150,15 @@ class Listener:
         """
         if (published.chat is not None) != self.router_mode:
             raise ValueError("the Chat routes come and go with Router mode: restart to change it")
-        self.published = published
+        if published is not self.published:
+            self._older.append(self.published)
+            self.published = published
+
+    async def retired(self) -> None:
+        """Wait until the requests admitted under every earlier publication are answered."""
+        older = list(self._older)
+        await asyncio.gather(*(p.idle() for p in older))
+        self._older = [p for p in self._older if p not in older]
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
@@ -283,6 +292,7 @@ class Listener:
             def register(handler: Handler) -> None:
                 async def endpoint(request: Request) -> Response:
                     published = self.published
+                    published.enter()
                     self._inflight += 1
                     self._idle.clear()
                     try:
@@ -292,6 +302,7 @@ class Listener:
                     except ClientDisconnect:
                         return Response(status_code=499)
                     finally:
+                        published.leave()
                         self._inflight -= 1
                         if self._inflight == 0:
                             self._idle.set()
@@ -345,6 +356,7 @@ class Listener:
         """``POST /v1/chat/completions``: counted in flight like every route."""
         published = self.published
         assert published.chat is not None
+        published.enter()
         self._inflight += 1
         self._idle.clear()
         try:
@@ -352,6 +364,7 @@ class Listener:
         except ClientDisconnect:
             return Response(status_code=499)
         finally:
+            published.leave()
             self._inflight -= 1
             if self._inflight == 0:
                 self._idle.set()

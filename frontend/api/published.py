@@ -9,6 +9,7 @@ entirely by the generation that admitted it, never by a mix of two.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import re
 from collections.abc import Mapping, Sequence
@@ -69,6 +70,25 @@ class Published:
         self.pools = pools
         self.chat = chat
         self._keys = tuple(key.encode() for key in grant.api_keys)
+        self.admitted = 0
+        """Requests admitted under this publication and not answered yet."""
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def enter(self) -> None:
+        """A request was admitted under this publication."""
+        self.admitted += 1
+        self._idle.clear()
+
+    def leave(self) -> None:
+        """A request admitted under this publication was answered."""
+        self.admitted -= 1
+        if self.admitted == 0:
+            self._idle.set()
+
+    async def idle(self) -> None:
+        """Wait until no request admitted under this publication is in flight."""
+        await self._idle.wait()
 
     def systemone_models(self) -> list[str]:
         """The System One ids of the grant that name a deployment, in grant order, once."""

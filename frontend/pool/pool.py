@@ -22,7 +22,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..metrics import Metrics, PoolSample, ReplicaSample
@@ -148,6 +148,8 @@ class _Replica:
     backoff_until: float = 0.0
     seen_card: dict[str, Any] | None = None
     refusal: str = ""
+    retiring: bool = False
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 def _comparable(card: Mapping[str, Any]) -> dict[str, Any]:
@@ -173,6 +175,11 @@ class ReplicaPool:
         cache_entries: the result cache's size for a single worker (``None``: from
             ``VLLM_SRUN_RESULT_CACHE``; 0 disables it). Pools of several bypass it.
         clock: monotonic seconds (back-off); tests inject their own.
+        previous: the pool this one succeeds (a reload): the workers both hold keep
+            one bookkeeping (requests in flight, back-off), shared by the two pools
+            while the old one finishes its requests.
+        watch: show the pool's gauges now (a reload shows them once it publishes it,
+            :meth:`~vllm_sr.metrics.Metrics.watch`).
 
     Raises:
         ValueError: no workers, a worker of another deployment, or a bad
@@ -193,6 +200,8 @@ class ReplicaPool:
         input_defaults: Mapping[str, Any] | None = None,
         cache_entries: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        previous: ReplicaPool | None = None,
+        watch: bool = True,
     ) -> None:
         if not workers:
             raise ValueError(f"deployment {deployment!r}: a pool needs at least one worker")
@@ -208,13 +217,19 @@ class ReplicaPool:
         self.input_defaults = dict(input_defaults or {})
         self.metrics = metrics
         self.clock = clock
-        self._replicas = [_Replica(w) for w in workers]
+        kept: dict[int, _Replica] = {}
+        if previous is not None:
+            kept = {id(r.worker): r for r in previous.replicas()}
+        self._replicas: list[_Replica] = [kept.get(id(w)) or _Replica(w) for w in workers]
+        for replica in self._replicas:
+            if replica.inflight == 0:
+                replica.idle.set()
         self._baseline: dict[str, Any] | None = None
         self._baseline_card: dict[str, Any] | None = None
         entries = entries_from_environment() if cache_entries is None else cache_entries
         self._cache = ResultCache(entries) if len(workers) == 1 and entries > 0 else None
         self._cache_seen = -1
-        if metrics is not None:
+        if metrics is not None and watch:
             metrics.watch(self)
 
     # -- what it is ------------------------------------------------------------------------
@@ -426,6 +441,27 @@ class ReplicaPool:
             entry["replicas"] = replicas
         return entry
 
+    # -- reloads -----------------------------------------------------------------------------
+    def retire(self, worker: Worker) -> None:
+        """Send ``worker`` no new exchange while another replica can take it (a reload
+        removed it; the requests this pool already admitted still finish)."""
+        self._replica_of(worker).retiring = True
+
+    async def drained(self, worker: Worker) -> None:
+        """Wait until ``worker`` holds no exchange of this pool (nor of a pool sharing its
+        bookkeeping)."""
+        await self._replica_of(worker).idle.wait()
+
+    def replicas(self) -> tuple[_Replica, ...]:
+        """The pool's bookkeeping of each worker (a successor pool shares it)."""
+        return tuple(self._replicas)
+
+    def _replica_of(self, worker: Worker) -> _Replica:
+        for replica in self._replicas:
+            if replica.worker is worker:
+                return replica
+        raise ValueError(f"worker {worker.replica_id} is not in pool {self.deployment!r}")
+
     # -- dispatch ----------------------------------------------------------------------------
     def _count(self, outcome: str) -> None:
         if self.metrics is not None:
@@ -435,6 +471,9 @@ class ReplicaPool:
         now = self.clock()
         self._check()
         compatible = [r for r in self._replicas if self._compatible(r)]
+        staying = [r for r in compatible if not r.retiring]
+        if staying:  # a retiring replica takes an exchange only when nothing else can
+            compatible = staying
         usable = [r for r in compatible if r.backoff_until <= now]
         if not usable:
             self._count("unavailable")
@@ -458,6 +497,8 @@ class ReplicaPool:
     def _release(self, replica: _Replica, cost: int, outcome: str) -> None:
         replica.inflight -= 1
         replica.outstanding -= cost
+        if replica.inflight == 0:
+            replica.idle.set()
         if outcome == "ok":
             replica.failures, replica.backoff_until = 0, 0.0
         elif outcome in FAILED_OUTCOMES:
@@ -536,6 +577,7 @@ class ReplicaPool:
             surface, raw, replica.worker.served_name, self.input_defaults
         )
         replica.inflight += 1
+        replica.idle.clear()
         replica.outstanding += cost
         replica.assigned = next_assignment()
         outcome, reply, retry, started = "failed", None, False, time.perf_counter()

@@ -130,7 +130,13 @@ class ServedRouter:
     """``vllm-sr serve --config FILE`` (Router mode) as a process, with its output, its
     management API and its metrics."""
 
-    def __init__(self, folder: Path, document: dict[str, Any], env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        document: dict[str, Any],
+        env: dict[str, str],
+        serve_args: tuple[str, ...] = (),
+    ) -> None:
         self.folder = folder
         self.config = folder / "config.yaml"
         self.config.write_text(yaml.safe_dump(document, sort_keys=False))
@@ -141,7 +147,7 @@ class ServedRouter:
         self.started = time.monotonic()
         with self.out.open("wb") as out, self.err.open("wb") as err:
             self.process = subprocess.Popen(
-                [*VLLM_SR, "serve", "--config", str(self.config)],
+                [*VLLM_SR, "serve", *serve_args, "--config", str(self.config)],
                 stdout=out,
                 stderr=err,
                 env=self.env,

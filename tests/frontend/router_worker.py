@@ -18,7 +18,9 @@ A script steers it, re-read on every request: ``DIR/<deployment>.json`` (all opt
 
 ``fail`` answers ``status`` (500) with an error; ``stall`` waits ``seconds`` (or until
 the script no longer says ``stall``) before answering. Every request is appended to
-``DIR/<deployment>.log`` (one JSON line: path and body) once it arrives. Only the
+``DIR/<deployment>.log`` (one JSON line: path and body) once it arrives, and each process'
+pid to ``DIR/<deployment>.pids`` when it starts. An artifact named ``broken/...`` fails
+to load: the process says so and exits 1. Only the
 standard library is used, so it starts in a few tens of milliseconds.
 """
 
@@ -105,12 +107,17 @@ def main(argv: list[str]) -> int:
         entries = json.load(models_file)["models"]
     name = entries[0]["name"]
     names = [m["name"] for m in entries]
+    if str(entries[0].get("model", "")).startswith("broken/"):
+        print(f"cannot load {entries[0]['model']}: no such model", file=sys.stderr, flush=True)
+        return 1
     path = option(argv, "--uds") or ""
     if os.path.exists(path):
         os.unlink(path)
     script_file = script_dir / f"{name}.json"
     log_file = script_dir / f"{name}.log"
     print(f"router worker {os.getpid()} serves {name}", flush=True)
+    with open(script_dir / f"{name}.pids", "a") as pids:
+        pids.write(f"{os.getpid()}\n")
 
     def script() -> dict[str, Any]:
         try:

@@ -23,6 +23,8 @@ from .conftest import FAKE_COMMAND, free_ports, run
 pytestmark = pytest.mark.slow
 
 INVENTORY_KEYS = {
+    "generation",
+    "config_version",
     "name",
     "managed",
     "process",
@@ -195,7 +197,7 @@ def test_waiting_ready_inventory_and_drain(rundir, monkeypatch):
             held = asyncio.create_task(
                 listener.post("/v1/systemone", json={"model": "fake/model", "hold": True})
             )
-            [opened] = frontend.listeners
+            [opened] = frontend.listeners.values()
             await until(lambda: opened.inflight == 1)
             frontend.request_shutdown()
             await until(lambda: frontend.draining)
@@ -248,6 +250,7 @@ def test_waiting_ready_inventory_and_drain(rundir, monkeypatch):
     assert set(primary) == INVENTORY_KEYS | {"embedding"}  # the fake card has no rerank
     assert set(remote_entry) == INVENTORY_KEYS  # no card seen: no embedding, no rerank
     assert primary["name"] == "primary" and primary["endpoint"] == "unix"
+    assert (primary["generation"], primary["config_version"]) == ("active", 1)
     assert (primary["desired_replicas"], primary["ready_replicas"]) == (2, 2)
     assert primary["ready"] is True and primary["state"] == "ready"
     assert primary["managed"] is True and primary["process"].startswith("primary-r-")

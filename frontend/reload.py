@@ -1,0 +1,653 @@
+"""Configuration changes without a restart (ROUTER-SPEC §3.2): read, plan, apply, hash.
+
+An apply validates the new document, refuses what needs a restart (the listeners' set,
+address, port or timeout; the mode), backs the file up and writes it atomically, then
+activates it: the next :class:`~.generation.Generation` is prepared beside the active
+one (unchanged workers reused, new ones started, each managed deployment waited for
+under ``VLLM_SRUN_READY_TIMEOUT``, bindings checked against the cards, in Router mode
+the routes composed and their candidates embedded), then published to every listener at
+once. Requests admitted before finish on the generation that admitted them; a worker
+the new generation no longer has takes no new request, and is stopped once the
+requests it holds and those the old generation admitted are done. A failed activation
+stops what it started and leaves the old generation serving; ``last_rejection`` says why.
+
+Hashes: ``source_config_hash`` is sha256 of the file's bytes (the ``ETag`` is its hex in
+quotes); ``generated_runtime_hash`` is sha256 of the validated configuration as
+canonical JSON (sorted keys, no spaces); ``active_runtime_hash`` is the generated hash of
+the generation serving. Each activation bumps ``config_version``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import datetime as dt
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from .config.schema import Config, ConfigError, parse_config
+from .router.compose import RouterUnready, router_mode
+from .startup import StartupFailed, wait_for_deployments
+from .workers.plan import PlanError
+
+if TYPE_CHECKING:
+    from .frontend import Frontend
+    from .generation import Generation
+
+log = logging.getLogger("vllm_sr.reload")
+
+RESPONSE_WAIT = 5.0
+"""Seconds a ``PUT``/``PATCH`` waits for the activation before answering 202 (§3.2 [P])."""
+
+RETIRE_WAIT = 60.0
+"""Seconds a retired generation's admitted requests may take before its workers stop
+anyway (twice the listeners' 30 s worker timeout)."""
+
+BACKUPS_KEPT = 10
+"""Earlier versions of the configuration file kept beside it."""
+
+REDACTED = "<redacted>"
+"""What ``GET /api/v1/config`` shows instead of an API key."""
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def runtime_hash(config: Config) -> str:
+    """``sha256:<hex>`` of the validated configuration as canonical JSON."""
+    document = config.model_dump(mode="json", by_alias=True)
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + sha256(text.encode())
+
+
+def redacted(document: Any) -> Any:
+    """``document`` with every ``api_keys`` entry and ``api_key`` value replaced by
+    :data:`REDACTED` (the management API never shows a credential)."""
+    if isinstance(document, dict):
+        out: dict[str, Any] = {}
+        for key, value in document.items():
+            if key == "api_keys" and isinstance(value, list):
+                out[key] = [REDACTED for _ in value]
+            elif key == "api_key" and value is not None:
+                out[key] = REDACTED
+            else:
+                out[key] = redacted(value)
+        return out
+    if isinstance(document, list):
+        return [redacted(item) for item in document]
+    return document
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7396 JSON merge patch: mappings merge key by key, ``null`` removes a key,
+    anything else (lists included) replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged
+
+
+def restart_problems(active: Config, candidate: Config) -> list[str]:
+    """What in ``candidate`` needs a restart: the listeners' set, an address, port or
+    timeout, or the mode (``global.router.enabled``)."""
+    problems = []
+    if active.router_enabled != candidate.router_enabled:
+        problems.append(
+            "global.router.enabled: the mode is chosen when vllm-sr starts; restart it to "
+            "change between Engine and Router mode"
+        )
+    before = {item.name: item for item in active.listeners}
+    after = {item.name: item for item in candidate.listeners}
+    if set(before) != set(after):
+        problems.append(
+            "listeners: adding, removing or renaming a listener needs a restart "
+            f"(running: {', '.join(sorted(before)) or 'none'}; "
+            f"new: {', '.join(sorted(after)) or 'none'})"
+        )
+    for name in sorted(set(before) & set(after)):
+        for key in ("address", "port", "timeout"):
+            old, new = getattr(before[name], key), getattr(after[name], key)
+            if old != new:
+                problems.append(
+                    f"listeners.{name}.{key}: changing it needs a restart ({old} -> {new})"
+                )
+    return problems
+
+
+class ConfigRefused(Exception):
+    """A configuration request answered with an error (status, code, message)."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        reasons: list[dict[str, str]] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.reasons = reasons
+        self.headers = headers or {}
+
+
+def problem_reasons(problems: list[str], code: str) -> list[dict[str, str]]:
+    """``[{"code", "path", "message"}]`` of ``<key path>: <message>`` lines."""
+    reasons = []
+    for line in problems:
+        path, sep, message = line.partition(": ")
+        if not sep or " " in path:
+            path, message = "", line
+        reasons.append({"code": code, "path": path, "message": message})
+    return reasons
+
+
+@dataclass
+class ConfigSource:
+    """The configuration as persisted, and how a document becomes the one served.
+
+    Attributes:
+        text: the persisted document's bytes (the file's, or the in-memory copy's).
+        load: a document (the YAML mapping) to the validated configuration served (the
+            start's serve flags applied); raises :class:`ConfigError`.
+        path: the file (``--config``), or ``None``: kept in memory only.
+    """
+
+    text: bytes
+    load: Callable[[dict[str, Any]], Config]
+    path: Path | None = None
+
+    @classmethod
+    def of(cls, config: Config) -> ConfigSource:
+        """An in-memory source holding ``config`` itself."""
+        document = config.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        text = yaml.safe_dump(document, sort_keys=False, allow_unicode=True).encode()
+        return cls(text, lambda doc: parse_config(doc))
+
+    @property
+    def etag(self) -> str:
+        return f'"{sha256(self.text)}"'
+
+    def document(self) -> dict[str, Any]:
+        """The persisted document (``{}`` for an empty one).
+
+        Raises:
+            ConfigError: the persisted text is not a YAML mapping.
+        """
+        found = yaml.safe_load(self.text.decode()) if self.text.strip() else {}
+        if found is None:
+            return {}
+        if not isinstance(found, dict):
+            raise ConfigError(["the configuration must be a mapping"], str(self.path or ""))
+        return found
+
+    def write(self, text: bytes, version: str) -> None:
+        """Persist ``text``: the current file backed up as ``<name>.<version>.bak`` in
+        ``<name>.backups/`` (the last :data:`BACKUPS_KEPT` kept), then the new bytes
+        written to a temporary file and renamed over it.
+
+        Raises:
+            OSError: the file or its backup cannot be written.
+        """
+        if self.path is not None:
+            path = self.path
+            backups = path.with_name(path.name + ".backups")
+            backups.mkdir(mode=0o700, exist_ok=True)
+            if path.exists():
+                (backups / f"{path.name}.{version}.bak").write_bytes(path.read_bytes())
+            kept = sorted(backups.glob(f"{path.name}.*.bak"))
+            for old in kept[:-BACKUPS_KEPT]:
+                with contextlib.suppress(OSError):
+                    old.unlink()
+            descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            try:
+                with os.fdopen(descriptor, "wb") as out:
+                    out.write(text)
+                    out.flush()
+                    os.fsync(out.fileno())
+                if path.exists():
+                    os.chmod(temporary, path.stat().st_mode & 0o777)
+                os.replace(temporary, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+                raise
+        self.text = text
+
+
+@dataclass
+class Candidate:
+    """A document validated for a plan or an apply."""
+
+    text: bytes
+    config: Config
+    runtime_hash: str
+    changed: bool
+
+
+@dataclass
+class Activation:
+    """One activation attempt (the hash document's ``activation``)."""
+
+    config_version: int
+    document_hash: str
+    started_at: str
+    status: str = "pending"
+    finished_at: str | None = None
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def document(self) -> dict[str, Any]:
+        found: dict[str, Any] = {
+            "status": self.status,
+            "config_version": self.config_version,
+            "document_hash": self.document_hash,
+            "started_at": self.started_at,
+        }
+        if self.finished_at is not None:
+            found["finished_at"] = self.finished_at
+        return found
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Reloads:
+    """The configuration API's state and the activations it runs, for one frontend.
+
+    Args:
+        frontend: the frontend whose generations are replaced.
+        source: the persisted configuration.
+        token: the bearer token the configuration routes ask for, or ``None``.
+    """
+
+    def __init__(self, frontend: Frontend, source: ConfigSource, token: str | None) -> None:
+        self.frontend = frontend
+        self.source = source
+        self.token = token
+        self.generated_hash: str | None = None
+        self.active_hash: str | None = None
+        self.failed_hash: str | None = None
+        self.last_rejection: dict[str, Any] | None = None
+        self.activation: Activation | None = None
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._to_stop: list[tuple[Generation, list[Any]]] = []
+        self._versions = 0
+
+    # -- what is served ----------------------------------------------------------------------
+    def started(self, generation: Generation) -> None:
+        """The frontend serves ``generation``, its first (startup is an activation)."""
+        self.active_hash = runtime_hash(generation.config)
+        if self.generated_hash is None:
+            self.generated_hash = self.active_hash
+
+    @property
+    def config_version(self) -> int:
+        active = self.frontend.active
+        return active.version if active is not None and self.active_hash else 0
+
+    def activation_status(self) -> str:
+        """``unknown`` (nothing active yet), ``active`` (active is generated), ``failed``
+        (the last attempt at the generated hash failed), else ``pending``."""
+        if self.active_hash is None:
+            return "unknown"
+        if self.active_hash == self.generated_hash:
+            return "active"
+        if self.failed_hash is not None and self.failed_hash == self.generated_hash:
+            return "failed"
+        return "pending"
+
+    def hash_document(self) -> dict[str, Any]:
+        """``GET /api/v1/config/hash``."""
+        document: dict[str, Any] = {
+            "source_config_hash": "sha256:" + sha256(self.source.text),
+            "generated_runtime_hash": self.generated_hash,
+            "activation_status": self.activation_status(),
+        }
+        if self.active_hash is not None:
+            document["active_runtime_hash"] = self.active_hash
+            document["active_version"] = self.config_version
+        if self.activation is not None:
+            document["activation"] = self.activation.document()
+        if self.last_rejection is not None:
+            document["last_rejection"] = self.last_rejection
+        return document
+
+    def current(self) -> dict[str, Any]:
+        """The persisted document, credentials redacted (``GET /api/v1/config``).
+
+        Raises:
+            ConfigRefused: 500 ``INVALID_CONFIG``: the persisted text is not a mapping.
+        """
+        try:
+            return redacted(self.source.document())  # type: ignore[no-any-return]
+        except (ConfigError, yaml.YAMLError) as err:
+            raise ConfigRefused(
+                500, "INVALID_CONFIG", f"the persisted configuration: {err}"
+            ) from None
+
+    # -- plan --------------------------------------------------------------------------------
+    def candidate(self, text: str, mode: str) -> Candidate:
+        """Validate ``text`` (a whole document, or with ``mode: merge`` a merge patch of
+        the persisted one) as the next configuration.
+
+        Raises:
+            ConfigRefused: 400 ``INVALID_REQUEST`` (a mode other than replace or merge);
+                400 ``INVALID_CONFIG`` with every problem.
+        """
+        if mode not in ("replace", "merge"):
+            raise ConfigRefused(400, "INVALID_REQUEST", "mode must be replace or merge")
+        try:
+            given = yaml.safe_load(text) if text.strip() else {}
+        except yaml.YAMLError as err:
+            raise ConfigRefused(
+                400,
+                "INVALID_CONFIG",
+                f"the document is not YAML: {err}",
+                reasons=problem_reasons([f"the document is not YAML: {err}"], "INVALID_CONFIG"),
+            ) from None
+        given = {} if given is None else given
+        if not isinstance(given, dict):
+            raise ConfigRefused(
+                400,
+                "INVALID_CONFIG",
+                "the configuration must be a mapping (global:, listeners:)",
+                reasons=problem_reasons(["the configuration must be a mapping"], "INVALID_CONFIG"),
+            )
+        if mode == "merge":
+            try:
+                persisted = self.source.document()
+            except (ConfigError, yaml.YAMLError):
+                persisted = {}
+            given = merge_patch(persisted, given)
+            data = yaml.safe_dump(given, sort_keys=False, allow_unicode=True).encode()
+        else:
+            data = text.encode()
+        try:
+            config = self.source.load(given)
+        except ConfigError as err:
+            raise ConfigRefused(
+                400,
+                "INVALID_CONFIG",
+                f"the configuration is not valid ({len(err.problems)} problem"
+                f"{'s' if len(err.problems) != 1 else ''}): " + "; ".join(err.problems),
+                reasons=problem_reasons(err.problems, "INVALID_CONFIG"),
+            ) from None
+        except ValueError as err:  # a serve flag that cannot apply to the new document
+            raise ConfigRefused(
+                400,
+                "INVALID_CONFIG",
+                str(err),
+                reasons=problem_reasons([str(err)], "INVALID_CONFIG"),
+            ) from None
+        generated = runtime_hash(config)
+        changed = data != self.source.text or generated != self.active_hash
+        return Candidate(data, config, generated, changed)
+
+    def plan(self, text: str, mode: str) -> dict[str, Any]:
+        """``POST /api/v1/config/plan``: whether ``text`` is valid and changes anything.
+
+        Raises:
+            ConfigRefused: as :meth:`candidate`.
+        """
+        candidate = self.candidate(text, mode)
+        return {
+            "valid": True,
+            "mode": mode,
+            "changed": candidate.changed,
+            "current_etag": self.source.etag,
+            "candidate_etag": f'"{sha256(candidate.text)}"',
+        }
+
+    # -- apply -------------------------------------------------------------------------------
+    def check_precondition(self, if_match: str | None) -> None:
+        """Raises ConfigRefused: 428 without ``If-Match``, 412 when it is stale."""
+        if if_match is None or not if_match.strip():
+            raise ConfigRefused(
+                428,
+                "PRECONDITION_REQUIRED",
+                "send If-Match with the ETag of GET /api/v1/config (or the plan's current_etag)",
+            )
+        tags = {tag.strip() for tag in if_match.split(",")}
+        if "*" not in tags and self.source.etag not in tags:
+            raise ConfigRefused(
+                412,
+                "CONFIG_CHANGED",
+                "The router config changed since it was read; refetch and retry with the "
+                "latest ETag",
+                headers={"ETag": self.source.etag},
+            )
+
+    async def apply(self, text: str, mode: str, if_match: str | None) -> tuple[int, dict[str, Any]]:
+        """``PUT`` (replace) or ``PATCH`` (merge) ``/api/v1/config``: validate, persist,
+        activate; wait up to :data:`RESPONSE_WAIT` s for the activation.
+
+        Returns:
+            200 (active), 202 (still pending) or 503 (failed), and the body.
+
+        Raises:
+            ConfigRefused: 428, 412, 400 ``INVALID_CONFIG``, 409 ``RESTART_REQUIRED``, 409
+                ``ACTIVATION_IN_PROGRESS``, 503 ``NOT_READY`` (startup not finished), 500
+                ``WRITE_FAILED``.
+        """
+        self.check_precondition(if_match)
+        frontend = self.frontend
+        if self.active_hash is None or frontend.active is None:
+            raise ConfigRefused(
+                503,
+                "NOT_READY",
+                "the first configuration is still starting; wait for /ready, then retry",
+                headers={"Retry-After": "5"},
+            )
+        if self.activation is not None and self.activation.status == "pending":
+            raise ConfigRefused(
+                409,
+                "ACTIVATION_IN_PROGRESS",
+                "another configuration is being activated; poll /api/v1/config/hash until "
+                "activation_status is active or failed, then retry",
+            )
+        candidate = self.candidate(text, mode)
+        problems = restart_problems(frontend.active.config, candidate.config)
+        if problems:
+            raise ConfigRefused(
+                409,
+                "RESTART_REQUIRED",
+                "this change needs a restart of vllm-sr: " + "; ".join(problems),
+                reasons=problem_reasons(problems, "RESTART_REQUIRED"),
+            )
+        self._versions += 1
+        version = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        try:
+            self.source.write(candidate.text, version)
+        except OSError as err:
+            raise ConfigRefused(
+                500,
+                "WRITE_FAILED",
+                f"the configuration file cannot be written ({err.strerror or err}); nothing "
+                "changed",
+            ) from None
+        self.generated_hash = candidate.runtime_hash
+        if candidate.runtime_hash == self.active_hash:
+            # Same configuration served (a comment, a key order): nothing to activate.
+            return 200, self._success(version)
+        activation = Activation(
+            config_version=frontend.active.version + 1,
+            document_hash=candidate.runtime_hash,
+            started_at=_now(),
+        )
+        self.activation = activation
+        activation.task = asyncio.create_task(
+            self._activate(candidate, activation), name="activate configuration"
+        )
+        await asyncio.wait({activation.task}, timeout=RESPONSE_WAIT)
+        if activation.status == "active":
+            return 200, self._success(version)
+        if activation.status == "failed":
+            return 503, {
+                "status": "activation_failed",
+                "version": version,
+                "etag": self.source.etag,
+                "activation_status": self.activation_status(),
+                "generated_runtime_hash": self.generated_hash,
+                "config_version": self.config_version,
+                "message": "the new configuration was saved but could not be activated; "
+                "the previous one keeps serving (see last_rejection in /api/v1/config/hash)",
+                "last_rejection": self.last_rejection,
+            }
+        return 202, {
+            "status": "accepted",
+            "version": version,
+            "etag": self.source.etag,
+            "activation_status": self.activation_status(),
+            "generated_runtime_hash": self.generated_hash,
+            "config_version": self.config_version,
+            "message": "The configuration was saved and is being activated while the previous "
+            "one keeps serving. Poll /api/v1/config/hash until activation_status is active.",
+        }
+
+    def _success(self, version: str) -> dict[str, Any]:
+        return {
+            "status": "success",
+            "version": version,
+            "etag": self.source.etag,
+            "activation_status": self.activation_status(),
+            "generated_runtime_hash": self.generated_hash,
+            "config_version": self.config_version,
+        }
+
+    async def _activate(self, candidate: Candidate, activation: Activation) -> None:
+        """Prepare the candidate's generation beside the active one, publish it, retire
+        what it dropped; on failure stop what was started and record why."""
+        frontend = self.frontend
+        previous = frontend.active
+        assert previous is not None
+        generation: Generation | None = None
+        try:
+            if self._retiring:  # a retiring worker's socket may be the one a new plan names
+                await asyncio.gather(*self._retiring, return_exceptions=True)
+            generation = await frontend.compose(candidate.config, previous)
+            frontend.preparing = generation
+            generation.start()
+            await wait_for_deployments(
+                generation.views,
+                timeout=frontend.ready_timeout,
+                source=frontend.timeout_source,
+                clock=frontend.clock,
+                report=lambda line: log.info("config version %d: %s", generation.version, line),
+            )
+            problems = frontend.binding_problems(generation)
+            if problems:
+                raise StartupFailed("; ".join(problems))
+            if router_mode(candidate.config):
+                await frontend.compose_router(generation)
+        except (StartupFailed, RouterUnready, PlanError) as err:
+            await self._rejected(activation, generation, [str(err)])
+            return
+        except asyncio.CancelledError:
+            await self._rejected(activation, generation, ["the frontend is shutting down"])
+            raise
+        except Exception as err:  # never leave workers of a failed attempt running
+            log.exception("activation of config version %d failed", activation.config_version)
+            await self._rejected(activation, generation, [f"internal error: {err}"])
+            return
+        frontend.preparing = None
+        frontend.activate(generation)
+        self.active_hash = candidate.runtime_hash
+        activation.status, activation.finished_at = "active", _now()
+        log.info("config version %d is active", generation.version)
+        task = asyncio.create_task(self._retire(previous, generation), name="retire generation")
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _rejected(
+        self, activation: Activation, generation: Generation | None, problems: list[str]
+    ) -> None:
+        frontend = self.frontend
+        if generation is not None:
+            await generation.stop(generation.started)
+        frontend.preparing = None
+        self.failed_hash = activation.document_hash
+        activation.status, activation.finished_at = "failed", _now()
+        self.last_rejection = {
+            "document_hash": activation.document_hash,
+            "status": "failed",
+            "reasons": problem_reasons(problems, "ACTIVATION_FAILED"),
+            "error": "; ".join(problems),
+        }
+        log.error(
+            "config version %d was not activated; the previous one keeps serving: %s",
+            activation.config_version,
+            "; ".join(problems),
+        )
+
+    async def _retire(self, old: Generation, new: Generation) -> None:
+        """Stop what ``old`` has and ``new`` does not, once the requests ``old``
+        admitted are done (at most :data:`RETIRE_WAIT` s) and each retired worker holds
+        none; then delete the retired replicas' and deployments' series."""
+        frontend = self.frontend
+        kept = {id(w) for w in new.workers()}
+        retired = [
+            (view.pool, worker)
+            for view in old.views
+            for worker in view.workers
+            if id(worker) not in kept
+        ]
+        kept_items = {id(item) for item in new.everything()}
+        dropped = [item for item in old.everything() if id(item) not in kept_items]
+        self._to_stop.append((old, dropped))
+        for pool, worker in retired:
+            pool.retire(worker)
+        waits = [pool.drained(worker) for pool, worker in retired]
+        waits += [listener.retired() for listener in frontend.listeners.values()]
+        if waits:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(RETIRE_WAIT):
+                    await asyncio.gather(*waits)
+        self._to_stop.remove((old, dropped))
+        await old.stop(dropped)
+        new_names = {view.name for view in new.views}
+        for view in old.views:
+            if view.name not in new_names:
+                frontend.metrics.forget(view.pool)
+                frontend.metrics.drop(view.name)
+        for pool, worker in retired:
+            if pool.deployment in new_names:
+                frontend.metrics.drop(pool.deployment, worker.replica_id)
+        if dropped:
+            log.info(
+                "config version %d: %d retired worker(s) stopped after their last request",
+                new.version,
+                len(dropped),
+            )
+
+    async def close(self) -> None:
+        """Cancel an activation still preparing, end the retirements now and stop the
+        workers they were waiting to stop (the frontend is shutting down: its listeners
+        drained already)."""
+        activation = self.activation
+        if activation is not None and activation.task is not None and not activation.task.done():
+            activation.task.cancel()
+            await asyncio.gather(activation.task, return_exceptions=True)
+        for task in list(self._retiring):
+            task.cancel()
+        await asyncio.gather(*self._retiring, return_exceptions=True)
+        for generation, dropped in self._to_stop:  # cancelled while their requests drained
+            await generation.stop(dropped)
+        self._to_stop.clear()

@@ -1,0 +1,140 @@
+"""The configuration API's pieces without a frontend: merge patches, redaction, what needs
+a restart, problem reasons, the file's atomic write with its backups, and the pool's
+retirement of a worker."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from vllm_sr.config.schema import parse_config
+from vllm_sr.reload import (
+    BACKUPS_KEPT,
+    REDACTED,
+    ConfigSource,
+    merge_patch,
+    problem_reasons,
+    redacted,
+    restart_problems,
+    runtime_hash,
+)
+
+
+def listener(**changes: object) -> dict[str, object]:
+    return {"name": "http", "address": "127.0.0.1", "port": 8899, **changes}
+
+
+def test_a_merge_patch_merges_mappings_replaces_lists_and_removes_nulls() -> None:
+    target = {"a": {"b": 1, "c": [1, 2]}, "d": 4, "e": {"f": 1}}
+    patch = {"a": {"c": [3], "g": 5}, "d": None, "e": 7}
+    assert merge_patch(target, patch) == {"a": {"b": 1, "c": [3], "g": 5}, "e": 7}
+    assert target == {"a": {"b": 1, "c": [1, 2]}, "d": 4, "e": {"f": 1}}  # not changed
+
+
+def test_credentials_are_redacted_and_nothing_else() -> None:
+    document = {
+        "listeners": [{"name": "x", "api_keys": ["k1", "k2"], "port": 1}],
+        "providers": {
+            "models": [{"backend_refs": [{"api_key": "secret", "api_key_env": "ENV_NAME"}]}]
+        },
+    }
+    assert redacted(document) == {
+        "listeners": [{"name": "x", "api_keys": [REDACTED, REDACTED], "port": 1}],
+        "providers": {
+            "models": [{"backend_refs": [{"api_key": REDACTED, "api_key_env": "ENV_NAME"}]}]
+        },
+    }
+
+
+def test_listener_and_mode_changes_need_a_restart_grants_and_keys_do_not() -> None:
+    active = parse_config({"listeners": [listener()]})
+    live = parse_config({"listeners": [listener(api_keys=["k"], runtime={"models": ["m"]})]})
+    assert restart_problems(active, live) == []
+    moved = parse_config({"listeners": [listener(port=9000, timeout="5s")]})
+    assert restart_problems(active, moved) == [
+        "listeners.http.port: changing it needs a restart (8899 -> 9000)",
+        "listeners.http.timeout: changing it needs a restart (None -> 5s)",
+    ]
+    renamed = parse_config({"listeners": [listener(name="other")]})
+    assert restart_problems(active, renamed) == [
+        "listeners: adding, removing or renaming a listener needs a restart "
+        "(running: http; new: other)"
+    ]
+    engine = parse_config({"listeners": [listener()], "global": {"router": {"enabled": False}}})
+    assert restart_problems(active, engine)[0].startswith("global.router.enabled: ")
+
+
+def test_problems_become_reasons_with_their_key_paths() -> None:
+    assert problem_reasons(
+        ["listeners[0].port: must be at most 65535", "the configuration must be a mapping"],
+        "INVALID_CONFIG",
+    ) == [
+        {"code": "INVALID_CONFIG", "path": "listeners[0].port", "message": "must be at most 65535"},
+        {"code": "INVALID_CONFIG", "path": "", "message": "the configuration must be a mapping"},
+    ]
+
+
+def test_the_runtime_hash_follows_what_is_served_not_how_it_is_written() -> None:
+    one = parse_config({"listeners": [listener()]})
+    same = parse_config({"listeners": [{"port": 8899, "name": "http"}]})  # default address
+    other = parse_config({"listeners": [listener(port=8900)]})
+    assert runtime_hash(one) == runtime_hash(same) != runtime_hash(other)
+    assert runtime_hash(one).startswith("sha256:") and len(runtime_hash(one)) == 71
+
+
+def test_the_file_is_backed_up_then_replaced_keeping_its_mode(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_bytes(b"listeners: []\n")
+    path.chmod(0o640)
+    source = ConfigSource(path.read_bytes(), parse_config, path)
+    for n in range(BACKUPS_KEPT + 2):
+        source.write(f"# version {n}\n".encode(), f"v{n:03d}")
+    assert path.read_bytes() == f"# version {BACKUPS_KEPT + 1}\n".encode()
+    assert path.stat().st_mode & 0o777 == 0o640
+    backups = sorted((tmp_path / "config.yaml.backups").iterdir())
+    assert len(backups) == BACKUPS_KEPT
+    assert backups[-1].name == f"config.yaml.v{BACKUPS_KEPT + 1:03d}.bak"
+    assert backups[-1].read_bytes() == f"# version {BACKUPS_KEPT}\n".encode()
+    assert source.etag == f'"{hashlib.sha256(path.read_bytes()).hexdigest()}"'
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_retired_worker_takes_no_new_exchange_and_is_drained_when_idle() -> None:
+    from vllm_sr.pool.pool import ReplicaPool
+
+    from .pool_support import close_all, fake_workers, run
+
+    async def scenario() -> None:
+        async with fake_workers("a", "b") as (a, b):
+            workers = [a.worker("d"), b.worker("d")]
+            try:
+                old = ReplicaPool("d", workers, public_name="pub", cache_entries=0)
+                new = ReplicaPool(
+                    "d", workers[:1], public_name="pub", previous=old, cache_entries=0
+                )
+                assert new.replicas()[0] is old.replicas()[0]  # one bookkeeping when kept
+                old.retire(workers[1])
+                for _ in range(4):
+                    body = b'{"model":"pub","input":["x"]}'
+                    reply = await old.exchange("embeddings", "/v1/embeddings", body, timeout=5)
+                    assert reply.status == 200
+                assert (len(a.bodies()), len(b.bodies())) == (4, 0)
+                await asyncio.wait_for(old.drained(workers[1]), 1)
+            finally:
+                await close_all(*workers)
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "a: [", "3"])
+def test_a_document_that_is_not_a_mapping_is_invalid_config(text: str) -> None:
+    from vllm_sr.reload import ConfigRefused, Reloads
+
+    reloads = Reloads(None, ConfigSource(b"", parse_config), None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigRefused) as caught:
+        reloads.candidate(text, "replace")
+    assert (caught.value.status, caught.value.code) == (400, "INVALID_CONFIG")
+    assert caught.value.reasons
