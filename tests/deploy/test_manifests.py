@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from vllm_sr.api.management import build_management_app
 from vllm_sr.cli import build_parser as frontend_parser
 from vllm_sr.config.schema import parse_config
+from vllm_sr.reload import ConfigSource, Reloads
 from vllm_srun.cli import build_parser as runtime_parser
 from vllm_srun.serve.command import serve_config
 
@@ -163,7 +164,10 @@ def test_frontend_probes_name_routes_the_management_api_serves(rendered):
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["VLLM_SR_PUBLISH_MANAGEMENT_API"] == "true"  # 0.0.0.0:8080 for the kubelet
     assert env["VLLM_SR_PUBLISH_METRICS"] == "true"
-    source = SimpleNamespace(draining=False, status=SimpleNamespace(ready=True, phase="ready"))
+    reloads = Reloads(None, ConfigSource(b"", parse_config), None)  # type: ignore[arg-type]
+    source = SimpleNamespace(
+        draining=False, status=SimpleNamespace(ready=True, phase="ready"), reloads=reloads
+    )
     client = TestClient(build_management_app(source))  # type: ignore[arg-type]
     assert client.get("/health").json() == {"status": "ok"}
     assert client.get("/ready").json() == {"ready": True, "phase": "ready"}
