@@ -28,10 +28,10 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
@@ -41,8 +41,10 @@ from .startup import StartupFailed, wait_for_deployments
 from .workers.plan import PlanError
 
 if TYPE_CHECKING:
-    from .frontend import Frontend
     from .generation import Generation
+    from .metrics import Metrics
+    from .startup import StartupStatus
+    from .workers.supervisor import Clock
 
 log = logging.getLogger("vllm_sr.reload")
 
@@ -128,6 +130,36 @@ def restart_problems(active: Config, candidate: Config) -> list[str]:
                     f"listeners.{name}.{key}: changing it needs a restart ({old} -> {new})"
                 )
     return problems
+
+
+class Retiring(Protocol):
+    """A listener, as a reload waits on it (:class:`~vllm_sr.api.native.Listener`)."""
+
+    async def retired(self) -> None: ...
+
+
+class Target(Protocol):
+    """What a reload changes (the :class:`~vllm_sr.frontend.Frontend`)."""
+
+    active: Generation | None
+    preparing: Generation | None
+    status: StartupStatus
+
+    @property
+    def listeners(self) -> Mapping[str, Retiring]: ...
+
+    metrics: Metrics
+    ready_timeout: float
+    timeout_source: str
+    clock: Clock
+
+    async def compose(self, config: Config, previous: Generation | None) -> Generation: ...
+
+    def binding_problems(self, generation: Generation) -> list[str]: ...
+
+    async def compose_router(self, generation: Generation) -> None: ...
+
+    def activate(self, generation: Generation) -> None: ...
 
 
 class ConfigRefused(Exception):
@@ -278,7 +310,7 @@ class Reloads:
         token: the bearer token the configuration routes ask for, or ``None``.
     """
 
-    def __init__(self, frontend: Frontend, source: ConfigSource, token: str | None) -> None:
+    def __init__(self, frontend: Target, source: ConfigSource, token: str | None) -> None:
         self.frontend = frontend
         self.source = source
         self.token = token
@@ -544,6 +576,7 @@ class Reloads:
                 await asyncio.gather(*self._retiring, return_exceptions=True)
             generation = await frontend.compose(candidate.config, previous)
             frontend.preparing = generation
+            frontend.status.preparing = (generation.version, generation.views)
             generation.start()
             await wait_for_deployments(
                 generation.views,
@@ -568,6 +601,7 @@ class Reloads:
             await self._rejected(activation, generation, [f"internal error: {err}"])
             return
         frontend.preparing = None
+        frontend.status.preparing = None
         frontend.activate(generation)
         self.active_hash = candidate.runtime_hash
         activation.status, activation.finished_at = "active", _now()
@@ -583,6 +617,7 @@ class Reloads:
         if generation is not None:
             await generation.stop(generation.started)
         frontend.preparing = None
+        frontend.status.preparing = None
         self.failed_hash = activation.document_hash
         activation.status, activation.finished_at = "failed", _now()
         self.last_rejection = {

@@ -104,6 +104,9 @@ class StartupStatus:
 
     def __init__(self, views: Sequence[DeploymentView]) -> None:
         self.views = list(views)
+        self.preparing: tuple[int, list[DeploymentView]] | None = None
+        """A reload's ``config_version`` and deployments while it prepares beside the
+        serving ones (``/startup-status`` lists them under ``preparing``)."""
         self.phase = "loading_model_deployments"
         self.message = "waiting for the managed model deployments"
         self.updated_at = time.time()
@@ -116,11 +119,10 @@ class StartupStatus:
     def ready(self) -> bool:
         return self.phase == "ready"
 
-    def document(self) -> dict[str, Any]:
-        """The ``/startup-status`` JSON (upstream's keys)."""
-        managed = [v for v in self.views if v.managed]
+    @staticmethod
+    def _entries(views: Sequence[DeploymentView]) -> list[dict[str, Any]]:
         entries = []
-        for view in managed:
+        for view in views:
             state, reason = view.state()
             entries.append(
                 {
@@ -132,7 +134,24 @@ class StartupStatus:
                     "reason": reason,
                 }
             )
+        return entries
+
+    def document(self) -> dict[str, Any]:
+        """The ``/startup-status`` JSON (upstream's keys), with ``preparing`` (the
+        reload's ``config_version``, its managed deployments and those still pending)
+        while a reload prepares."""
+        managed = [v for v in self.views if v.managed]
+        entries = self._entries(managed)
         stamp = datetime.fromtimestamp(self.updated_at, UTC)
+        extra: dict[str, Any] = {}
+        if self.preparing is not None:
+            version, views = self.preparing
+            coming = [v for v in views if v.managed]
+            extra["preparing"] = {
+                "config_version": version,
+                "pending_models": [v.name for v in coming if not v.ready],
+                "model_deployments": self._entries(coming),
+            }
         return {
             "phase": self.phase,
             "ready": self.ready,
@@ -144,6 +163,7 @@ class StartupStatus:
             "model_deployments": entries,
             "embedding_provider": None,
             "updated_at": stamp.isoformat().replace("+00:00", "Z"),
+            **extra,
         }
 
 

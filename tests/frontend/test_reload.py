@@ -268,6 +268,10 @@ def test_t21_a_slow_new_deployment_is_pending_while_the_old_routes_serve(router)
     inventory = served.mgmt.get("/api/v1/inventory/model-runtime").json()["deployments"]
     roles = {(d["name"], d["generation"]) for d in inventory}
     assert roles == {("primary", "active"), ("second", "preparing")}
+    status = served.mgmt.get("/startup-status").json()
+    assert status["phase"] == "ready" and status["ready_models"] == 1
+    assert status["preparing"]["config_version"] == 3
+    assert status["preparing"]["pending_models"] == ["second"]
     old_pids = served.pids("primary")
     served.script("second", health="ready")
     found = served.wait_status("active")
