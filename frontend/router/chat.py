@@ -344,7 +344,9 @@ class ListenerChat:
         self, request: Request, rewritten: Any, stream: bool, timeout: float
     ) -> Answer:
         ref = choose_backend(rewritten.model.backend_refs)
-        headers = forwarded_headers(request.headers.items(), scheme=request.url.scheme)
+        headers = forwarded_headers(
+            request.headers.items(), scheme=request.scope.get("scheme", "http")
+        )
         headers = [(n, v) for n, v in headers if n.lower() not in rewritten.delete_headers]
         replaced = {n.lower() for n in rewritten.set_headers} | {
             n.lower() for n in ref.extra_headers
