@@ -42,9 +42,10 @@ Grants never union across listeners: each listener app sees its own grant only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI
@@ -161,6 +162,21 @@ class Listener:
         self._older = [p for p in self._older if p not in older]
 
     # -- lifecycle ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _counted(self, published: Published) -> Iterator[None]:
+        """A request in flight: counted by the listener (its drain) and by the
+        publication that admitted it (a reload's retirement)."""
+        published.enter()
+        self._inflight += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            published.leave()
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._idle.set()
+
     @property
     def inflight(self) -> int:
         """Requests being answered now."""
@@ -292,20 +308,13 @@ class Listener:
             def register(handler: Handler) -> None:
                 async def endpoint(request: Request) -> Response:
                     published = self.published
-                    published.enter()
-                    self._inflight += 1
-                    self._idle.clear()
-                    try:
-                        return await handler(request, published)
-                    except Refusal as refusal:
-                        return self.refused(refusal, published)
-                    except ClientDisconnect:
-                        return Response(status_code=499)
-                    finally:
-                        published.leave()
-                        self._inflight -= 1
-                        if self._inflight == 0:
-                            self._idle.set()
+                    with self._counted(published):
+                        try:
+                            return await handler(request, published)
+                        except Refusal as refusal:
+                            return self.refused(refusal, published)
+                        except ClientDisconnect:
+                            return Response(status_code=499)
 
                 app.router.add_route(path, endpoint, methods=[method], include_in_schema=False)
 
@@ -356,18 +365,11 @@ class Listener:
         """``POST /v1/chat/completions``: counted in flight like every route."""
         published = self.published
         assert published.chat is not None
-        published.enter()
-        self._inflight += 1
-        self._idle.clear()
-        try:
-            return await self._chat(request, published, published.chat.completions)
-        except ClientDisconnect:
-            return Response(status_code=499)
-        finally:
-            published.leave()
-            self._inflight -= 1
-            if self._inflight == 0:
-                self._idle.set()
+        with self._counted(published):
+            try:
+                return await self._chat(request, published, published.chat.completions)
+            except ClientDisconnect:
+                return Response(status_code=499)
 
     async def _chat(
         self,
