@@ -411,6 +411,15 @@ def test_t21_engine_mode_scales_and_changes_policy_under_load_with_only_200s(
         for thread in clients:
             thread.start()
         wait_for(lambda: sum(statuses.values()) > 30, 30, "load to start")
+        counted = {
+            rid: metric(
+                served.metrics(),
+                "vsr_model_runtime_replica_requests_total",
+                replica=rid,
+                outcome="ok",
+            )
+            for rid in replica_ids
+        }
         down = view.apply(engine_document(port, 2))
         assert down.returncode == 0, down.stderr
         assert json.loads(down.stdout)["result"]["activation_status"] == "active"
@@ -434,6 +443,13 @@ def test_t21_engine_mode_scales_and_changes_policy_under_load_with_only_200s(
             return found == ids
 
         wait_for(gone, 30, "the retired replica's series to go")
+        # The kept replicas' series go on counting from where they were.
+        text = served.metrics()
+        for rid in ids:
+            kept_count = metric(
+                text, "vsr_model_runtime_replica_requests_total", replica=rid, outcome="ok"
+            )
+            assert kept_count >= counted[rid] > 0
         up = view.apply(engine_document(port, 3))
         assert up.returncode == 0, up.stderr
         policy = view.apply(
@@ -471,5 +487,57 @@ def test_t21_engine_mode_scales_and_changes_policy_under_load_with_only_200s(
         for thread in clients:
             if thread.is_alive():
                 thread.join(30)
+        served.close()
+        shutil.rmtree(scripts, ignore_errors=True)
+
+
+def test_t21_a_long_request_finishes_on_the_worker_a_reload_replaced(tmp_path: Path) -> None:
+    """A 10 s request admitted before the apply is answered by the worker it reached;
+    that worker is stopped only afterwards (the stand-in exits at once on SIGTERM, so
+    an early stop would break the request)."""
+    scripts = Path(tempfile.mkdtemp(prefix="vsrl-", dir="/tmp"))
+    [port] = free_ports(1)
+    old = engine_document(port, 1)
+    served = ServedRouter(
+        tmp_path,
+        old,
+        {"VLLM_SRUN_COMMAND": " ".join(worker_command(scripts)), "VLLM_SRUN_DIR": str(scripts)},
+        serve_args=("-e",),
+    )
+    answers: list[httpx.Response] = []
+    try:
+        served.wait_ready()
+        view = Served(served, scripts, port)
+        [first] = view.pids("embedder")
+        view.script("embedder", embeddings={"mode": "stall", "seconds": 10})
+        asked = time.monotonic()
+
+        def long_request() -> None:
+            answers.append(
+                httpx.post(
+                    f"http://127.0.0.1:{port}/v1/embeddings",
+                    json={"model": "fake/embedder", "input": ["a long one"]},
+                    timeout=60,
+                )
+            )
+
+        thread = threading.Thread(target=long_request)
+        thread.start()
+        log = scripts / "embedder.log"
+        wait_for(lambda: log.exists() and "a long one" in log.read_text(), 10, "the request")
+        new = engine_document(port, 1)
+        new["global"]["model_catalog"]["deployments"]["embedder"]["artifact"] = "fake/other"
+        new["listeners"][0]["runtime"]["models"] = ["fake/other"]
+        done = view.apply(new)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["result"]["activation_status"] == "active"
+        assert time.monotonic() - asked < 9  # active while the long request still runs
+        assert psutil.pid_exists(first) and thread.is_alive()
+        thread.join(30)
+        [answer] = answers
+        assert answer.status_code == 200, answer.text
+        assert time.monotonic() - asked >= 9.5
+        wait_for(lambda: not psutil.pid_exists(first), 20, "the replaced worker to exit")
+    finally:
         served.close()
         shutil.rmtree(scripts, ignore_errors=True)
