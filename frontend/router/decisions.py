@@ -72,7 +72,8 @@ class SignalResults:
 
 @dataclass
 class Node:
-    """One evaluated node: its state, confidence and the trace the preview shows."""
+    """One evaluated node: its state, confidence and the trace the preview shows (empty
+    when no trace was asked for)."""
 
     state: str
     confidence: float
@@ -109,22 +110,13 @@ class Outcome:
         return self.policy == "fail_request"
 
 
-def _leaf(leaf: RuleNode, results: SignalResults, policy: str | None) -> Node:
+def _leaf(leaf: RuleNode, results: SignalResults, policy: str | None, traced: bool) -> Node:
     kind = CONDITION_TYPES[leaf.type or ""]
     name = leaf.name or ""
     key = f"{leaf.type}:{name}"
-    trace: dict[str, Any] = {
-        "node_type": "leaf",
-        "signal_type": leaf.type,
-        "signal_name": name,
-    }
-    if leaf.label is not None:
-        trace["label"] = leaf.label
     error = results.errors.get(key)
     scored = leaf.type in SCORED or leaf.type == "jailbreak"
     confidence = results.confidences.get(key, 1.0) if scored else 1.0
-    if error is not None:
-        trace["signal_error"] = error
     if error is not None and policy is not None:
         state = UNKNOWN
     elif leaf.type == "decision":
@@ -138,9 +130,16 @@ def _leaf(leaf: RuleNode, results: SignalResults, policy: str | None) -> Node:
     scored = scored and key in results.confidences and error is None
     if not scored:
         confidence = 1.0
-    trace.update(
-        state=state, matched=state == TRUE, confidence=confidence, confidence_scored=scored
-    )
+    trace: dict[str, Any] = {}
+    if traced:
+        trace = {"node_type": "leaf", "signal_type": leaf.type, "signal_name": name}
+        if leaf.label is not None:
+            trace["label"] = leaf.label
+        if error is not None:
+            trace["signal_error"] = error
+        trace.update(
+            state=state, matched=state == TRUE, confidence=confidence, confidence_scored=scored
+        )
     return Node(state, confidence, scored, trace)
 
 
@@ -160,13 +159,15 @@ def _decision_leaf(leaf: RuleNode, results: SignalResults) -> bool:
     return results.has("decision", name)
 
 
-def evaluate_node(node: RuleNode, results: SignalResults, policy: str | None) -> Node:
-    """The state, confidence and trace of ``node`` (see the module docstring)."""
+def evaluate_node(
+    node: RuleNode, results: SignalResults, policy: str | None, traced: bool = True
+) -> Node:
+    """The state, confidence and (when ``traced``) trace of ``node`` (see the module
+    docstring)."""
     if node.is_leaf:
-        return _leaf(node, results, policy)
-    children = [evaluate_node(child, results, policy) for child in node.conditions or ()]
+        return _leaf(node, results, policy, traced)
+    children = [evaluate_node(child, results, policy, traced) for child in node.conditions or ()]
     op = node.op
-    trace: dict[str, Any] = {"node_type": op}
     if op == "NOT":
         [child] = children
         state = {TRUE: FALSE, FALSE: TRUE, UNKNOWN: UNKNOWN}[child.state]
@@ -190,12 +191,15 @@ def evaluate_node(node: RuleNode, results: SignalResults, policy: str | None) ->
         scored = any(c.scored for c in children)
         if state != TRUE:
             confidence = 0.0 if state == FALSE else confidence
-    trace.update(
-        state=state,
-        matched=state == TRUE,
-        confidence=confidence,
-        children=[c.trace for c in children],
-    )
+    trace: dict[str, Any] = {}
+    if traced:
+        trace = {
+            "node_type": op,
+            "state": state,
+            "matched": state == TRUE,
+            "confidence": confidence,
+            "children": [c.trace for c in children],
+        }
     return Node(state, confidence, scored, trace)
 
 
@@ -210,8 +214,8 @@ def evidence_kind(decision: Decision) -> str | None:
     return SCORED[scored[0].type or ""]
 
 
-def evaluate(decision: Decision, results: SignalResults) -> Outcome:
-    """One decision against the signals' results."""
+def evaluate(decision: Decision, results: SignalResults, traced: bool = True) -> Outcome:
+    """One decision against the signals' results (its trace only when ``traced``)."""
     policy = decision.on_unknown
     trace: dict[str, Any]
     if decision.catch_all:
@@ -224,7 +228,7 @@ def evaluate(decision: Decision, results: SignalResults) -> Outcome:
         }
         return Outcome(decision, TRUE, True, 0.0, None, None, trace)
     assert decision.rules is not None
-    root = evaluate_node(decision.rules, results, policy)
+    root = evaluate_node(decision.rules, results, policy, traced)
     matched = root.state == TRUE
     confidence = root.confidence
     applied = None
@@ -234,15 +238,17 @@ def evaluate(decision: Decision, results: SignalResults) -> Outcome:
         if policy == "match":
             # Matched by policy: confidence 1, unscored (no evidence to rank or report).
             matched, confidence, evidence = True, 1.0, None
-    trace = {
-        "decision_name": decision.name,
-        "state": root.state,
-        "matched": matched,
-        "confidence": confidence,
-    }
-    if policy is not None:
-        trace["on_unknown"] = policy
-    trace["root_trace"] = root.trace
+    trace = {}
+    if traced:
+        trace = {
+            "decision_name": decision.name,
+            "state": root.state,
+            "matched": matched,
+            "confidence": confidence,
+        }
+        if policy is not None:
+            trace["on_unknown"] = policy
+        trace["root_trace"] = root.trace
     return Outcome(decision, root.state, matched, confidence, applied, evidence, trace)
 
 
@@ -265,7 +271,10 @@ class Ranking:
 
 
 def rank(
-    decisions: Sequence[Decision], results: SignalResults, strategy: str | None = None
+    decisions: Sequence[Decision],
+    results: SignalResults,
+    strategy: str | None = None,
+    traced: bool = True,
 ) -> Ranking:
     """Evaluate ``decisions`` and pick the winner (see the module docstring).
 
@@ -273,8 +282,10 @@ def rank(
         decisions: ``routing.decisions`` in configuration order.
         results: what the signals found.
         strategy: ``priority`` (default) or ``confidence``.
+        traced: build each outcome's trace (the preview's ``eval_trace``); a routed
+            request does without.
     """
-    outcomes = [evaluate(d, results) for d in decisions]
+    outcomes = [evaluate(d, results, traced) for d in decisions]
     policies = {o.decision.name: o.policy for o in outcomes if o.policy is not None}
     failed = next((o for o in outcomes if o.failed), None)
     matched = [o for o in outcomes if o.matched]

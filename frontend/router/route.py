@@ -111,7 +111,8 @@ class Router:
         Args:
             messages: the request's ``messages``.
             request_deadline: ``time.monotonic()`` of the request's own deadline, or ``None``.
-            every_signal: evaluate every configured signal (the preview).
+            every_signal: evaluate every configured signal, and trace each decision (the
+                preview).
         """
         started = time.monotonic()
         texts = request_texts(messages)
@@ -119,7 +120,7 @@ class Router:
         wanted = None if every_signal else self.used
         results = await Evaluation(self.setup, texts, wanted, deadline).run()
         ranked = time.monotonic()
-        ranking = rank(self.routing.decisions, results, self.strategy)
+        ranking = rank(self.routing.decisions, results, self.strategy, traced=every_signal)
         decision_seconds = time.monotonic() - ranked
         decision = ranking.chosen.decision if ranking.chosen is not None else None
         model = ref = None

@@ -124,6 +124,22 @@ def test_on_unknown_match_and_fail_request():
     assert ranked.chosen.confidence == 1.0
 
 
+def test_a_routed_request_ranks_the_same_without_building_traces():
+    results = SignalResults()
+    results.match("keywords", "a")
+    results.errors["decision:slow"] = "decision_timeout"
+    decisions = [
+        decision({"on_unknown": "match", "conditions": [leaf("decision", "slow")]}, "m"),
+        decision({"operator": "OR", "conditions": [leaf("keyword", "a")]}, "k", priority=9),
+    ]
+    traced, plain = rank(decisions, results), rank(decisions, results, traced=False)
+    assert [o.trace for o in plain.outcomes] == [{}, {}]
+    assert all(o.trace["root_trace"] for o in traced.outcomes)
+    same = [(o.state, o.matched, o.confidence, o.policy) for o in traced.outcomes]
+    assert same == [(o.state, o.matched, o.confidence, o.policy) for o in plain.outcomes]
+    assert traced.chosen.decision.name == plain.chosen.decision.name == "k"
+
+
 # -- T5: ranking ----------------------------------------------------------------------------------
 
 
