@@ -38,7 +38,7 @@ from .config.flags import (
     ServeOptions,
     port_offset,
 )
-from .config.in_use import deployments_in_use, managed_in_use
+from .config.in_use import deployments_in_use, managed_in_use, unserved_grants
 from .config.schema import (
     DEFAULT_MODEL,
     PROFILE,
@@ -555,6 +555,8 @@ def validate(path: str) -> int:
     except ConfigError as err:
         return _fail(str(err))
     used = deployments_in_use(config)
+    for warning in unserved_grants(config):
+        print(f"warning: {warning}", file=sys.stderr)
     print(
         f"{path}: valid: {len(config.catalog.deployments)} deployment(s), "
         f"{len(config.listeners)} listener(s); in use: {', '.join(used) or 'none'}"

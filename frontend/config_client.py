@@ -134,6 +134,8 @@ def run(args: Any) -> int:
         if args.config_command == "plan":
             _print(plan)
             return 0
+        for warning in plan.get("warnings") or []:
+            print(f"warning: {warning}", file=sys.stderr)
         if not plan.get("changed"):
             _print({"applied": False, "reason": "unchanged", "plan": plan})
             return 0

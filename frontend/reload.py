@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
+from .config.in_use import unserved_grants
 from .config.schema import Config, ConfigError, parse_config
 from .router.compose import RouterUnready, router_mode
 from .startup import StartupFailed, wait_for_deployments
@@ -434,19 +435,28 @@ class Reloads:
         return Candidate(data, config, generated, changed)
 
     def plan(self, text: str, mode: str) -> dict[str, Any]:
-        """``POST /api/v1/config/plan``: whether ``text`` is valid and changes anything.
+        """``POST /api/v1/config/plan``: whether ``text`` is valid and changes anything,
+        whether it needs a restart (``restart_required``, the ``reasons``), and
+        ``warnings`` (grants naming a model no deployment serves).
 
         Raises:
             ConfigRefused: as :meth:`candidate`.
         """
         candidate = self.candidate(text, mode)
-        return {
+        active = self.frontend.active if self.frontend is not None else None
+        restart = restart_problems(active.config, candidate.config) if active else []
+        plan: dict[str, Any] = {
             "valid": True,
             "mode": mode,
             "changed": candidate.changed,
             "current_etag": self.source.etag,
             "candidate_etag": f'"{sha256(candidate.text)}"',
+            "restart_required": bool(restart),
+            "warnings": unserved_grants(candidate.config),
         }
+        if restart:
+            plan["reasons"] = problem_reasons(restart, "RESTART_REQUIRED")
+        return plan
 
     # -- apply -------------------------------------------------------------------------------
     def check_precondition(self, if_match: str | None) -> None:

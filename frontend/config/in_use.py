@@ -78,3 +78,21 @@ def managed_in_use(config: Config) -> list[str]:
     waits for."""
     deployments = config.catalog.deployments
     return [name for name in deployments_in_use(config) if deployments[name].managed]
+
+
+def unserved_grants(config: Config) -> list[str]:
+    """A warning per listener grant naming a public id no deployment answers to (the
+    listener does not publish it): ``listeners.<name>.<grant>.models[<i>]: ...``. The
+    Jev alias ``jev-latest`` is not a deployment's id and is never warned about."""
+    warnings = []
+    for listener in config.listeners:
+        for grant in ("systemone", "runtime"):
+            for index, model in enumerate(getattr(listener, grant).models):
+                if model == "jev-latest" or config.deployment_for_public_id(model) is not None:
+                    continue
+                warnings.append(
+                    f"listeners.{listener.name}.{grant}.models[{index}]: no deployment "
+                    f"answers to {model}, so the listener does not publish it (set a "
+                    "deployment's public_name or artifact to it)"
+                )
+    return warnings

@@ -316,6 +316,28 @@ def test_t21_a_listener_change_needs_a_restart_and_a_stale_etag_is_refused(route
         )
     )
     assert moved.returncode == 1
+    planned = served.mgmt.post(
+        "/api/v1/config/plan",
+        json={
+            "yaml": yaml.safe_dump(
+                router_document(
+                    stub.stub.endpoint,
+                    other,
+                    billing=True,
+                    embedder="second",
+                    artifact="fake/second",
+                )
+            )
+        },
+    ).json()
+    assert planned["valid"] is True and planned["restart_required"] is True
+    assert planned["reasons"] == [
+        {
+            "code": "RESTART_REQUIRED",
+            "path": "listeners.chat.port",
+            "message": f"changing it needs a restart ({served.port} -> {other})",
+        }
+    ]
     assert moved.stderr.startswith("Router management API returned HTTP 409: RESTART_REQUIRED: ")
     assert f"listeners.chat.port: changing it needs a restart ({served.port} -> {other})" in (
         moved.stderr

@@ -138,3 +138,27 @@ def test_a_document_that_is_not_a_mapping_is_invalid_config(text: str) -> None:
         reloads.candidate(text, "replace")
     assert (caught.value.status, caught.value.code) == (400, "INVALID_CONFIG")
     assert caught.value.reasons
+
+
+def test_a_grant_naming_no_deployment_is_a_warning() -> None:
+    from vllm_sr.config.in_use import unserved_grants
+
+    config = parse_config(
+        {
+            "global": {
+                "model_catalog": {
+                    "deployments": {"m": {"provider": "model_runtime", "artifact": "org/served"}}
+                }
+            },
+            "listeners": [
+                listener(
+                    runtime={"models": ["org/served", "org/typo"]},
+                    systemone={"models": ["jev-latest"]},
+                )
+            ],
+        }
+    )
+    assert unserved_grants(config) == [
+        "listeners.http.runtime.models[1]: no deployment answers to org/typo, so the "
+        "listener does not publish it (set a deployment's public_name or artifact to it)"
+    ]
