@@ -348,12 +348,21 @@ class Frontend:
         """Serve ``generation`` from the next request on: every listener's published
         grant and pools, the gauges of its pools, the preview's routes, the startup
         status' deployments. Requests in flight finish on the generation that admitted
-        them."""
+        them.
+
+        Raises:
+            ValueError: a listener cannot take it (nothing was published).
+        """
         published = self.published(generation)
+        for name, listener in self.listeners.items():
+            if name not in published or (published[name].chat is not None) != listener.router_mode:
+                raise ValueError(
+                    f"listener {name} cannot take this configuration without a restart"
+                )
+        for name, listener in self.listeners.items():  # cannot fail now: all or none
+            listener.publish(published[name])
         for pool in generation.pools.values():
             self.metrics.watch(pool)
-        for name, listener in self.listeners.items():
-            listener.publish(published[name])
         self.active = generation
         self.config = generation.config
         self.status.views = list(generation.views)

@@ -115,6 +115,11 @@ def restart_problems(active: Config, candidate: Config) -> list[str]:
             "global.router.enabled: the mode is chosen when vllm-sr starts; restart it to "
             "change between Engine and Router mode"
         )
+    elif router_mode(active) != router_mode(candidate):
+        problems.append(
+            "providers.models: Router mode routes to the provider models; a configuration "
+            "without them is Engine mode, and the mode is chosen when vllm-sr starts"
+        )
     before = {item.name: item for item in active.listeners}
     after = {item.name: item for item in candidate.listeners}
     if set(before) != set(after):
@@ -612,7 +617,12 @@ class Reloads:
             return
         frontend.preparing = None
         frontend.status.preparing = None
-        frontend.activate(generation)
+        try:
+            frontend.activate(generation)
+        except Exception as err:  # nothing published: the old generation still serves
+            log.exception("config version %d could not be published", generation.version)
+            await self._rejected(activation, generation, [f"internal error: {err}"])
+            return
         self.active_hash = candidate.runtime_hash
         activation.status, activation.finished_at = "active", _now()
         log.info("config version %d is active", generation.version)

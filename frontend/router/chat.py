@@ -17,6 +17,7 @@ Every answer carries ``x-vsr-schema-version: 2`` and ``x-vsr-response-path``; a 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -30,10 +31,12 @@ from .decisions import headers_value
 from .forward import (
     DEFAULT_TIMEOUT,
     TIMED_OUT,
+    TOO_LARGE,
     UNREACHABLE,
     Answer,
     Backends,
     BackendTimeout,
+    BackendTooLarge,
     BackendUnreachable,
     forwarded_headers,
 )
@@ -43,6 +46,9 @@ from .selection import backend_credential, choose_backend, rewrite
 
 MAX_BODY_BYTES = 10 * 1024 * 1024
 """The largest Chat request body read (413 above)."""
+
+LONE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+"""A JSON escape of a UTF-16 surrogate half (checked further only when present)."""
 
 SCHEMA_VERSION = "2"
 REALM = 'Bearer realm="vllm-semantic-router"'
@@ -325,14 +331,25 @@ class ListenerChat:
                 chunks.append(chunk)
         except ClientDisconnect:
             raise
+        raw = b"".join(chunks)
         try:
-            body = json.loads(b"".join(chunks))
+            body = json.loads(raw)
         except (ValueError, RecursionError):
             raise ChatError(
                 400, "invalid_request_error", "the body is not JSON; send a JSON object"
             ) from None
         if not isinstance(body, dict):
             raise ChatError(400, "invalid_request_error", "the body must be a JSON object")
+        if LONE_SURROGATE.search(raw):
+            try:  # an escaped UTF-16 half: fine in pairs, not alone
+                json.dumps(body, ensure_ascii=False).encode()
+            except UnicodeEncodeError:
+                raise ChatError(
+                    400,
+                    "invalid_request_error",
+                    "the body has a \\u escape of half a UTF-16 pair (a lone surrogate), "
+                    "which is not text; send the character itself or both halves",
+                ) from None
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise ChatError(
@@ -357,7 +374,7 @@ class ListenerChat:
         if credential is not None:
             headers = [(n, v) for n, v in headers if n.lower() != credential[0].lower()]
             headers.append(credential)
-        headers.append(("content-type", "application/json"))
+        headers.append(("content-type", "application/json"))  # the client's was left out
         content = json.dumps(rewritten.body, ensure_ascii=False).encode()
         model = rewritten.model.name
         if self.metrics is not None:
@@ -372,6 +389,9 @@ class ListenerChat:
         except BackendTimeout:
             self._error_metric(model, "timeout")
             return Answer(504, "text/plain", TIMED_OUT.encode())
+        except BackendTooLarge:
+            self._error_metric(model, "upstream_5xx")
+            return Answer(502, "text/plain", TOO_LARGE.encode())
         if answer.status >= 500:
             self._error_metric(model, "upstream_5xx")
         if self.metrics is not None:
@@ -424,6 +444,8 @@ class ListenerChat:
             sent.update(headers if ok else {})
         if "x-vsr-applied-unknown-policy" in headers:
             sent["x-vsr-applied-unknown-policy"] = headers["x-vsr-applied-unknown-policy"]
+        if answer.content_encoding:
+            sent["content-encoding"] = answer.content_encoding
         if answer.stream is not None:
             return StreamingResponse(
                 _closing(answer.stream), answer.status, sent, media_type=answer.content_type

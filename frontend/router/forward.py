@@ -62,6 +62,19 @@ HOP_BY_HOP = frozenset(
 CREDENTIALS = frozenset(
     {"authorization", "api-key", "cookie", "x-api-key", "host", "content-length"}
 )
+"""Request headers never passed on: credentials, and what the router's own request
+states anew (``Host``, ``Content-Length``)."""
+
+REPLACED = frozenset({"content-type", "accept-encoding"})
+"""Request headers the router sets itself on every backend request: one
+``Content-Type: application/json`` (a repeated one makes some servers answer 400), and
+``Accept-Encoding: identity`` (the router reads JSON answers and relays streams as they
+come; a compressed answer would reach a client that never asked for it)."""
+
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+"""The largest JSON (non-streamed) backend answer relayed; a larger one is 502."""
+
+TOO_LARGE = "upstream answer too large"
 
 CHUNK_BYTES = 64 * 1024
 
@@ -85,6 +98,7 @@ def forwarded_headers(
             lower in HOP_BY_HOP
             or lower in listed
             or lower in CREDENTIALS
+            or lower in REPLACED
             or lower.endswith(("-api-key", "-token"))
             or lower.startswith(("x-authz-", "x-envoy-"))
         ):
@@ -95,6 +109,7 @@ def forwarded_headers(
         kept.append(("x-request-id", str(uuid.uuid4())))
     if "x-forwarded-proto" not in names:
         kept.append(("x-forwarded-proto", scheme))
+    kept.append(("accept-encoding", "identity"))
     return kept
 
 
@@ -104,6 +119,10 @@ class BackendUnreachable(Exception):
 
 class BackendTimeout(Exception):
     """No response headers in time (504, :data:`TIMED_OUT`)."""
+
+
+class BackendTooLarge(Exception):
+    """A JSON answer over :data:`MAX_ANSWER_BYTES` (502, :data:`TOO_LARGE`)."""
 
 
 @dataclass
@@ -116,6 +135,8 @@ class Answer:
         body: the whole body (JSON answers and every non-2xx answer).
         stream: the body's chunks as they come (a 2xx streamed answer), else ``None``.
         backend_seconds: seconds until the headers arrived.
+        content_encoding: its ``Content-Encoding`` (a backend that compressed although
+            asked not to), relayed with it; ``""`` for none.
     """
 
     status: int
@@ -123,6 +144,7 @@ class Answer:
     body: bytes = b""
     stream: AsyncIterator[bytes] | None = None
     backend_seconds: float = 0.0
+    content_encoding: str = ""
 
 
 def sse_error(message: str, kind: str = "upstream_error") -> bytes:
@@ -169,6 +191,7 @@ class Backends:
         Raises:
             BackendUnreachable: no connection within the connect timeout.
             BackendTimeout: no response headers within ``timeout``.
+            BackendTooLarge: a JSON answer over :data:`MAX_ANSWER_BYTES`.
         """
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -182,11 +205,16 @@ class Backends:
             raise BackendUnreachable(UNREACHABLE) from err
         waited = loop.time() - started
         content_type = response.headers.get("content-type", "application/json")
+        encoding = response.headers.get("content-encoding", "")
+        encoding = "" if encoding.strip().lower() == "identity" else encoding
         streamed = stream and 200 <= response.status < 300
         if not streamed:
             try:
                 async with asyncio.timeout(timeout):
-                    content = await response.read()
+                    content = await _read_limited(response)
+            except BackendTooLarge:
+                response.close()
+                raise
             except TimeoutError as err:
                 response.close()
                 raise BackendTimeout(TIMED_OUT) from err
@@ -195,8 +223,30 @@ class Backends:
                 raise BackendUnreachable(UNREACHABLE) from err
             finally:
                 response.release()
-            return Answer(response.status, content_type, content, None, waited)
-        return Answer(response.status, content_type, b"", _relay(response, timeout), waited)
+            return Answer(response.status, content_type, content, None, waited, encoding)
+        relay = _relay(response, timeout)
+        return Answer(response.status, content_type, b"", relay, waited, encoding)
+
+
+async def _read_limited(response: aiohttp.ClientResponse) -> bytes:
+    """The whole answer, at most :data:`MAX_ANSWER_BYTES`.
+
+    Raises:
+        BackendTooLarge: it says or turns out to be longer.
+    """
+    length = response.content_length
+    if length is not None and length > MAX_ANSWER_BYTES:
+        raise BackendTooLarge(TOO_LARGE)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = await response.content.read(CHUNK_BYTES)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > MAX_ANSWER_BYTES:
+            raise BackendTooLarge(TOO_LARGE)
+        chunks.append(chunk)
 
 
 async def _relay(response: aiohttp.ClientResponse, idle: float) -> AsyncIterator[bytes]:

@@ -58,8 +58,8 @@ class Texts:
     def pieces(self, include_history: bool) -> tuple[str, ...]:
         """The evaluation text, then the history when asked for (empty pieces left out)."""
         found = [self.evaluation] if self.evaluation.strip() else []
-        if include_history:
-            found += [p for p in self.history if p.strip() and p not in found]
+        if include_history:  # the history holds no repeats and never the evaluation text
+            found += [p for p in self.history if p.strip()]
         return tuple(found)
 
 
@@ -78,10 +78,12 @@ def request_texts(messages: Sequence[Mapping[str, Any]]) -> Texts:
         evaluation = roles[last_user][1]
         whole = " ".join([*context, evaluation])
     history: list[str] = []
+    seen = {evaluation}  # a set: a request of many messages stays linear
     for index, (role, text) in enumerate(roles):
         if index == last_user or not text.strip():
             continue
         known = role == "user" or role in (*CONTEXT_ROLES, "tool")
-        if known and text not in history and text != evaluation:
+        if known and text not in seen:
+            seen.add(text)
             history.append(text)
     return Texts(evaluation, whole, tuple(history))

@@ -314,3 +314,17 @@ def test_usage_is_read_from_the_answer(body: bytes, usage: dict[str, int]) -> No
     from vllm_sr.router.metrics import usage_of
 
     assert usage_of(body) == usage
+
+
+def test_an_unserved_model_name_that_is_not_text_is_counted_as_other():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from vllm_sr.router.metrics import OTHER_MODEL, RoutingMetrics
+
+    registry = CollectorRegistry()
+    metrics = RoutingMetrics(registry)
+    metrics.unserved("x\udc00")
+    metrics.unserved("gpt-nope")
+    page = generate_latest(registry).decode()
+    assert f'llm_request_errors_total{{model="{OTHER_MODEL}",reason="model_not_found"}} 1.0' in page
+    assert 'llm_request_errors_total{model="gpt-nope",reason="model_not_found"} 1.0' in page

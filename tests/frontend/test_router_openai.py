@@ -501,6 +501,21 @@ def test_an_unknown_model_is_not_found(router: Router) -> None:
     assert router.stub.requests == []
 
 
+def test_a_lone_surrogate_is_a_bad_request_and_never_breaks_the_metrics(router: Router) -> None:
+    url = f"{router.open_url}/v1/chat/completions"
+    raw = b'{"model": "%s", "messages": [{"role": "user", "content": "hi \\ud800"}]}'
+    for model in (AUTO.encode(), b"local-chat"):
+        answer = httpx.post(url, content=raw % model, timeout=30)
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["type"] == "invalid_request_error"
+        assert "lone surrogate" in answer.json()["error"]["message"]
+    paired = b'{"model": "local-chat", "messages": [{"role": "user", "content": "\\ud83d\\ude00"}]}'
+    assert httpx.post(url, content=paired, timeout=30).status_code == 200
+    named = b'{"model": "x\\udc00", "messages": [{"role": "user", "content": "hi"}]}'
+    assert httpx.post(url, content=named, timeout=30).status_code == 400
+    assert httpx.get(router.served.metrics_url, timeout=10).status_code == 200
+
+
 # -- T9: keys --------------------------------------------------------------------------------------
 
 
@@ -573,6 +588,11 @@ def test_the_backend_sees_only_its_own_credential(router: Router) -> None:
         assert secret not in values
     assert seen.header("x-custom") == "kept"
     assert seen.header("x-forwarded-proto") == "http"
+    # One content type (the openai client sends its own; a second one makes aiohttp-based
+    # servers answer 400), and no compression the router would relay to a client that
+    # never asked for it.
+    assert names.count("content-type") == 1 and seen.header("content-type") == "application/json"
+    assert names.count("accept-encoding") == 1 and seen.header("accept-encoding") == "identity"
     assert uuid.UUID(seen.header("x-request-id") or "")  # added: the client sent none
     # A client's own request id is kept as it is.
     router.public.chat.completions.create(
