@@ -134,7 +134,7 @@ class Listener:
         """What the listener's server serves: the FastAPI app, behind :class:`ChatFastPath`
         in Router mode."""
         if self.router_mode:
-            self.app = ChatFastPath(self.fastapi, self._chat_endpoint)
+            self.app = ChatFastPath(self.fastapi, self._serve_chat)
 
     @property
     def grant(self) -> Grant:
@@ -362,7 +362,8 @@ class Listener:
         return app
 
     async def _chat_endpoint(self, request: Request) -> Response:
-        """``POST /v1/chat/completions``: counted in flight like every route."""
+        """``POST /v1/chat/completions`` as a FastAPI route (the served listener's
+        :class:`ChatFastPath` answers it through :meth:`_serve_chat` instead)."""
         published = self.published
         assert published.chat is not None
         with self._counted(published):
@@ -370,6 +371,24 @@ class Listener:
                 return await self._chat(request, published, published.chat.completions)
             except ClientDisconnect:
                 return Response(status_code=499)
+
+    async def _serve_chat(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``POST /v1/chat/completions``, in flight until its answer is sent (a stream to
+        its end: a shutdown or a reload waits for it). An exception that escapes the
+        handler is logged and answered 500 ``internal_error``."""
+        published = self.published
+        assert published.chat is not None
+        with self._counted(published):
+            try:
+                response = await self._chat(
+                    Request(scope, receive), published, published.chat.completions
+                )
+            except ClientDisconnect:
+                return  # the client left: nobody to answer
+            except Exception:
+                logging.getLogger("vllm_sr.router").exception("a Chat request failed")
+                response = ChatError(500, "internal_error", "the router failed; retry").response()
+            await response(scope, receive, send)
 
     async def _chat(
         self,
@@ -521,16 +540,16 @@ class ChatFastPath:
     The Chat route is the router's hot path, and FastAPI's stack (its error, exception,
     exit-stack and routing layers) cost about a sixth of a routed request's CPU while
     adding nothing this route uses: its handler answers every error itself, in OpenAI's
-    envelope. An exception that escapes it is logged and answered 500 ``internal_error``.
+    envelope.
 
     Args:
         app: the listener's FastAPI app.
-        endpoint: the Chat handler (request in, response out).
+        chat: the Chat route's ASGI handler (:meth:`Listener._serve_chat`).
     """
 
-    def __init__(self, app: ASGIApp, endpoint: Callable[[Request], Awaitable[Response]]) -> None:
+    def __init__(self, app: ASGIApp, chat: ASGIApp) -> None:
         self.app = app
-        self.endpoint = endpoint
+        self.chat = chat
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -540,12 +559,7 @@ class ChatFastPath:
         ):
             await self.app(scope, receive, send)
             return
-        try:
-            response = await self.endpoint(Request(scope, receive))
-        except Exception:
-            logging.getLogger("vllm_sr.router").exception("a Chat request failed")
-            response = ChatError(500, "internal_error", "the router failed; retry").response()
-        await response(scope, receive, send)
+        await self.chat(scope, receive, send)
 
 
 def _json(status: int, body: Any) -> Response:

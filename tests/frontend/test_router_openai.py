@@ -839,26 +839,31 @@ def test_the_routing_series_exist_with_their_labels(router: Router) -> None:
 
 def test_the_chat_fast_path_answers_a_handler_failure_500_and_passes_other_routes_on() -> None:
     """A Chat handler that raises is answered in OpenAI's envelope (never a dropped
-    connection); any other request reaches the app behind the fast path unchanged."""
+    connection); any other request reaches the listener's FastAPI app."""
     from starlette.requests import Request
-    from starlette.responses import PlainTextResponse
 
-    from vllm_sr.api.native import ChatFastPath
+    from vllm_sr.api.native import Listener
+    from vllm_sr.api.published import Grant
+    from vllm_sr.router.cache import ResponseCache
+    from vllm_sr.router.chat import ListenerChat
+    from vllm_sr.router.forward import Backends
 
     async def broken(request: Request) -> Any:
         raise RuntimeError("a bug")
 
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        await PlainTextResponse(f"app saw {scope['method']} {scope['path']}")(scope, receive, send)
-
     async def exchange() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
-        transport = httpx.ASGITransport(app=ChatFastPath(app, broken))
+        chat = ListenerChat("l", (), None, lambda: None, Backends(), ResponseCache(0))
+        chat.completions = broken  # type: ignore[method-assign]
+        listener = Listener(Grant("l"), {}, chat=chat)
+        transport = httpx.ASGITransport(app=listener.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://listener") as client:
-            return (
+            answers = (
                 await client.post("/v1/chat/completions", json={"model": "auto"}),
                 await client.get("/v1/chat/completions"),
                 await client.post("/v1/embeddings", json={}),
             )
+        assert listener.inflight == 0 and listener.published.admitted == 0
+        return answers
 
     failed, other_method, other_path = asyncio.run(exchange())
     assert failed.status_code == 500
@@ -871,5 +876,5 @@ def test_the_chat_fast_path_answers_a_handler_failure_500_and_passes_other_route
         }
     }
     assert failed.headers["x-vsr-response-path"] == "error"
-    assert other_method.text == "app saw GET /v1/chat/completions"
-    assert other_path.text == "app saw POST /v1/embeddings"
+    assert other_method.status_code == 405  # FastAPI's route table: POST only
+    assert other_path.json()["error"]["code"] == "runtime_not_published"

@@ -28,7 +28,7 @@ from openai import OpenAI
 
 from .conftest import free_ports
 from .router_support import StubServer, ThreadedFrontend, metric, wait_for
-from .stub_backend import StubBackend
+from .stub_backend import Running, Script, StubBackend
 
 pytestmark = pytest.mark.slow
 
@@ -502,3 +502,43 @@ def test_one_preview_over_max_concurrency_is_refused(frontends: Frontends) -> No
     error = refused.json()["error"]
     assert error["code"] == "OVERLOADED" and set(error) == {"code", "message", "timestamp"}
     assert len(frontend.calls("guard", "/v1/classify")) - held == 16
+
+
+def test_a_shutdown_lets_a_stream_in_flight_end_with_its_done() -> None:
+    """SIGTERM while a Chat answer streams: new requests get 503, the stream goes on to
+    its last chunk and ``[DONE]`` (it is in flight until sent), then the frontend exits 0."""
+    running = Running()
+    [port] = free_ports(1)
+    document = {
+        "listeners": [{"name": "chat", "address": "127.0.0.1", "port": port}],
+        "providers": {"defaults": {"default_model": "chat"}, "models": [chat_model(running.stub)]},
+        "routing": {"signals": {"keywords": [{"name": "a", "keywords": ["a"]}]}},
+    }
+    running.stub.script = Script(chunk_pause=0.3, chunks=tuple(f"c{i} " for i in range(8)))
+    frontend = ThreadedFrontend(document).start().wait_ready()
+    try:
+        body = {
+            "model": "vllm-sr/auto",
+            "stream": True,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+        url = f"{frontend.listener_url()}/v1/chat/completions"
+        with httpx.stream("POST", url, json=body, timeout=30) as answer:
+            lines = answer.iter_lines()
+            first = next(line for line in lines if line.startswith("data: "))
+            assert "c0" in first
+            loop = frontend._loop
+            assert loop is not None
+            loop.call_soon_threadsafe(frontend.frontend.request_shutdown)
+            refused = wait_for(
+                lambda: httpx.post(url, json={**body, "stream": False}, timeout=5), 5, "a 503"
+            )
+            assert refused.status_code == 503
+            rest = [line for line in lines if line.startswith("data: ")]
+        assert rest[-1] == "data: [DONE]"
+        assert "".join(rest).count("c") >= 7  # every later chunk arrived
+        frontend._thread.join(30)
+        assert frontend.code == 0
+    finally:
+        frontend.stop()
+        running.stop()
