@@ -75,7 +75,17 @@ class ManagementClient:
                 status, got, raw = answer.status, dict(answer.headers.items()), answer.read()
         except urllib.error.HTTPError as err:
             status, got, raw = err.code, dict(err.headers.items()), err.read()
+        except TimeoutError as err:
+            raise ManagementError(
+                f"Router management API at {self.endpoint} did not answer within "
+                f"{self.timeout:g} s (raise --timeout)"
+            ) from err
         except (urllib.error.URLError, OSError) as err:
+            if isinstance(getattr(err, "reason", None), TimeoutError):
+                raise ManagementError(
+                    f"Router management API at {self.endpoint} did not answer within "
+                    f"{self.timeout:g} s (raise --timeout)"
+                ) from err
             raise ManagementError(
                 f"Router management API is not reachable at {self.endpoint}"
             ) from err
@@ -97,6 +107,9 @@ def _error_line(status: int, document: Any) -> str:
         code, message = error.get("code", "error"), error.get("message", "")
     elif isinstance(document, dict) and "status" in document:
         code, message = document.get("status"), document.get("message", "")
+        rejection = document.get("last_rejection")
+        if isinstance(rejection, dict) and rejection.get("error"):
+            message = f"{message}: {rejection['error']}"
     else:
         code, message = "error", ""
     return f"Router management API returned HTTP {status}: {code}: {message}"

@@ -27,6 +27,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -59,8 +60,55 @@ anyway (twice the listeners' 30 s worker timeout)."""
 BACKUPS_KEPT = 10
 """Earlier versions of the configuration file kept beside it."""
 
+MAX_NODES = 500_000
+"""The most YAML nodes a configuration document may expand to (its aliases followed): a
+few kilobytes of nested anchors can otherwise stand for billions of nodes."""
+
 REDACTED = "<redacted>"
 """What ``GET /api/v1/config`` shows instead of an API key."""
+
+
+def safe_yaml(text: str) -> Any:
+    """``yaml.safe_load(text)``, refusing a document that expands to more than
+    :data:`MAX_NODES` nodes (counted on the composed graph, before any is built).
+
+    Raises:
+        yaml.YAMLError: not YAML, or too large once expanded.
+    """
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        try:
+            size = _expanded(node, {})
+        except RecursionError:
+            raise yaml.YAMLError("the document is nested too deeply") from None
+        if size > MAX_NODES:
+            raise yaml.YAMLError(
+                f"the document expands to more than {MAX_NODES} values (its aliases "
+                "followed); write it out without nested anchors"
+            )
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _expanded(node: yaml.Node, memo: dict[int, int]) -> int:
+    """How many nodes ``node`` stands for with every alias followed (memoised: a shared
+    node is counted once per reference, without walking it again)."""
+    known = memo.get(id(node))
+    if known is not None:
+        return known
+    size = 1
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            size += _expanded(key, memo) + _expanded(value, memo)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            size += _expanded(item, memo)
+    memo[id(node)] = size
+    return size
 
 
 def sha256(data: bytes) -> str:
@@ -74,9 +122,19 @@ def runtime_hash(config: Config) -> str:
     return "sha256:" + sha256(text.encode())
 
 
+SECRET_NAME = re.compile(
+    r"(^|[-_])(authorization|cookie|api[-_]?key|token|secret|password|credential)s?($|[-_])",
+    re.IGNORECASE,
+)
+"""A header name that carries a credential (its value is never shown)."""
+
+
 def redacted(document: Any) -> Any:
-    """``document`` with every ``api_keys`` entry and ``api_key`` value replaced by
-    :data:`REDACTED` (the management API never shows a credential)."""
+    """``document`` as ``GET /api/v1/config`` shows it: every ``api_keys`` entry, every
+    ``api_key``, every ``extra_headers`` value, a ``header_mutation`` value of a
+    credential header (``Authorization``, ``*-api-key``, ``*-token``, ``Cookie``, ...)
+    and the password of a URL replaced by :data:`REDACTED` (the management API never
+    shows a credential)."""
     if isinstance(document, dict):
         out: dict[str, Any] = {}
         for key, value in document.items():
@@ -84,12 +142,32 @@ def redacted(document: Any) -> Any:
                 out[key] = [REDACTED for _ in value]
             elif key == "api_key" and value is not None:
                 out[key] = REDACTED
+            elif key == "extra_headers" and isinstance(value, dict):
+                out[key] = {name: REDACTED for name in value}
+            elif (
+                set(document) == {"name", "value"}
+                and key == "value"
+                and SECRET_NAME.search(str(document.get("name", "")))
+            ):
+                out[key] = REDACTED
+            elif isinstance(value, str) and "://" in value and "@" in value:
+                out[key] = _without_password(value)
             else:
                 out[key] = redacted(value)
         return out
     if isinstance(document, list):
         return [redacted(item) for item in document]
     return document
+
+
+def _without_password(url: str) -> str:
+    """``url`` with the password of its user information redacted."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.partition("@")
+    if not at or "/" in userinfo:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    return f"{scheme}{sep}{user}{':' + REDACTED if colon else ''}@{host}"
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -106,11 +184,23 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return merged
 
 
-def restart_problems(active: Config, candidate: Config) -> list[str]:
+def restart_problems(
+    active: Config, candidate: Config, document: dict[str, Any] | None = None
+) -> list[str]:
     """What in ``candidate`` needs a restart: the listeners' set, an address, port or
-    timeout, or the mode (``global.router.enabled``)."""
+    timeout, or the mode (``global.router.enabled``, also when the serve flags would
+    override what ``document``, the candidate as written, says)."""
     problems = []
-    if active.router_enabled != candidate.router_enabled:
+    glob = (document or {}).get("global")
+    router = glob.get("router") if isinstance(glob, dict) else None
+    written = router.get("enabled") if isinstance(router, dict) else None
+    if isinstance(written, bool) and written != active.router_enabled:
+        problems.append(
+            f"global.router.enabled: {str(written).lower()} asks for "
+            f"{'Router' if written else 'Engine'} mode; the mode is chosen when vllm-sr "
+            "starts: restart it to change modes"
+        )
+    elif active.router_enabled != candidate.router_enabled:
         problems.append(
             "global.router.enabled: the mode is chosen when vllm-sr starts; restart it to "
             "change between Engine and Router mode"
@@ -168,6 +258,22 @@ class Target(Protocol):
     def activate(self, generation: Generation) -> None: ...
 
 
+def unset_credentials(config: Config) -> list[str]:
+    """A warning per backend whose ``api_key_env`` is not set in this process'
+    environment (that backend would get no credential)."""
+    warnings = []
+    for index, model in enumerate(config.providers.models):
+        for ref_index, ref in enumerate(model.backend_refs):
+            name = ref.api_key_env
+            if name and not os.environ.get(name):
+                warnings.append(
+                    f"providers.models[{index}].backend_refs[{ref_index}].api_key_env: "
+                    f"{name} is not set in vllm-sr's environment, so this backend gets no "
+                    "credential (set it and restart vllm-sr)"
+                )
+    return warnings
+
+
 class ConfigRefused(Exception):
     """A configuration request answered with an error (status, code, message)."""
 
@@ -197,20 +303,25 @@ def problem_reasons(problems: list[str], code: str) -> list[dict[str, str]]:
     return reasons
 
 
-@dataclass
 class ConfigSource:
     """The configuration as persisted, and how a document becomes the one served.
 
-    Attributes:
-        text: the persisted document's bytes (the file's, or the in-memory copy's).
+    Args:
+        text: the document's bytes as the frontend read them at start.
         load: a document (the YAML mapping) to the validated configuration served (the
             start's serve flags applied); raises :class:`ConfigError`.
         path: the file (``--config``), or ``None``: kept in memory only.
     """
 
-    text: bytes
-    load: Callable[[dict[str, Any]], Config]
-    path: Path | None = None
+    def __init__(
+        self,
+        text: bytes,
+        load: Callable[[dict[str, Any]], Config],
+        path: Path | None = None,
+    ) -> None:
+        self._text = text
+        self.load = load
+        self.path = path
 
     @classmethod
     def of(cls, config: Config) -> ConfigSource:
@@ -218,6 +329,15 @@ class ConfigSource:
         document = config.model_dump(mode="json", by_alias=True, exclude_defaults=True)
         text = yaml.safe_dump(document, sort_keys=False, allow_unicode=True).encode()
         return cls(text, lambda doc: parse_config(doc))
+
+    @property
+    def text(self) -> bytes:
+        """The persisted bytes: the file's as they are now (an edit by hand counts: the
+        ``ETag`` changes with it), else the in-memory copy."""
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                return self.path.read_bytes()
+        return self._text
 
     @property
     def etag(self) -> str:
@@ -229,7 +349,8 @@ class ConfigSource:
         Raises:
             ConfigError: the persisted text is not a YAML mapping.
         """
-        found = yaml.safe_load(self.text.decode()) if self.text.strip() else {}
+        text = self.text
+        found = safe_yaml(text.decode()) if text.strip() else {}
         if found is None:
             return {}
         if not isinstance(found, dict):
@@ -239,35 +360,43 @@ class ConfigSource:
     def write(self, text: bytes, version: str) -> None:
         """Persist ``text``: the current file backed up as ``<name>.<version>.bak`` in
         ``<name>.backups/`` (the last :data:`BACKUPS_KEPT` kept), then the new bytes
-        written to a temporary file and renamed over it.
+        written to a temporary file and renamed over it. Bytes equal to the file's are
+        not written again (no backup either).
 
         Raises:
-            OSError: the file or its backup cannot be written.
+            OSError: the file or its backup cannot be written, or the file is read-only
+                (no write permission bit: a rename would replace it anyway).
         """
-        if self.path is not None:
-            path = self.path
-            backups = path.with_name(path.name + ".backups")
-            backups.mkdir(mode=0o700, exist_ok=True)
+        self._text = text
+        if self.path is None:
+            return
+        path = self.path
+        if path.exists():
+            if path.read_bytes() == text:
+                return
+            if not path.stat().st_mode & 0o222:
+                raise PermissionError(f"{path} is read-only")
+        backups = path.with_name(path.name + ".backups")
+        backups.mkdir(mode=0o700, exist_ok=True)
+        if path.exists():
+            (backups / f"{path.name}.{version}.bak").write_bytes(path.read_bytes())
+        kept = sorted(backups.glob(f"{path.name}.*.bak"))
+        for old in kept[:-BACKUPS_KEPT]:
+            with contextlib.suppress(OSError):
+                old.unlink()
+        descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(descriptor, "wb") as out:
+                out.write(text)
+                out.flush()
+                os.fsync(out.fileno())
             if path.exists():
-                (backups / f"{path.name}.{version}.bak").write_bytes(path.read_bytes())
-            kept = sorted(backups.glob(f"{path.name}.*.bak"))
-            for old in kept[:-BACKUPS_KEPT]:
-                with contextlib.suppress(OSError):
-                    old.unlink()
-            descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-            try:
-                with os.fdopen(descriptor, "wb") as out:
-                    out.write(text)
-                    out.flush()
-                    os.fsync(out.fileno())
-                if path.exists():
-                    os.chmod(temporary, path.stat().st_mode & 0o777)
-                os.replace(temporary, path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(temporary)
-                raise
-        self.text = text
+                os.chmod(temporary, path.stat().st_mode & 0o777)
+            os.replace(temporary, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
 
 
 @dataclass
@@ -278,6 +407,7 @@ class Candidate:
     config: Config
     runtime_hash: str
     changed: bool
+    document: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -393,7 +523,7 @@ class Reloads:
         if mode not in ("replace", "merge"):
             raise ConfigRefused(400, "INVALID_REQUEST", "mode must be replace or merge")
         try:
-            given = yaml.safe_load(text) if text.strip() else {}
+            given = safe_yaml(text) if text.strip() else {}
         except yaml.YAMLError as err:
             raise ConfigRefused(
                 400,
@@ -437,7 +567,7 @@ class Reloads:
             ) from None
         generated = runtime_hash(config)
         changed = data != self.source.text or generated != self.active_hash
-        return Candidate(data, config, generated, changed)
+        return Candidate(data, config, generated, changed, given)
 
     def plan(self, text: str, mode: str) -> dict[str, Any]:
         """``POST /api/v1/config/plan``: whether ``text`` is valid and changes anything,
@@ -449,7 +579,9 @@ class Reloads:
         """
         candidate = self.candidate(text, mode)
         active = self.frontend.active if self.frontend is not None else None
-        restart = restart_problems(active.config, candidate.config) if active else []
+        restart = (
+            restart_problems(active.config, candidate.config, candidate.document) if active else []
+        )
         plan: dict[str, Any] = {
             "valid": True,
             "mode": mode,
@@ -457,7 +589,7 @@ class Reloads:
             "current_etag": self.source.etag,
             "candidate_etag": f'"{sha256(candidate.text)}"',
             "restart_required": bool(restart),
-            "warnings": unserved_grants(candidate.config),
+            "warnings": unserved_grants(candidate.config) + unset_credentials(candidate.config),
         }
         if restart:
             plan["reasons"] = problem_reasons(restart, "RESTART_REQUIRED")
@@ -510,8 +642,8 @@ class Reloads:
                 "another configuration is being activated; poll /api/v1/config/hash until "
                 "activation_status is active or failed, then retry",
             )
-        candidate = self.candidate(text, mode)
-        problems = restart_problems(frontend.active.config, candidate.config)
+        candidate = await asyncio.to_thread(self.candidate, text, mode)  # a large one takes s
+        problems = restart_problems(frontend.active.config, candidate.config, candidate.document)
         if problems:
             raise ConfigRefused(
                 409,

@@ -20,6 +20,7 @@ that is not valid, needs a restart or failed), and every answer carries
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hmac
 import json
@@ -185,7 +186,7 @@ def config_routes(app: FastAPI, reloads: Reloads) -> None:
         try:
             authorize(request)
             text, mode = await body_of(request, mode_allowed=True)
-            plan = reloads.plan(text, mode)
+            plan = await asyncio.to_thread(reloads.plan, text, mode)  # a large one takes s
         except ConfigRefused as err:
             return refused(err)
         return JSONResponse(plan, 200, headers=headers())

@@ -17,7 +17,6 @@ Every answer carries ``x-vsr-schema-version: 2`` and ``x-vsr-response-path``; a 
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -43,12 +42,10 @@ from .forward import (
 from .metrics import RoutingMetrics
 from .route import Routed, Router
 from .selection import backend_credential, choose_backend, rewrite
+from .texts import lone_surrogate
 
 MAX_BODY_BYTES = 10 * 1024 * 1024
 """The largest Chat request body read (413 above)."""
-
-LONE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
-"""A JSON escape of a UTF-16 surrogate half (checked further only when present)."""
 
 SCHEMA_VERSION = "2"
 REALM = 'Bearer realm="vllm-semantic-router"'
@@ -340,16 +337,13 @@ class ListenerChat:
             ) from None
         if not isinstance(body, dict):
             raise ChatError(400, "invalid_request_error", "the body must be a JSON object")
-        if LONE_SURROGATE.search(raw):
-            try:  # an escaped UTF-16 half: fine in pairs, not alone
-                json.dumps(body, ensure_ascii=False).encode()
-            except UnicodeEncodeError:
-                raise ChatError(
-                    400,
-                    "invalid_request_error",
-                    "the body has a \\u escape of half a UTF-16 pair (a lone surrogate), "
-                    "which is not text; send the character itself or both halves",
-                ) from None
+        if lone_surrogate(raw, body):
+            raise ChatError(
+                400,
+                "invalid_request_error",
+                "the body has a \\u escape of half a UTF-16 pair (a lone surrogate), "
+                "which is not text; send the character itself or both halves",
+            )
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise ChatError(

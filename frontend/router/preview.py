@@ -23,6 +23,7 @@ from starlette.responses import Response
 
 from .decisions import used_signals
 from .route import Routed, Router
+from .texts import lone_surrogate
 
 PREVIEW_FIELDS = ("text", "messages", "model", "options")
 OPTION_FIELDS = ("trace", "return_probabilities")
@@ -53,6 +54,10 @@ def read_preview(raw: bytes, query_trace: bool) -> tuple[list[dict[str, Any]], s
         raise PreviewError(400, "INVALID_INPUT", "the body is not JSON") from None
     if not isinstance(body, dict):
         raise PreviewError(400, "INVALID_INPUT", "the body must be a JSON object")
+    if lone_surrogate(raw, body):
+        raise PreviewError(
+            400, "INVALID_INPUT", "the body has a \\u escape of half a UTF-16 pair; send text"
+        )
     unknown = [k for k in body if k not in PREVIEW_FIELDS]
     if unknown:
         raise PreviewError(
@@ -68,6 +73,8 @@ def read_preview(raw: bytes, query_trace: bool) -> tuple[list[dict[str, Any]], s
     if messages is not None:
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
             raise PreviewError(400, "INVALID_INPUT", "messages must be an array of {role, content}")
+    elif text is not None and not isinstance(text, str):
+        raise PreviewError(400, "INVALID_INPUT", "text must be a string: the text to route")
     elif not isinstance(text, str) or not text.strip():
         raise PreviewError(400, "INVALID_INPUT", "text is empty; give the text to route")
     else:

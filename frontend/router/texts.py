@@ -15,6 +15,8 @@ skips a request because of its shape).
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -87,3 +89,20 @@ def request_texts(messages: Sequence[Mapping[str, Any]]) -> Texts:
             seen.add(text)
             history.append(text)
     return Texts(evaluation, whole, tuple(history))
+
+
+LONE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+"""A JSON escape of a UTF-16 surrogate half (checked further only when present)."""
+
+
+def lone_surrogate(raw: bytes, body: Any) -> bool:
+    """Whether the JSON ``raw`` (parsed: ``body``) holds a ``\\uD800``-style escape of
+    half a UTF-16 pair without its other half: a string Python holds but no UTF-8 text
+    can carry (it would fail wherever the text is sent on)."""
+    if not LONE_SURROGATE.search(raw):
+        return False
+    try:
+        json.dumps(body, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return True
+    return False

@@ -35,16 +35,64 @@ def test_a_merge_patch_merges_mappings_replaces_lists_and_removes_nulls() -> Non
 
 
 def test_credentials_are_redacted_and_nothing_else() -> None:
+    mutation = {
+        "type": "header_mutation",
+        "configuration": {
+            "add": [
+                {"name": "Authorization", "value": "Bearer sk-plugin"},
+                {"name": "x-tenant", "value": "blue"},
+            ],
+            "update": [{"name": "X-Upstream-Token", "value": "t-1"}],
+        },
+    }
     document = {
         "listeners": [{"name": "x", "api_keys": ["k1", "k2"], "port": 1}],
         "providers": {
-            "models": [{"backend_refs": [{"api_key": "secret", "api_key_env": "ENV_NAME"}]}]
+            "models": [
+                {
+                    "backend_refs": [
+                        {"api_key": "secret", "api_key_env": "ENV_NAME"},
+                        {"extra_headers": {"x-api-key": "sk-extra"}},
+                        {"base_url": "http://admin:sk-userinfo@host:8000/v1"},
+                        {"base_url": "http://host:8000/v1"},
+                    ]
+                }
+            ]
         },
+        "routing": {"decisions": [{"name": "d", "plugins": [mutation]}]},
     }
     assert redacted(document) == {
         "listeners": [{"name": "x", "api_keys": [REDACTED, REDACTED], "port": 1}],
         "providers": {
-            "models": [{"backend_refs": [{"api_key": REDACTED, "api_key_env": "ENV_NAME"}]}]
+            "models": [
+                {
+                    "backend_refs": [
+                        {"api_key": REDACTED, "api_key_env": "ENV_NAME"},
+                        {"extra_headers": {"x-api-key": REDACTED}},
+                        {"base_url": f"http://admin:{REDACTED}@host:8000/v1"},
+                        {"base_url": "http://host:8000/v1"},
+                    ]
+                }
+            ]
+        },
+        "routing": {
+            "decisions": [
+                {
+                    "name": "d",
+                    "plugins": [
+                        {
+                            "type": "header_mutation",
+                            "configuration": {
+                                "add": [
+                                    {"name": "Authorization", "value": REDACTED},
+                                    {"name": "x-tenant", "value": "blue"},
+                                ],
+                                "update": [{"name": "X-Upstream-Token", "value": REDACTED}],
+                            },
+                        }
+                    ],
+                }
+            ]
         },
     }
 
@@ -162,3 +210,47 @@ def test_a_grant_naming_no_deployment_is_a_warning() -> None:
         "listeners.http.runtime.models[1]: no deployment answers to org/typo, so the "
         "listener does not publish it (set a deployment's public_name or artifact to it)"
     ]
+
+
+def test_the_etag_follows_the_file_and_equal_bytes_are_not_written_again(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_bytes(b"listeners: []\n")
+    source = ConfigSource(path.read_bytes(), parse_config, path)
+    before = source.etag
+    path.write_bytes(b"listeners: []  # edited by hand\n")
+    assert source.etag != before  # a stale If-Match is 412, the hand edit is not lost
+    source.write(path.read_bytes(), "v1")
+    assert not (tmp_path / "config.yaml.backups").exists()  # nothing changed: no backup
+    path.chmod(0o444)
+    with pytest.raises(PermissionError):
+        source.write(b"listeners: [] # new\n", "v2")
+    assert path.read_bytes() == b"listeners: []  # edited by hand\n"
+
+
+def test_a_document_of_nested_anchors_is_refused_before_it_expands() -> None:
+    from vllm_sr.reload import MAX_NODES, ConfigRefused, Reloads, safe_yaml
+
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    bomb = "\n".join(lines)
+    assert len(bomb) < 1000
+    reloads = Reloads(None, ConfigSource(b"", parse_config), None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigRefused) as caught:
+        reloads.candidate(bomb, "replace")
+    assert caught.value.code == "INVALID_CONFIG"
+    assert f"more than {MAX_NODES} values" in caught.value.message
+    assert safe_yaml("a: &x {b: 1}\nc: *x") == {"a": {"b": 1}, "c": {"b": 1}}  # anchors work
+
+
+def test_a_document_asking_for_the_other_mode_needs_a_restart() -> None:
+    router = parse_config(
+        {
+            "listeners": [listener()],
+            "providers": {"models": [{"name": "m", "backend_refs": [{"endpoint": "h:1"}]}]},
+        }
+    )
+    written = {"global": {"router": {"enabled": False}}}
+    problems = restart_problems(router, router, written)
+    assert len(problems) == 1 and problems[0].startswith("global.router.enabled: false asks ")
+    no_backends = parse_config({"listeners": [listener()]})
+    assert restart_problems(router, no_backends)[0].startswith("providers.models: ")

@@ -757,6 +757,8 @@ def test_the_preview_body_has_every_key_the_guide_reads(router: Router) -> None:
         ({"text": "   "}, 400, "INVALID_INPUT"),
         ("not json", 400, "INVALID_INPUT"),
         ({"text": "hello", "model": "gpt-nope"}, 400, "INVALID_ROUTING_MODEL"),
+        ({"text": 5}, 400, "INVALID_INPUT"),
+        ('{"text": "hello \\ud800"}', 400, "INVALID_INPUT"),
     ],
 )
 def test_preview_errors(router: Router, body: Any, status: int, code: str) -> None:

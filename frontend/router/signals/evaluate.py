@@ -215,10 +215,9 @@ class Evaluation:
             task.cancel()
         for task in pending:
             self._late(tasks[task])
-        for task in done:
-            error = task.exception()
-            if error is not None:
-                raise error
+        errors = [e for e in (task.exception() for task in done) if e is not None]
+        if errors:  # every one retrieved: none is logged as never retrieved
+            raise errors[0]
         elapsed = (time.monotonic() - started) * 1000
         for kind in {tasks[t] for t in done}:
             self.results.metrics.setdefault(kind, {})["execution_time_ms"] = round(elapsed, 3)
