@@ -353,6 +353,9 @@ class Frontend:
         Raises:
             ValueError: a listener cannot take it (nothing was published).
         """
+        stores = generation.config.global_.stores.response_cache
+        if stores != self.config.global_.stores.response_cache:
+            self.cache = response_cache(generation.config)  # new sizes: a new, empty cache
         published = self.published(generation)
         for name, listener in self.listeners.items():
             if name not in published or (published[name].chat is not None) != listener.router_mode:
