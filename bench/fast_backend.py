@@ -6,11 +6,15 @@ its end and answered with the same small ``chat.completion`` JSON, at once; ``GE
 adds to.
 
     .venv/bin/python bench/fast_backend.py --port 8000
+
+``--delay-ms N`` holds every answer N milliseconds first (without using the CPU): a
+backend with a service time, as a real completion has one.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 from typing import Any
 
@@ -36,6 +40,8 @@ HEADERS = [
     (b"content-length", str(len(ANSWER)).encode()),
 ]
 HEALTH = b'{"ok":true}'
+DELAY_SECONDS = 0.0
+"""Seconds each answer is held (``--delay-ms``)."""
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -55,6 +61,8 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         message = await receive()
         more = message.get("more_body", False)
     if scope["method"] == "POST":
+        if DELAY_SECONDS:
+            await asyncio.sleep(DELAY_SECONDS)
         await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
         await send({"type": "http.response.body", "body": ANSWER})
         return
@@ -74,7 +82,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="hold each answer this long")
     args = parser.parse_args()
+    global DELAY_SECONDS
+    DELAY_SECONDS = args.delay_ms / 1000
     uvicorn.run(
         app,
         host=args.host,
