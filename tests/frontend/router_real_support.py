@@ -37,7 +37,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from .stub_backend import free_port
+from .stub_backend import Running, free_port
 from .test_serve import VLLM_SR, VLLM_SRUN, port_offset, wait_for
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -466,3 +466,12 @@ def served_in(factory: Callable[[], RouterServed]) -> Iterator[RouterServed]:
         yield server
     finally:
         server.close()
+
+
+def running_backend() -> Iterator[Running]:
+    """The stub backend until the block ends (a module fixture's body)."""
+    running = Running()
+    try:
+        yield running
+    finally:
+        running.stop()

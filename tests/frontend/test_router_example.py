@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .router_real_support import RouterServed, served_in
+from .router_real_support import RouterServed, running_backend, served_in
 from .stub_backend import Running
 
 pytestmark = pytest.mark.slow
@@ -19,11 +19,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "router" / "config.
 
 @pytest.fixture(scope="module")
 def backend() -> Iterator[Running]:
-    running = Running()
-    try:
-        yield running
-    finally:
-        running.stop()
+    yield from running_backend()
 
 
 @pytest.fixture(scope="module")

@@ -40,7 +40,7 @@ import pytest
 import yaml
 
 from .conftest import free_ports
-from .router_real_support import RouterServed, metric_value, served_in
+from .router_real_support import RouterServed, metric_value, running_backend, served_in
 from .stub_backend import Running
 
 pytestmark = pytest.mark.slow
@@ -216,11 +216,7 @@ EMAIL = "My email is ruth@example.com"
 
 @pytest.fixture(scope="module")
 def backend() -> Iterator[Running]:
-    running = Running()
-    try:
-        yield running
-    finally:
-        running.stop()
+    yield from running_backend()
 
 
 @pytest.fixture(scope="module")

@@ -31,6 +31,7 @@ from .router_real_support import (
     RouterServed,
     Threaded,
     metric_value,
+    running_backend,
     served_in,
 )
 from .stub_backend import Running
@@ -117,11 +118,7 @@ global:
 
 @pytest.fixture(scope="module")
 def backend() -> Iterator[Running]:
-    running = Running()
-    try:
-        yield running
-    finally:
-        running.stop()
+    yield from running_backend()
 
 
 @pytest.fixture(scope="module")
