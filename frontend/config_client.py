@@ -75,13 +75,10 @@ class ManagementClient:
                 status, got, raw = answer.status, dict(answer.headers.items()), answer.read()
         except urllib.error.HTTPError as err:
             status, got, raw = err.code, dict(err.headers.items()), err.read()
-        except TimeoutError as err:
-            raise ManagementError(
-                f"Router management API at {self.endpoint} did not answer within "
-                f"{self.timeout:g} s (raise --timeout)"
-            ) from err
-        except (urllib.error.URLError, OSError) as err:
-            if isinstance(getattr(err, "reason", None), TimeoutError):
+        except (urllib.error.URLError, OSError) as err:  # TimeoutError is an OSError
+            if isinstance(err, TimeoutError) or isinstance(
+                getattr(err, "reason", None), TimeoutError
+            ):
                 raise ManagementError(
                     f"Router management API at {self.endpoint} did not answer within "
                     f"{self.timeout:g} s (raise --timeout)"

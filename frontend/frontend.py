@@ -32,6 +32,7 @@ from .api.management import build_management_app
 from .api.native import Listener
 from .api.published import Grant, Published
 from .config.bindings import binding_problem
+from .config.in_use import deployments_in_use
 from .config.schema import JEV_SCHEMA, Config
 from .generation import Generation, compose_generation
 from .metrics import Metrics, metrics_app
@@ -235,8 +236,6 @@ class Frontend:
         Raises:
             PlanError: a worker cannot be planned.
         """
-        from .config.in_use import deployments_in_use
-
         if needs_auto(config, deployments_in_use(config)) and self._auto_device is None:
             self._auto_device = await asyncio.to_thread(self.devices.auto)  # asked once
         return compose_generation(

@@ -19,7 +19,6 @@ pool object; otherwise the new pool shares the kept workers' bookkeeping with th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,7 +145,6 @@ def compose_generation(
     clock: Clock | None = None,
     supervisor_options: dict[str, Any] | None = None,
     result_cache: int | None = None,
-    supervisor_factory: Callable[..., Supervisor] = Supervisor,
 ) -> Generation:
     """Plan ``config``'s workers and pools, reusing what ``previous`` already runs.
 
@@ -176,9 +174,7 @@ def compose_generation(
                 supervisor = old_supervisors.get(plan.identity)
                 if supervisor is None:
                     worker = _worker(plan)
-                    supervisor = supervisor_factory(
-                        plan, worker, clock=clock, **(supervisor_options or {})
-                    )
+                    supervisor = Supervisor(plan, worker, clock=clock, **(supervisor_options or {}))
                     started.append(supervisor)
                 supervisors[plan.identity] = supervisor
                 own.append(supervisor)

@@ -371,15 +371,15 @@ class ConfigSource:
         if self.path is None:
             return
         path = self.path
-        if path.exists():
-            if path.read_bytes() == text:
-                return
-            if not path.stat().st_mode & 0o222:
-                raise PermissionError(f"{path} is read-only")
+        current = path.read_bytes() if path.exists() else None
+        if current == text:
+            return
+        if current is not None and not path.stat().st_mode & 0o222:
+            raise PermissionError(f"{path} is read-only")
         backups = path.with_name(path.name + ".backups")
         backups.mkdir(mode=0o700, exist_ok=True)
-        if path.exists():
-            (backups / f"{path.name}.{version}.bak").write_bytes(path.read_bytes())
+        if current is not None:
+            (backups / f"{path.name}.{version}.bak").write_bytes(current)
         kept = sorted(backups.glob(f"{path.name}.*.bak"))
         for old in kept[:-BACKUPS_KEPT]:
             with contextlib.suppress(OSError):
@@ -457,7 +457,6 @@ class Reloads:
         self.activation: Activation | None = None
         self._retiring: set[asyncio.Task[None]] = set()
         self._to_stop: list[tuple[Generation, list[Any]]] = []
-        self._versions = 0
 
     # -- what is served ----------------------------------------------------------------------
     def started(self, generation: Generation) -> None:
@@ -651,7 +650,6 @@ class Reloads:
                 "this change needs a restart of vllm-sr: " + "; ".join(problems),
                 reasons=problem_reasons(problems, "RESTART_REQUIRED"),
             )
-        self._versions += 1
         version = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         try:
             self.source.write(candidate.text, version)
@@ -665,7 +663,7 @@ class Reloads:
         self.generated_hash = candidate.runtime_hash
         if candidate.runtime_hash == self.active_hash:
             # Same configuration served (a comment, a key order): nothing to activate.
-            return 200, self._success(version)
+            return 200, self._result("success", version)
         activation = Activation(
             config_version=frontend.active.version + 1,
             document_hash=candidate.runtime_hash,
@@ -677,38 +675,33 @@ class Reloads:
         )
         await asyncio.wait({activation.task}, timeout=RESPONSE_WAIT)
         if activation.status == "active":
-            return 200, self._success(version)
+            return 200, self._result("success", version)
         if activation.status == "failed":
-            return 503, {
-                "status": "activation_failed",
-                "version": version,
-                "etag": self.source.etag,
-                "activation_status": self.activation_status(),
-                "generated_runtime_hash": self.generated_hash,
-                "config_version": self.config_version,
-                "message": "the new configuration was saved but could not be activated; "
-                "the previous one keeps serving (see last_rejection in /api/v1/config/hash)",
-                "last_rejection": self.last_rejection,
-            }
-        return 202, {
-            "status": "accepted",
-            "version": version,
-            "etag": self.source.etag,
-            "activation_status": self.activation_status(),
-            "generated_runtime_hash": self.generated_hash,
-            "config_version": self.config_version,
-            "message": "The configuration was saved and is being activated while the previous "
+            return 503, self._result(
+                "activation_failed",
+                version,
+                message="the new configuration was saved but could not be activated; the "
+                "previous one keeps serving (see last_rejection in /api/v1/config/hash)",
+                last_rejection=self.last_rejection,
+            )
+        return 202, self._result(
+            "accepted",
+            version,
+            message="The configuration was saved and is being activated while the previous "
             "one keeps serving. Poll /api/v1/config/hash until activation_status is active.",
-        }
+        )
 
-    def _success(self, version: str) -> dict[str, Any]:
+    def _result(self, status: str, version: str, **extra: Any) -> dict[str, Any]:
+        """An apply's answer: its ``status``, the file's version and ETag, the activation's
+        state and hashes, and ``extra`` (a message, the rejection)."""
         return {
-            "status": "success",
+            "status": status,
             "version": version,
             "etag": self.source.etag,
             "activation_status": self.activation_status(),
             "generated_runtime_hash": self.generated_hash,
             "config_version": self.config_version,
+            **extra,
         }
 
     async def _activate(self, candidate: Candidate, activation: Activation) -> None:

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from ..bodies import BodyTooLarge, read_body
 from ..reload import ConfigRefused, Reloads
 from ..router.preview import Preview
 from ..startup import StartupStatus
@@ -141,19 +142,10 @@ def config_routes(app: FastAPI, reloads: Reloads) -> None:
             )
 
     async def body_of(request: Request, *, mode_allowed: bool) -> tuple[str, str]:
-        too_large = ConfigRefused(
-            413, "REQUEST_TOO_LARGE", f"the body is over {MAX_CONFIG_BODY} bytes"
-        )
-        length = request.headers.get("content-length", "")
-        if length.isdigit() and int(length) > MAX_CONFIG_BODY:
-            raise too_large
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > MAX_CONFIG_BODY:
-                raise too_large
-            chunks.append(chunk)
-        raw = b"".join(chunks)
+        try:
+            raw = await read_body(request, MAX_CONFIG_BODY)
+        except BodyTooLarge as err:
+            raise ConfigRefused(413, "REQUEST_TOO_LARGE", str(err)) from None
         try:
             body = json.loads(raw)
         except ValueError:

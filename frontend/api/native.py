@@ -52,8 +52,10 @@ from fastapi import FastAPI
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..bodies import BodyTooLarge, read_body
 from ..pool import jsontext
 from ..pool.pool import BadReply, Overloaded, PoolError, ReplicaPool, TooLarge
 from ..pool.transport import TASK_SURFACES, Reply
@@ -211,16 +213,10 @@ class Listener:
 
     async def _read(self, request: Request, kind: str) -> tuple[bytes, dict[str, Any]]:
         """The body's bytes and its JSON object."""
-        length = request.headers.get("content-length", "")
-        if length.isdigit() and int(length) > self.max_request_bytes:
-            raise Refusal(413, "request_too_large", kind)
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.max_request_bytes:
-                raise Refusal(413, "request_too_large", kind)
-            chunks.append(chunk)
-        raw = b"".join(chunks)
+        try:
+            raw = await read_body(request, self.max_request_bytes)
+        except BodyTooLarge:
+            raise Refusal(413, "request_too_large", kind) from None
         try:
             body = json.loads(raw.decode())
         except (ValueError, RecursionError) as err:  # not UTF-8, not JSON, nested too deeply
@@ -331,13 +327,15 @@ class Listener:
             return _json(200, {"object": "list", "data": data})
 
         if self.router_mode:
-            # Reached only through a wrapped app (tests building the FastAPI app alone);
-            # a served listener's ChatFastPath answers this route before FastAPI sees it.
-            app.router.add_route(
-                "/v1/chat/completions",
-                self._chat_endpoint,
-                methods=["POST"],
-                include_in_schema=False,
+            # In the route table for its methods (any other is 405); a served listener's
+            # ChatFastPath reaches the same handler before FastAPI's stack.
+            app.router.routes.append(
+                Route(
+                    "/v1/chat/completions",
+                    _AsgiEndpoint(self._serve_chat),
+                    methods=["POST"],
+                    include_in_schema=False,
+                )
             )
 
         @route("/v1/models", "GET")
@@ -360,17 +358,6 @@ class Listener:
             route(path, "POST")(self._runtime_handler(path, surface))
         route("/v1/bundle", "POST")(self._bundle)
         return app
-
-    async def _chat_endpoint(self, request: Request) -> Response:
-        """``POST /v1/chat/completions`` as a FastAPI route (the served listener's
-        :class:`ChatFastPath` answers it through :meth:`_serve_chat` instead)."""
-        published = self.published
-        assert published.chat is not None
-        with self._counted(published):
-            try:
-                return await self._chat(request, published, published.chat.completions)
-            except ClientDisconnect:
-                return Response(status_code=499)
 
     async def _serve_chat(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``POST /v1/chat/completions``, in flight until its answer is sent (a stream to
@@ -560,6 +547,17 @@ class ChatFastPath:
             await self.app(scope, receive, send)
             return
         await self.chat(scope, receive, send)
+
+
+class _AsgiEndpoint:
+    """An ASGI handler as a Starlette route's endpoint: Starlette wraps a function or a
+    method as a request-to-response handler, and mounts any other callable as it is."""
+
+    def __init__(self, handler: ASGIApp) -> None:
+        self.handler = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.handler(scope, receive, send)
 
 
 def _json(status: int, body: Any) -> Response:

@@ -306,16 +306,18 @@ class ReplicaPool:
         return [r for r in self._replicas if self._compatible(r) and r.backoff_until <= now]
 
     def refusal(self, worker: Worker) -> str:
-        """Why a ready ``worker`` is kept out of the pool now (``""`` when it is not)."""
+        """Why a ready ``worker`` is kept out of the pool now (``""`` when it is not).
+
+        Raises:
+            ValueError: ``worker`` is not in this pool.
+        """
         self._check()
-        for replica in self._replicas:
-            if replica.worker is worker:
-                if replica.refusal:
-                    return replica.refusal
-                if self._compatible(replica) and replica.backoff_until > self.clock():
-                    return IN_BACKOFF
-                return ""
-        raise ValueError(f"worker {worker.replica_id} is not in pool {self.deployment!r}")
+        replica = self._replica_of(worker)
+        if replica.refusal:
+            return replica.refusal
+        if self._compatible(replica) and replica.backoff_until > self.clock():
+            return IN_BACKOFF
+        return ""
 
     @property
     def ready(self) -> bool:

@@ -22,9 +22,10 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from ..bodies import BodyTooLarge, read_body
 from .cache import ResponseCache
 from .decisions import headers_value
 from .forward import (
@@ -314,21 +315,10 @@ class ListenerChat:
         return f"{self.name}\x00{key}"
 
     async def _body(self, request: Request) -> dict[str, Any]:
-        length = request.headers.get("content-length", "")
-        if length.isdigit() and int(length) > MAX_BODY_BYTES:
-            raise ChatError(413, "request_too_large", f"the body is over {MAX_BODY_BYTES} bytes")
-        chunks, size = [], 0
         try:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > MAX_BODY_BYTES:
-                    raise ChatError(
-                        413, "request_too_large", f"the body is over {MAX_BODY_BYTES} bytes"
-                    )
-                chunks.append(chunk)
-        except ClientDisconnect:
-            raise
-        raw = b"".join(chunks)
+            raw = await read_body(request, MAX_BODY_BYTES)
+        except BodyTooLarge as err:
+            raise ChatError(413, "request_too_large", str(err)) from None
         try:
             body = json.loads(raw)
         except (ValueError, RecursionError):
