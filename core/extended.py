@@ -59,6 +59,7 @@ class ExtendedModel(LoadedModel[Plan]):
         attached: list[tuple[SurfaceExtension, SurfaceModel[Any], tuple[str, ...]]],
     ) -> None:
         self.host = host
+        self.pads_to_width = host.pads_to_width
         self.attached = attached
         self.by_surface = {s: model for _, model, added in attached for s in added}
         self.surfaces = tuple(host.surfaces) + tuple(
@@ -80,8 +81,10 @@ class ExtendedModel(LoadedModel[Plan]):
             return plan
         return RoutedPlan(owner, owner.plan(surface, request))
 
-    def run(self, items: list[WorkItem]) -> list[torch.Tensor]:
-        """The host's forward: every row is the host's."""
+    def run(self, items: list[WorkItem], width: int | None = None) -> list[torch.Tensor]:
+        """The host's forward: every row is the host's (``width`` as the host takes it)."""
+        if width is not None and self.host.pads_to_width:
+            return list(self.host.run(items, width=width))  # type: ignore[call-arg]
         return list(self.host.run(items))
 
     def probe_items(self) -> list[WorkItem]:

@@ -34,7 +34,13 @@ from typing import Any
 import torch
 
 from vllm_srun.adapters import AdapterModel, prepare_adapter
-from vllm_srun.batching import SchedulerLimits, fill_forward, plan_forwards
+from vllm_srun.batching import (
+    ExactShapes,
+    LengthEdges,
+    SchedulerLimits,
+    exact_forward,
+    plan_forwards,
+)
 from vllm_srun.engine_args import EngineArgs
 from vllm_srun.errors import LoadError, is_retryable
 from vllm_srun.extended import attach_extensions
@@ -152,11 +158,24 @@ class ServedModel:
             **({"adapter": self.adapter.card()} if self.adapter is not None else {}),
         }
 
+    def exact_shapes(self) -> ExactShapes | None:
+        """Under a profile with ``batch_tolerance`` 0.0 (``exact``), the forward shapes
+        the load-time probe verified (its ``method``; a model answering one by one
+        runs its rows at their own length); ``None`` under the other profiles."""
+        if self.profile.batch_tolerance != 0.0:
+            return None
+        method = self.batch_invariance.get("method")
+        return ExactShapes(
+            method if method in ("padded_to_edge", "same_bucket") else "equal_length",
+            LengthEdges(self.spec.token_limit),
+        )
+
     def limits(self) -> SchedulerLimits:
         """The batch bounds of its forwards: the engine arguments it was loaded with, the
         load-time probes' verdict and the forward cost the length split weighs. Under a
-        profile with ``batch_tolerance`` 0.0 rows share a forward only with rows of their
-        own length, and a model whose probe found a difference runs rows one by one."""
+        profile with ``batch_tolerance`` 0.0 forwards take the shapes the probe verified
+        (:meth:`exact_shapes`), and a model whose probe found a difference runs rows one
+        by one."""
         one_by_one = self.batch_invariance.get("method") == "one_by_one"
         return SchedulerLimits(
             max_num_seqs=1 if one_by_one else self.options.max_num_seqs,
@@ -164,16 +183,17 @@ class ServedModel:
             batch_window_ms=self.options.batch_window_ms,
             cross_request_batching=bool(self.batch_invariance.get("cross_request_batching")),
             forward_overhead_tokens=self.forward_cost.get("overhead_tokens"),
-            equal_length_forwards=self.profile.batch_tolerance == 0.0,
+            exact=self.exact_shapes(),
         )
 
     def run_rows(self, rows: list[WorkItem]) -> list[Any]:
-        """One forward of ``rows`` through the family's ``run``; under a profile with
-        ``batch_tolerance`` 0.0 (``exact``), a forward of few tokens is filled up with
-        copies of its last row (:func:`~vllm_srun.batching.fill_forward`). The scheduler
-        and :meth:`run_items` run every forward through here."""
-        if self.profile.batch_tolerance == 0.0:
-            return fill_forward(self.loaded.run)(rows)
+        """One forward of ``rows`` through the family's ``run``; under ``exact`` at the
+        shape the probe verified (:func:`~vllm_srun.batching.exact_forward`: padded to
+        the edge of its longest row, a forward of few tokens filled with copies of its
+        last row). The scheduler and :meth:`run_items` run every forward through here."""
+        shapes = self.exact_shapes()
+        if shapes is not None:
+            return exact_forward(self.loaded.run, shapes)(rows)
         return self.loaded.run(rows)
 
     def run_items(self, items: list[WorkItem]) -> list[RowOutput]:
@@ -500,9 +520,8 @@ def load_model(
         loaded = attach_extensions(
             catalog, chosen_family.load(package, spec, engine_model, **extra)
         )
-        exact = profile.batch_tolerance == 0.0
         invariance = measure_batch_invariance(
-            loaded, profile.batch_tolerance, fill_forward(loaded.run) if exact else None
+            loaded, profile.batch_tolerance, LengthEdges(spec.token_limit)
         )
         forward_cost = ForwardCostCache().measured(  # once per machine: a timing, not a check
             forward_cost_key(

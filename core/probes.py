@@ -2,7 +2,8 @@
 
 Both run the family's ``probe_items`` (rows of several lengths) through its
 ``run``. :func:`measure_batch_invariance` decides whether rows of different
-requests may share a forward (DESIGN §6); :func:`measure_forward_cost` gives
+requests may share a forward (DESIGN §6) and, under ``exact``, at which shapes;
+:func:`measure_forward_cost` gives
 the scheduler's length split its exchange rate between one more forward and
 padded tokens (:func:`vllm_srun.batching.split_by_length`).
 """
@@ -10,10 +11,14 @@ padded tokens (:func:`vllm_srun.batching.split_by_length`).
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
+from vllm_srun.batching import MIN_FORWARD_TOKENS, ExactShapes, LengthEdges, exact_forward
 from vllm_srun.plugins.loaded import LoadedModel
 from vllm_srun.plugins.spec import WorkItem
 
@@ -22,23 +27,23 @@ BATCH_INVARIANCE_TOLERANCE = 1e-5
 
 
 EQUAL_LENGTH_ROWS = (2, 3, 5, 8, 16)
-"""Forward sizes the ``exact`` probe runs each probe row in (copies of the row, so every
-position of every size is compared with the row alone)."""
+"""Forward sizes the ``exact`` probe's fallback runs each probe row in (copies of the row,
+so every position of every size is compared with the row alone)."""
 
 
 def measure_batch_invariance(
     loaded: LoadedModel[Any],
     tolerance: float | None = BATCH_INVARIANCE_TOLERANCE,
-    run: Callable[[list[WorkItem]], list[Any]] | None = None,
+    edges: LengthEdges | None = None,
 ) -> dict[str, Any]:
     """Run the family's probe rows alone and inside batches; the largest absolute difference.
 
     ``tolerance`` is the profile's ``batch_tolerance``:
 
-    - ``0.0`` (``exact``): each probe row runs alone and as every row of forwards of
-      :data:`EQUAL_LENGTH_ROWS` copies of itself (the equal-length forwards the
-      profile runs). Any difference at all and the model answers rows one by one
-      (``method`` ``one_by_one``), else ``equal_length``.
+    - ``0.0`` (``exact``): the rows run at the shapes the profile serves
+      (:func:`vllm_srun.batching.exact_forward`) and must be the same bits alone and
+      in every forward; the first of :data:`~vllm_srun.batching.SHAPE_METHODS` that
+      holds is the ``method`` (:func:`_exact_invariance`), else ``one_by_one``.
     - a positive number (``batching``): the probe rows run alone and together
       (padded to the longest); cross-request batching is on when the largest
       difference is within it (``method`` ``cross_request``, else ``per_request``).
@@ -46,17 +51,22 @@ def measure_batch_invariance(
       whatever the deviation (reported only).
 
     A model without probe rows is reported as unprobed: one by one under ``exact``,
-    cross-request batching off under a tolerance (nothing vouches for it). ``run``
-    runs the rows (default ``loaded.run``; under ``exact`` the runtime passes the
-    filled forwards of :func:`vllm_srun.batching.fill_forward`, as it serves them).
+    cross-request batching off under a tolerance (nothing vouches for it).
+
+    Args:
+        loaded: the family's loaded model.
+        tolerance: the profile's ``batch_tolerance``.
+        edges: the ``exact`` width grid (default: no token limit known).
 
     Returns:
         ``{"max_abs_deviation": float | None, "tolerance": float | None,
-        "cross_request_batching": bool, "method": str}``.
+        "cross_request_batching": bool, "method": str}``; under ``exact`` with rows
+        padded to edges, also ``edges`` (the widths, up to the model's limit) and
+        ``min_forward_tokens``.
     """
     items = loaded.probe_items()
     if tolerance == 0.0:
-        return _equal_length_invariance(run or loaded.run, items)
+        return _exact_invariance(loaded, items, edges or LengthEdges())
     if not items:
         return {
             "max_abs_deviation": None,
@@ -78,10 +88,90 @@ def measure_batch_invariance(
     }
 
 
-def _equal_length_invariance(
-    run: Callable[[list[WorkItem]], list[Any]], items: list[WorkItem]
+def _exact_invariance(
+    loaded: LoadedModel[Any], items: list[WorkItem], edges: LengthEdges
 ) -> dict[str, Any]:
     """The ``exact`` probe (see :func:`measure_batch_invariance`).
+
+    With a family whose ``run`` pads to a width (:attr:`LoadedModel.pads_to_width`),
+    the probe rows and a shortened copy of the longest row of each edge (another
+    length in the same bucket) run at their edge's width:
+
+    1. each alone (a filled forward);
+    2. the rows of each edge together, then again in reverse order (twice as many
+       rows: other positions and another row count);
+    3. all of them together in reverse order, padded to the widest edge.
+
+    Equal bits in 1 to 3: ``padded_to_edge``; in 1 and 2 only: ``same_bucket``.
+    Otherwise (or for a family that does not pad to a width) each probe row runs
+    alone and as every row of forwards of :data:`EQUAL_LENGTH_ROWS` copies of
+    itself: equal bits give ``equal_length``, any difference ``one_by_one``. Each
+    stage stops at its first difference (one decides; a decoder's forwards are
+    slow), so ``max_abs_deviation`` under ``one_by_one`` is the difference found.
+    """
+    if not items:
+        return _exact_verdict("one_by_one", None, edges)
+    if loaded.pads_to_width:
+        rows = [*items, *_other_lengths(items, edges)]
+        forward = exact_forward(loaded.run, ExactShapes("padded_to_edge", edges))
+        alone: dict[int, Any] = {}
+
+        def same_bits(batch: list[WorkItem]) -> bool:
+            for row, output in zip(batch, forward(batch), strict=True):
+                if id(row) not in alone:
+                    [alone[id(row)]] = forward([row])
+                if not torch.equal(output, alone[id(row)]):
+                    return False
+            return True
+
+        buckets = ExactShapes("same_bucket", edges).groups(rows, None)
+        if all(same_bits(group + group[::-1]) for group in buckets):  # stops at a difference
+            method = "padded_to_edge" if same_bits(rows[::-1]) else "same_bucket"
+            return _exact_verdict(method, 0.0, edges)
+    return _equal_length_invariance(
+        exact_forward(loaded.run, ExactShapes("equal_length", edges)), items, edges
+    )
+
+
+def _other_lengths(items: list[WorkItem], edges: LengthEdges) -> list[WorkItem]:
+    """For each edge the probe rows reach, its longest row one token shorter (the last
+    token kept) where that stays in the same edge: a second length in the bucket."""
+    longest: dict[int, WorkItem] = {}
+    for row in items:
+        width = edges.edge(row.tokens)
+        if row.tokens > max(row.prefix + 2, 3) and (
+            width not in longest or row.tokens > longest[width].tokens
+        ):
+            longest[width] = row
+    shorter = []
+    for width, row in longest.items():
+        ids = row.input_ids[:-2] + row.input_ids[-1:]
+        types = row.token_type_ids[:-2] + row.token_type_ids[-1:] if row.token_type_ids else None
+        if edges.edge(len(ids)) == width:
+            shorter.append(
+                dataclasses.replace(row, input_ids=ids, token_type_ids=types, key=f"{row.key}-1")
+            )
+    return shorter
+
+
+def _exact_verdict(method: str, deviation: float | None, edges: LengthEdges) -> dict[str, Any]:
+    verdict: dict[str, Any] = {
+        "max_abs_deviation": deviation,
+        "tolerance": 0.0,
+        "cross_request_batching": method != "one_by_one",
+        "method": method,
+    }
+    if method in ("padded_to_edge", "same_bucket"):
+        verdict["edges"] = edges.listed()
+    if method != "one_by_one":
+        verdict["min_forward_tokens"] = MIN_FORWARD_TOKENS
+    return verdict
+
+
+def _equal_length_invariance(
+    run: Callable[[list[WorkItem]], list[Any]], items: list[WorkItem], edges: LengthEdges
+) -> dict[str, Any]:
+    """The ``exact`` probe's fallback for rows of one length (see :func:`_exact_invariance`).
 
     The rows run longest first, and each in its largest forward first: the
     allocator then serves every later, smaller forward from blocks the largest
@@ -89,21 +179,13 @@ def _equal_length_invariance(
     RSS during the probe 542 MB against 559 MB shortest first, in one process). The
     comparisons are the same in any order.
     """
-    deviation: float | None = None
-    if items:
-        deviation = 0.0
-        for item in sorted(items, key=lambda row: row.tokens, reverse=True):
-            [alone] = run([item])
-            for rows in sorted(EQUAL_LENGTH_ROWS, reverse=True):
-                for output in run([item] * rows):
-                    deviation = max(deviation, float((output - alone).abs().max()))
-    equal = deviation == 0.0
-    return {
-        "max_abs_deviation": deviation,
-        "tolerance": 0.0,
-        "cross_request_batching": equal,
-        "method": "equal_length" if equal else "one_by_one",
-    }
+    for item in sorted(items, key=lambda row: row.tokens, reverse=True):
+        [alone] = run([item])
+        for rows in sorted(EQUAL_LENGTH_ROWS, reverse=True):
+            deviation = max(float((output - alone).abs().max()) for output in run([item] * rows))
+            if deviation:  # one difference decides: the rest would only cost load time
+                return _exact_verdict("one_by_one", deviation, edges)
+    return _exact_verdict("equal_length", 0.0, edges)
 
 
 FORWARD_COST_REPEATS = 5

@@ -17,8 +17,9 @@ request, so the event loop never runs a forward:
 - **length split**: when the model's cost per forward is known
   (:attr:`SchedulerLimits.forward_overhead_tokens`), the rows taken are sorted
   by length and run as the consecutive groups that cost the fewest padded
-  tokens plus that overhead per forward (:func:`split_by_length`); a request
-  whose rows are all done is answered before the next group runs.
+  tokens plus that overhead per forward (:func:`split_by_length`; under ``exact``
+  each group padded to a fixed edge of its longest row, :class:`ExactShapes`); a
+  request whose rows are all done is answered before the next group runs.
 - **deadlines**: queued rows of a request past its deadline answer
   ``deadline_exceeded``; **cancellation** drops a request's queued rows.
 - **result cache**: outputs are kept by row content key (LRU,
@@ -48,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_srun.batching import SchedulerLimits, plan_forwards, split_by_length
+from vllm_srun.batching import ExactShapes, SchedulerLimits, plan_forwards, split_by_length
 from vllm_srun.plugins.spec import RowError, RowOutput, WorkItem
 
 log = logging.getLogger(__name__)
@@ -340,7 +341,7 @@ class ModelScheduler:
     def _forward(self, batch: list[tuple[Job, int]]) -> None:
         """Serve rows from the cache, run the rest (each distinct row once), settle jobs.
 
-        The distinct rows run as the groups :func:`split_by_length` chooses;
+        The distinct rows run as the groups :meth:`SchedulerLimits.groups` chooses;
         after each group, every job whose rows are all settled is answered.
         """
         positions: dict[str, list[tuple[Job, int]]] = {}
@@ -357,9 +358,7 @@ class ModelScheduler:
                 to_run.append(job.items[index])
         if hits:
             self._settle_rows(positions, hits, 0.0)
-        for group in split_by_length(
-            to_run, self.limits.forward_overhead_tokens, self.limits.equal_length_forwards
-        ):
+        for group in self.limits.groups(to_run):
             started = time.perf_counter()
             try:
                 outputs = self.run(group)
@@ -456,6 +455,7 @@ class ModelScheduler:
 
 
 __all__ = [
+    "ExactShapes",
     "Job",
     "ModelScheduler",
     "Overloaded",

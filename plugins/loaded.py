@@ -184,9 +184,15 @@ class LoadedModel(abc.ABC, Generic[PlanT]):
 
     Attributes:
         surfaces: the surfaces this model answers.
+        pads_to_width: whether :meth:`run` takes ``width=`` (pad every row to that
+            many tokens). Under the ``exact`` profile the runtime then pads each row
+            to a fixed edge of its length, so rows of many lengths share a forward
+            and a row's answer still depends on the row alone; without it (the
+            default) such rows share a forward only with rows of their own length.
     """
 
     surfaces: tuple[str, ...]
+    pads_to_width: bool = False
 
     @abc.abstractmethod
     def plan(self, surface: str, request: SurfaceRequest) -> PlanT:
@@ -205,7 +211,12 @@ class LoadedModel(abc.ABC, Generic[PlanT]):
 
     @abc.abstractmethod
     def run(self, items: list[WorkItem]) -> list[torch.Tensor]:
-        """One output per item, in order (float32, on the CPU)."""
+        """One output per item, in order (float32, on the CPU).
+
+        A model with :attr:`pads_to_width` also takes ``width: int | None = None``:
+        pad every row to that many tokens (at least the longest row's length; the
+        padding masked as usual), so that the runtime decides each row's shape.
+        """
 
     @abc.abstractmethod
     def finish(self, plan: PlanT, outputs: list[RowOutput]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ and after it, at several positions; the answers must be equal as Python floats
 (bit for bit: no tolerance), on MiniLM (native and onnxruntime), Rampart (its own
 ONNX graph) and the causal_readout fixture decoder. Both serving paths are used:
 the synchronous :meth:`ServedModel.answer` and the scheduler's worker, which puts
-rows of different requests into one forward.
+rows of different requests, of many lengths, into one forward padded to a fixed edge.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from vllm_srun.batching import fill_forward, split_by_length
+from vllm_srun.batching import ExactShapes, LengthEdges, exact_forward
 from vllm_srun.families.causal_readout.fixture import FIXTURE_REQUEST, write_fixture
 from vllm_srun.loader import LoadOptions, ServedModel, load_model
 from vllm_srun.plugins.spec import WorkItem
@@ -70,21 +70,26 @@ def decoder(tmp_path_factory: pytest.TempPathFactory) -> ServedModel:
 
 
 def test_an_exact_card_says_how_rows_are_batched(minilm, minilm_onnx, rampart, decoder):
-    """MiniLM and Rampart pass the equal-length probe; the fixture decoder's tiny
-    matmuls round with the row's position, so it answers one row at a time."""
+    """MiniLM and Rampart pass the padded probe (rows of any length share a forward padded
+    to a fixed edge); the fixture decoder's tiny matmuls round with the row's position,
+    so it answers one row at a time."""
     for served, method, engine in (
-        (minilm, "equal_length", "native"),
-        (minilm_onnx, "equal_length", "onnxruntime"),
-        (rampart, "equal_length", "onnxruntime"),
+        (minilm, "padded_to_edge", "native"),
+        (minilm_onnx, "padded_to_edge", "onnxruntime"),
+        (rampart, "padded_to_edge", "onnxruntime"),
         (decoder, "one_by_one", "native"),
     ):
         card = served.card()
         assert (card["engine"], card["profile"], card["numerics"]) == (engine, "exact", "exact")
         assert card["batch_invariance"]["method"] == method
         assert card["batch_invariance"]["tolerance"] == 0.0
-    assert minilm.card()["batch_invariance"]["max_abs_deviation"] == 0.0
+    invariance = minilm.card()["batch_invariance"]
+    assert invariance["max_abs_deviation"] == 0.0
+    assert invariance["min_forward_tokens"] == 32
+    # MiniLM reads 256 tokens: edges 16 apart up to its limit
+    assert invariance["edges"] == list(range(16, 257, 16))
     assert decoder.limits().max_num_seqs == 1
-    assert minilm.limits().equal_length_forwards is True
+    assert minilm.limits().exact == ExactShapes("padded_to_edge", LengthEdges(256))
 
 
 @pytest.mark.parametrize("engine", ["native", "onnxruntime"])
@@ -149,9 +154,10 @@ def _request(text: str) -> Any:
     return read_request("embeddings", {"input": [text]})
 
 
-def test_exact_forwards_hold_one_length_and_are_filled_to_the_shape_a_lone_row_gets():
+def test_equal_length_forwards_hold_one_length_and_are_filled_to_the_shape_a_lone_row_gets():
     rows = [WorkItem((1,) * n, None, f"k{n}-{i}") for i, n in enumerate([3, 9, 3, 40, 9])]
-    groups = split_by_length(rows, overhead_tokens=1000.0, equal_length=True)
+    shapes = ExactShapes("equal_length")
+    groups = shapes.groups(rows, overhead_tokens=1000.0)
     assert [[r.key for r in g] for g in groups] == [["k3-0", "k3-2"], ["k9-1", "k9-4"], ["k40-3"]]
     seen: list[list[str]] = []
 
@@ -159,10 +165,42 @@ def test_exact_forwards_hold_one_length_and_are_filled_to_the_shape_a_lone_row_g
         seen.append([r.key for r in batch])
         return [r.key for r in batch]
 
-    assert fill_forward(run, 32)(groups[0]) == ["k3-0", "k3-2"]
-    assert fill_forward(run, 32)(groups[2]) == ["k40-3"]
+    assert exact_forward(run, shapes)(groups[0]) == ["k3-0", "k3-2"]
+    assert exact_forward(run, shapes)(groups[2]) == ["k40-3"]
     # 2 rows of 3 tokens are filled with 9 copies of the last row: 11 rows, 33 tokens
     assert seen == [["k3-0", "k3-2"] + ["k3-2"] * 9, ["k40-3"]]
+
+
+def test_padded_forwards_run_at_the_edge_of_their_longest_row():
+    rows = [WorkItem((1,) * n, None, f"k{n}") for n in (3, 17, 20, 33, 300)]
+    seen: list[tuple[list[str], int]] = []
+
+    def run(batch: list[WorkItem], width: int) -> list[str]:
+        seen.append(([r.key for r in batch], width))
+        return [r.key for r in batch]
+
+    padded = ExactShapes("padded_to_edge", LengthEdges(512))
+    # no measured forward cost: one forward, at the edge of its longest row (300 -> 320)
+    assert padded.groups(rows, None) == [rows]
+    assert exact_forward(run, padded)(rows[:4]) == ["k3", "k17", "k20", "k33"]
+    assert exact_forward(run, padded)(rows[:1]) == ["k3"]  # 16 wide, 2 rows: 32 tokens
+    assert seen == [(["k3", "k17", "k20", "k33"], 48), (["k3", "k3"], 16)]
+    # a costly forward keeps lengths together; padding 3 to 320 costs more than a forward
+    cut = padded.groups(rows, overhead_tokens=100.0)
+    assert [[r.tokens for r in g] for g in cut] == [[3, 17, 20, 33], [300]]
+    # same_bucket: only rows of one edge share a forward
+    bucket = ExactShapes("same_bucket", LengthEdges(512))
+    assert [[r.tokens for r in g] for g in bucket.groups(rows, 0.0)] == [[3], [17, 20], [33], [300]]
+
+
+def test_length_edges_are_a_grid_of_the_row_alone_and_stop_at_the_limit():
+    edges = LengthEdges(512)
+    assert [edges.edge(n) for n in (1, 16, 17, 256, 257, 288, 289, 500, 512)] == [
+        16, 16, 32, 256, 288, 288, 320, 512, 512,
+    ]  # fmt: skip
+    assert LengthEdges(300).edge(290) == 300  # never wider than the model reads
+    assert LengthEdges(None).edge(3000) == 3072  # past 1024: 128 apart
+    assert LengthEdges(100).listed() == [16, 32, 48, 64, 80, 96, 100]
 
 
 def test_exact_answers_do_not_depend_on_the_fill(minilm: ServedModel, tmp_path: Path):
@@ -173,3 +211,78 @@ def test_exact_answers_do_not_depend_on_the_fill(minilm: ServedModel, tmp_path: 
     for copies in (2, 5, 17):
         for output in minilm.run_rows([row] * copies):
             assert output.numpy().tobytes() == filled.numpy().tobytes()
+
+
+MANY_LENGTHS = [
+    "Hi.",
+    SHORT,
+    SHORTER,
+    "Our quarterly report is attached; the numbers for March are still provisional.",
+    LONG,
+    "The committee meets on Thursday at noon in the library's second-floor reading room, "
+    "and the agenda covers the budget, the new shelving and the volunteers' rota.",
+    "Refund requested.",
+    "Can you confirm whether the parcel left the warehouse in Rotterdam yesterday evening?",
+]
+"""Inputs of 4 to 60 tokens: several edges, several lengths within one edge."""
+
+
+@pytest.mark.parametrize("name", ["minilm", "rampart"])
+def test_rows_of_many_lengths_in_one_request_are_the_bits_each_gets_alone(name, request):
+    served: ServedModel = request.getfixturevalue(name)
+    surface = "embeddings" if name == "minilm" else "classify"
+    together = served.answer(surface, {"input": MANY_LENGTHS})
+    key = "data" if name == "minilm" else "results"
+    lengths = {row.tokens for row in served.loaded.plan(surface, _read(surface, MANY_LENGTHS)).items}
+    assert len(lengths) >= 6 and len({(n + 15) // 16 for n in lengths}) >= 3  # edges 16 apart
+    for index, text in enumerate(MANY_LENGTHS):
+        [alone] = served.answer(surface, {"input": [text]})[key]
+        mine = together[key][index]
+        assert {k: v for k, v in mine.items() if k != "index"} == {
+            k: v for k, v in alone.items() if k != "index"
+        }, text
+
+
+@pytest.mark.parametrize("name", ["minilm", "rampart"])
+def test_concurrent_requests_of_many_lengths_share_padded_forwards_and_keep_the_bits(
+    name, request
+):
+    """Through the worker: one request per text, queued together, so that rows of many
+    lengths and requests share forwards (checked: some forward holds several lengths)."""
+    served: ServedModel = request.getfixturevalue(name)
+    surface = "embeddings" if name == "minilm" else "classify"
+    plans = [served.loaded.plan(surface, _read(surface, [text])) for text in MANY_LENGTHS]
+    alone = [served.run_rows(plan.items)[0] for plan in plans]
+    forwards: list[list[int]] = []
+
+    def recorded(rows: list[WorkItem]) -> list[Any]:
+        forwards.append([row.tokens for row in rows])
+        return served.run_rows(rows)
+
+    outputs: dict[int, Any] = {}
+    done = threading.Event()
+
+    def answered(index: int) -> Any:
+        def store(out: list[Any]) -> None:
+            outputs[index] = out[0]
+            if len(outputs) == len(plans):
+                done.set()
+
+        return store
+
+    limits = served.limits()
+    scheduler = ModelScheduler(name, recorded, limits)
+    try:
+        scheduler.submit([Job(plan.items, answered(i)) for i, plan in enumerate(plans)])
+        assert done.wait(timeout=60)
+    finally:
+        scheduler.stop(grace_seconds=10)
+    assert max(len(set(lengths)) for lengths in forwards) > 1, forwards
+    for index, text in enumerate(MANY_LENGTHS):
+        assert outputs[index].numpy().tobytes() == alone[index].numpy().tobytes(), text
+
+
+def _read(surface: str, texts: list[str]) -> Any:
+    from vllm_srun.plugins.requests import read_request
+
+    return read_request(surface, {"input": texts})

@@ -156,7 +156,7 @@ def test_a_third_party_engine_adds_a_profile(bert):
     )
     assert card["profiles"] == [LOW_POWER.card()]
     assert card["batch_invariance"]["tolerance"] == 1e-3
-    assert served.limits().equal_length_forwards is False
+    assert served.limits().exact is None
     # the built-in engines do not declare it
     with pytest.raises(LoadError, match="native: it has no profile 'low_power'"):
         load_model(str(bert), LoadOptions(profile="low_power"), catalog=catalog)

@@ -188,6 +188,7 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
     """
 
     surfaces = (SURFACE,)
+    pads_to_width = True
 
     def __init__(
         self,
@@ -343,12 +344,13 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
         ]
 
     # -- run ------------------------------------------------------------------------------
-    def run(self, items: list[WorkItem]) -> list[torch.Tensor]:
+    def run(self, items: list[WorkItem], width: int | None = None) -> list[torch.Tensor]:
         """Per row, float32 ``[reads]``: label logits in option order, or an option
         scoring row's log-probability of its one reply token.
 
         Rows that share a prefix run as one forward continuing it; the others
-        run left-padded in one forward, in the order given.
+        run left-padded in one forward, in the order given. ``width`` pads every
+        row (prefix included) to that many tokens (default: the longest row's).
         """
         groups: dict[tuple[int, ...], list[int]] = {}
         for index, item in enumerate(items):
@@ -356,13 +358,16 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
         outputs: list[torch.Tensor | None] = [None] * len(items)
         for prefix_ids, indices in groups.items():
             rows = [items[i] for i in indices]
-            for i, values in zip(indices, self._forward(rows, prefix_ids), strict=True):
+            forward = self._forward(rows, prefix_ids, width or 0)
+            for i, values in zip(indices, forward, strict=True):
                 outputs[i] = values
         return [o for o in outputs if o is not None]
 
-    def _forward(self, rows: list[WorkItem], prefix_ids: tuple[int, ...]) -> list[torch.Tensor]:
+    def _forward(
+        self, rows: list[WorkItem], prefix_ids: tuple[int, ...], padded_to: int
+    ) -> list[torch.Tensor]:
         skip = len(prefix_ids)
-        width = max(row.tokens - skip for row in rows)
+        width = max(padded_to, *(row.tokens for row in rows)) - skip
         whole = any(_row(row).normalise for row in rows)
         reads = max(len(_row(row).read_ids) for row in rows)
         ids = torch.full((len(rows), width), self.renderer.pad_id, dtype=torch.long)

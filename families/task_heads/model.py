@@ -83,6 +83,8 @@ class TaskModel(LoadedModel[TaskPlan]):
             ``aggregation`` used where a classify request leaves them out.
     """
 
+    pads_to_width = True
+
     def __init__(
         self,
         description: Description,
@@ -330,15 +332,16 @@ class TaskModel(LoadedModel[TaskPlan]):
         return TaskPlan("rerank", head, encoded, [query, *documents], options=options)
 
     # -- run --------------------------------------------------------------------------------
-    def run(self, items: list[WorkItem]) -> list[torch.Tensor]:
-        """Pad the rows on the right, run them in one engine call, and split per row.
+    def run(self, items: list[WorkItem], width: int | None = None) -> list[torch.Tensor]:
+        """Pad the rows on the right (to ``width`` tokens, default the longest row's),
+        run them in one engine call, and split per row.
 
         Returns one float32 tensor per item: ``[tokens, hidden]`` hidden
         states, ``[tokens, tags]`` token logits or ``[labels]`` sequence logits.
         """
         if not items:
             return []
-        width = max(item.tokens for item in items)
+        width = max(width or 0, *(item.tokens for item in items))
         ids = torch.full((len(items), width), self.encoder.pad_id, dtype=torch.long)
         mask = torch.zeros((len(items), width), dtype=torch.long)
         types = None

@@ -332,6 +332,7 @@ def describe(package: Path) -> Description:
         pooling = _pooling(package, config)
         heads.append(Head("pooled", "pooled"))
     dtype = str(config.get("dtype") or config.get("torch_dtype") or "float32")
+    max_tokens = _max_tokens(package, config)
     spec = ModelSpec(
         package=package,
         architecture=architecture,
@@ -341,12 +342,13 @@ def describe(package: Path) -> Description:
         onnx=_onnx_graph(package),
         released_dtype=dtype if dtype in ("float32", "bfloat16", "float16") else "float32",
         bf16_tolerant=task in BF16_TOLERANT_TASKS,
+        token_limit=max_tokens,
     )
     return Description(
         spec,
         tuple(heads),
         pooling,
-        _max_tokens(package, config),
+        max_tokens,
         config,
         layers=_layers(config),
         hidden_size=_hidden_size(config),
