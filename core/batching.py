@@ -99,11 +99,12 @@ with fewer tokens is filled up with copies of its last row (:func:`exact_forward
 EDGE_STEPS: tuple[tuple[int | None, int], ...] = ((256, 16), (512, 32), (1024, 64), (None, 128))
 """The ``exact`` profile's length edges: ``(up to, step)``. A row of up to 256 tokens is
 padded to the next multiple of 16, up to 512 to the next multiple of 32, and so on.
-Chosen from measurement (bench/exact_shapes.py, MiniLM on a 2-core CPU, batches of 32
-corpus sentences of 13 to 73 tokens): forwards grouped at edges 16 apart cost 1.03x the
-``batching`` profile's free grouping; fixed buckets with no padding across edges cost
-1.14x (16 apart) to 1.3x (32 apart); edges 8 apart add forwards for no gain. Padding is
-cheap where a row is long, so the steps widen with the length."""
+Chosen from measurement (bench/exact_shapes.py, bench/results/exact_shapes.md: MiniLM on
+a 2-core CPU, batches of 32 corpus sentences of 13 to 73 tokens): forwards cut at edges
+16 apart took 1.01x the time of the ``batching`` profile's free cuts; 8 apart 1.04x (more
+forwards), 32 apart 1.17x (more padding); rows sharing forwards only within their edge
+1.07x; rows of one length only 2.2x. Padding costs less beside a long row, so the steps
+widen with the length."""
 
 
 @dataclass(frozen=True)
