@@ -61,18 +61,29 @@ eval: install
 
 # The serving benchmark (bench/run.py) loads HTTP with wrk, installed from
 # Debian when missing (as root); without it bench/run.py falls back to its own
-# Python load generator and says so. Its frontend section (bench/frontend_section.py)
-# measures vllm-sr serve -e against the worker alone; its router section
-# (bench/router_section.py, also `make bench-router`) measures Router mode against a fast
-# stand-in backend and LiteLLM's proxy. `make bench-startup` is the startup one.
-bench: install
-	@command -v wrk >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
+# Python load generator and says so. Its serving section measures MiniLM over HTTP against
+# in-process encode, the default profile (exact) beside batching in the same rounds (also
+# `make bench-serving`, about 5 minutes here); its frontend section
+# (bench/frontend_section.py) measures vllm-sr serve -e against the worker alone; its router
+# section (bench/router_section.py, also `make bench-router`) measures Router mode against a
+# fast stand-in backend and LiteLLM's proxy. `make bench-startup` is the startup one.
+WRK = @command -v wrk >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
 		{ apt-get install -y wrk || { apt-get update -qq && apt-get install -y wrk; }; }; } || \
 		echo "wrk could not be installed: bench/run.py uses its Python load generator"
+
+bench: install
+	$(WRK)
 	$(PY) bench/run.py
 	$(PY) bench/profiles_section.py
 	$(PY) bench/long_inputs.py
+	$(PY) bench/exact_shapes.py
 	$(PY) bench/router_section.py
+
+.PHONY: bench-serving
+bench-serving: install
+	$(WRK)
+	$(PY) bench/run.py --sections serving --rounds 2 --duration 8 --connections 1,32 \
+		--no-diagnostics
 
 # Router mode's overhead (bench/router_section.py): keyword and embedding routing in front of
 # a fast stand-in backend vs the backend alone vs LiteLLM's proxy (installed on first use

@@ -15,9 +15,29 @@ import corpus
 from loadgen import PHASES
 from machine import CLEAN_PCT
 
-TARGETS = {"tput_ratio_c32": 0.9, "added_p50_ms": 2.0}
+TARGETS = {"tput_ratio_c32": 0.9, "added_p50_ms": 2.0, "vs_compare_c32": 0.95}
 """HTTP req/s at c32 over in-process texts/s at batch 32 (at least); HTTP p50 at c1 less
-in-process single-text p50, in ms (at most)."""
+in-process single-text p50, in ms (at most); the default profile's (``exact``) HTTP req/s
+at c32 over the ``--compare-profile`` server's (``batching``) in the same rounds (at least)."""
+
+
+def _compare_rows(d: dict[str, Any], met: Any) -> list[str]:
+    """The target row and the figures of the ``--compare-profile`` server, when one ran."""
+    f, profile = d["figures"], d.get("compare_profile")
+    if not profile:
+        return []
+    command = " ".join(Path(a).name if "/" in a else a for a in d["compare_command"])
+    return [
+        f"| vs_compare_c32 (HTTP req/s at c32, default profile / `{profile}`, same rounds) "
+        f"| {f['vs_compare_c32']:.3f} | {', '.join(map(str, f['vs_compare_c32_rounds']))} "
+        f"| >= {TARGETS['vs_compare_c32']} | {met('vs_compare_c32')} |",
+        "",
+        f"`{profile}` beside it (`{command}`): "
+        f"c32 {f['compare_http_rps_c32']:.1f} req/s ({f['mean_batch_rows_compare_c32']:.2f} rows "
+        f"per forward; the default profile {f['mean_batch_rows_c32']:.2f}); c1 p50 "
+        f"{f['compare_http_p50_ms_c1']:.2f} ms, the default profile's "
+        f"{f['c1_p50_ms_minus_compare']:+.2f} ms from it.",
+    ]
 
 
 def markdown(d: dict[str, Any], connections: list[int]) -> str:
@@ -71,6 +91,7 @@ def markdown(d: dict[str, Any], connections: list[int]) -> str:
         f"| added_p50_ms (HTTP p50 at c1 - in-process single-text p50) "
         f"| {f['added_p50_ms']:.2f} | {', '.join(map(str, f['added_p50_ms_rounds']))} "
         f"| <= {TARGETS['added_p50_ms']} | {met('added_p50_ms')} |",
+        *_compare_rows(d, met),
         "",
         "## Figures (means over the rounds)",
         "",
@@ -112,7 +133,9 @@ def markdown(d: dict[str, Any], connections: list[int]) -> str:
                 )
             else:
                 lines.append(
-                    f"| {number} | HTTP {key} | {row['rps']:.1f} | {row['p50_ms']:.2f} "
+                    f"| {number} | HTTP {key.replace('compare_', '')}"
+                    f"{' (' + d['compare_profile'] + ')' if key.startswith('compare_') else ''} "
+                    f"| {row['rps']:.1f} | {row['p50_ms']:.2f} "
                     f"| {row['p99_ms']:.2f} | {row['errors']} | {row['cache_hit_rate']:.4f} "
                     f"| {row['forwards']} | {num(row['mean_batch_rows'], '.2f')} "
                     f"| {num(row['mean_forward_ms'], '.2f')} | {num(row['mean_queue_ms'], '.2f')} "

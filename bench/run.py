@@ -100,6 +100,12 @@ def options(argv: list[str] | None) -> tuple[argparse.Namespace, list[int]]:
         help="what to measure: serving (HTTP vs in process), frontend (vllm-sr serve -e), "
         "or both (default)",
     )
+    parser.add_argument(
+        "--compare-profile",
+        default="batching",
+        help="a second server under this --profile, measured at c32 and c1 beside the "
+        "default one (exact) in every round; 'none' to skip",
+    )
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("server_args", nargs="*", help="extra `vllm-srun serve` options (after --)")
     args = parser.parse_args(argv)
@@ -232,17 +238,37 @@ class Session:
         return cleanest(f"c{c}", self.args.tries, once)
 
     def round(
-        self, inproc: InProcess, slices: dict[int, Slice], connections: list[int]
+        self,
+        inproc: InProcess,
+        slices: dict[int, Slice],
+        connections: list[int],
+        compare: Session | None = None,
+        compare_first: bool = False,
     ) -> dict[str, Any]:
         """One round: in-process batch 32, HTTP c32, in-process single text, HTTP c1, then
         the other concurrencies, back to back, so that the machine's drift over the run
-        hits both sides alike; the server idles during the in-process ones."""
+        hits both sides alike; the server idles during the in-process ones. With
+        ``compare`` (the server under ``--compare-profile``), its c32 and c1 run beside
+        this server's on the same slices (its own process: no cache hits), before them
+        when ``compare_first`` (the rounds alternate)."""
         duration, tries = self.args.duration, self.args.tries
         record: dict[str, Any] = {}
+
+        def pair(c: int) -> None:
+            ours = lambda: record.__setitem__(f"c{c}", self.http(c, slices[c]))  # noqa: E731
+            if compare is None:
+                ours()
+                return
+            theirs = lambda: record.__setitem__(  # noqa: E731
+                f"compare_c{c}", compare.http(c, slices[c])
+            )
+            for measure_one in (theirs, ours) if compare_first else (ours, theirs):
+                measure_one()
+
         record["st_b32"] = inproc.batch_32(slices[32][1], duration, tries)
-        record["c32"] = self.http(32, slices[32])
+        pair(32)
         record["st_single"] = inproc.single_text(slices[1][1], duration, tries)
-        record["c1"] = self.http(1, slices[1])
+        pair(1)
         for c in connections:
             if c not in (1, 32):
                 record[f"c{c}"] = self.http(c, slices[c])
@@ -309,6 +335,24 @@ def summarise(
         "tput_ratio_c32": figures["tput_ratio_c32"] >= TARGETS["tput_ratio_c32"],
         "added_p50_ms": figures["added_p50_ms"] <= TARGETS["added_p50_ms"],
     }
+    if "compare_c32" in rounds[0]:
+        figures.update(
+            {
+                "vs_compare_c32": round(mean("c32", "rps") / mean("compare_c32", "rps"), 4),
+                "vs_compare_c32_rounds": [
+                    round(r["c32"]["rps"] / r["compare_c32"]["rps"], 3) for r in rounds
+                ],
+                "compare_http_rps_c32": round(mean("compare_c32", "rps"), 2),
+                "compare_http_p50_ms_c1": round(mean("compare_c1", "p50_ms"), 3),
+                "c1_p50_ms_minus_compare": round(
+                    mean("c1", "p50_ms") - mean("compare_c1", "p50_ms"), 3
+                ),
+                "mean_batch_rows_compare_c32": round(mean("compare_c32", "mean_batch_rows"), 2),
+            }
+        )
+        figures["targets_met"]["vs_compare_c32"] = (
+            figures["vs_compare_c32"] >= TARGETS["vs_compare_c32"]
+        )
     return figures
 
 
@@ -387,24 +431,37 @@ def serving(
 
     server = Server(model_dir, free_port(), args.threads, args.server_args)
     session = Session(args, generator, texts, plan, all_bodies, bodies_file, server)
+    compare: Session | None = None
     rounds: list[dict[str, Any]] = []
     diagnostics: dict[str, Any] = {}
     ready_s = math.nan
     try:
         ready_s = server.wait_ready(120)
         log(f"server ready in {ready_s:.1f} s (pid {server.proc.pid})")
+        if args.compare_profile != "none":
+            extra = [*args.server_args, "--profile", args.compare_profile]
+            other = Server(model_dir, free_port(), args.threads, extra)
+            compare = Session(args, generator, texts, plan, all_bodies, bodies_file, other)
+            log(f"{args.compare_profile} server ready in {other.wait_ready(120):.1f} s")
+            compare.warm_up()
         session.warm_up()
         for number, slices in enumerate(plan.rounds, 1):
             log(f"round {number} of {args.rounds}")
-            rounds.append(session.round(inproc, slices, connections))
+            rounds.append(
+                session.round(inproc, slices, connections, compare, compare_first=number % 2 == 0)
+            )
         if not args.no_diagnostics:
             diagnostics = session.diagnostics()
     finally:
         server.stop()
+        if compare is not None:
+            compare.server.stop()
         bodies_file.unlink(missing_ok=True)
-        log("server stopped")
+        log("servers stopped")
     return {
         "figures": summarise(rounds, args, connections, generator, texts),
+        "compare_profile": None if compare is None else args.compare_profile,
+        "compare_command": None if compare is None else compare.server.cmd,
         "st_attention": inproc.attention,
         "st_torch_threads": inproc.threads,
         "rounds": rounds,

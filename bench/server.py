@@ -9,6 +9,7 @@ times).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import os
@@ -47,10 +48,39 @@ def default_model_dir() -> Path:
     return Path(spec.origin).parent / "model"
 
 
+_RUNNING: set[Server] = set()
+"""Servers started and not yet stopped: stopped at exit, whatever ends the run."""
+
+
+def _stop_all() -> None:
+    for server in list(_RUNNING):
+        server.stop()
+
+
+def _exit_on_signal(signum: int, _frame: Any) -> None:
+    """SIGTERM or SIGHUP (``timeout``, a closed terminal): exit through ``finally`` blocks
+    and :func:`atexit` handlers, which stop the servers (each in a session of its own,
+    so no signal sent to the run reaches them)."""
+    raise SystemExit(128 + signum)
+
+
+def _stop_servers_at_exit() -> None:
+    """Installed with the first server: a bench run never leaves a server behind."""
+    if getattr(_stop_servers_at_exit, "installed", False):
+        return
+    atexit.register(_stop_all)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) in (signal.SIG_DFL, None):
+            signal.signal(signum, _exit_on_signal)
+    _stop_servers_at_exit.installed = True  # type: ignore[attr-defined]
+
+
 class Server:
-    """``vllm-srun serve`` in a child process; always stopped by :meth:`stop`."""
+    """``vllm-srun serve`` in a child process; stopped by :meth:`stop`, and at the latest
+    when the run exits (an interrupt, ``timeout``'s SIGTERM, a hang-up)."""
 
     def __init__(self, model_dir: Path, port: int, threads: int, extra: list[str]) -> None:
+        _stop_servers_at_exit()
         self.port = port
         self.base = f"http://127.0.0.1:{port}"
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115
@@ -75,6 +105,7 @@ class Server:
         self.proc = subprocess.Popen(
             cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
         )
+        _RUNNING.add(self)
 
     def wait_ready(self, timeout: float = 120.0) -> float:
         """Seconds until ``/health`` answers 200."""
@@ -106,7 +137,10 @@ class Server:
         return "\n".join(Path(self.log.name).read_text().splitlines()[-lines:])
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL the process group after 15 s."""
+        """SIGTERM, then SIGKILL the process group after 15 s (a second call does nothing)."""
+        if self not in _RUNNING:
+            return
+        _RUNNING.discard(self)
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
