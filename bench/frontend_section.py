@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from machine import CpuMeter, cleanest, log
-from server import BIN, MODEL_ID, Server, free_port
+from server import BIN, MODEL_ID, Server, free_port, register, registered, stopped
 
 DECISIONS_PATH = "/v1/systemone"
 EMBEDDINGS_PATH = "/v1/embeddings"
@@ -122,6 +122,7 @@ class Frontend:
             **env,
         }
         log(f"starting frontend {name}: " + " ".join(self.cmd))
+        register(self)  # stopped at exit too: an interrupted run leaves no frontend
         self.proc = subprocess.Popen(
             self.cmd, stdout=self.log, stderr=subprocess.STDOUT, env=environ
         )
@@ -156,16 +157,21 @@ class Frontend:
         return "\n".join((self.folder / "frontend.log").read_text().splitlines()[-lines:])
 
     def stop(self) -> None:
-        """SIGTERM (the frontend stops its workers), SIGKILL after 30 s."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+        """SIGTERM (the frontend stops its workers), SIGKILL after 30 s (a second call
+        does nothing)."""
+        if not registered(self):
+            return
+        proc: subprocess.Popen[bytes] | None = getattr(self, "proc", None)  # None: not started
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=30)
+                proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+                proc.kill()
+                proc.wait(timeout=5)
         self.log.close()
         subprocess.run(["rm", "-rf", str(self.folder)], check=False)
+        stopped(self)
 
 
 def attached_config(worker_port: int, listener: int) -> str:

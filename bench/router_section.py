@@ -69,7 +69,15 @@ import machine as machine_module  # noqa: E402
 from frontend_section import port_offset  # noqa: E402
 from loadgen import ensure_wrk, run_python, run_wrk  # noqa: E402
 from machine import CpuMeter, cleanest, log, machine  # noqa: E402
-from server import BIN, MODEL_ID, default_model_dir, free_port  # noqa: E402
+from server import (  # noqa: E402
+    BIN,
+    MODEL_ID,
+    default_model_dir,
+    free_port,
+    register,
+    registered,
+    stopped,
+)
 
 RESULTS = HERE / "results"
 LITELLM_VENV = ROOT / "build" / "litellm-venv"
@@ -141,6 +149,7 @@ class Process:
         self.cmd = cmd
         shown = ["<cProfile wrapper>" if "\n" in part else part for part in cmd]
         log(f"starting {name}: " + " ".join(shown))
+        register(self)  # stopped at exit too: an interrupted run leaves nothing running
         self.proc = subprocess.Popen(
             cmd,
             stdout=self.log,
@@ -190,9 +199,14 @@ class Process:
 
     def stop(self, grace: float = 30.0) -> None:
         """SIGTERM (a frontend stops its workers), then SIGKILL whatever is left of the
-        process, its group and its descendants."""
+        process, its group and its descendants (a second call does nothing)."""
         import psutil
 
+        if not registered(self):
+            return
+        if getattr(self, "proc", None) is None:  # a signal came before the start
+            stopped(self)
+            return
         family = self.tree()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -210,6 +224,7 @@ class Process:
         psutil.wait_procs(family[1:], timeout=5)
         self.log.close()
         shutil.rmtree(self.folder, ignore_errors=True)
+        stopped(self)
 
 
 def start_backend() -> tuple[Process, int]:

@@ -23,7 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from machine import log
 
@@ -48,24 +48,38 @@ def default_model_dir() -> Path:
     return Path(spec.origin).parent / "model"
 
 
-_RUNNING: set[Server] = set()
-"""Servers started and not yet stopped: stopped at exit, whatever ends the run."""
+class Stoppable(Protocol):
+    """Something a bench run started: :meth:`stop` ends it and what it started."""
+
+    def stop(self) -> None: ...
+
+
+_RUNNING: set[Stoppable] = set()
+"""What a bench run started and has not stopped yet: stopped at exit, whatever ends the
+run (every bench script's servers, frontends and stand-ins register here)."""
+
+_EXITING = False
 
 
 def _stop_all() -> None:
-    for server in list(_RUNNING):
-        server.stop()
+    for started in list(_RUNNING):
+        started.stop()
 
 
 def _exit_on_signal(signum: int, _frame: Any) -> None:
     """SIGTERM or SIGHUP (``timeout``, a closed terminal): exit through ``finally`` blocks
-    and :func:`atexit` handlers, which stop the servers (each in a session of its own,
-    so no signal sent to the run reaches them)."""
+    and :func:`atexit` handlers, which stop what the run started (a server in a session of
+    its own gets no signal sent to the run). A second signal while exiting is ignored, so
+    it cannot cut the stopping short."""
+    global _EXITING
+    if _EXITING:
+        return
+    _EXITING = True
     raise SystemExit(128 + signum)
 
 
 def _stop_servers_at_exit() -> None:
-    """Installed with the first server: a bench run never leaves a server behind."""
+    """Installed with the first thing registered: a bench run never leaves one behind."""
     if getattr(_stop_servers_at_exit, "installed", False):
         return
     atexit.register(_stop_all)
@@ -75,12 +89,53 @@ def _stop_servers_at_exit() -> None:
     _stop_servers_at_exit.installed = True  # type: ignore[attr-defined]
 
 
+def register(started: Stoppable) -> None:
+    """Stop ``started`` when the run exits, unless :func:`stopped` said it was stopped.
+    Call it before starting the process, so no signal finds it started but unregistered."""
+    _stop_servers_at_exit()
+    _RUNNING.add(started)
+
+
+def registered(started: Stoppable) -> bool:
+    """Whether ``started`` is still to be stopped (its ``stop`` does nothing otherwise)."""
+    return started in _RUNNING
+
+
+def stopped(started: Stoppable) -> None:
+    """``started`` is stopped: the exit has nothing left to do for it. Called at the end of
+    its ``stop``, so a stop cut short by a signal is done again at exit."""
+    _RUNNING.discard(started)
+
+
+class Child:
+    """A plain child process registered like a :class:`Server`: :meth:`stop` sends
+    SIGTERM, then SIGKILL after ``grace`` seconds (for scripts that run one with
+    :class:`subprocess.Popen` themselves)."""
+
+    def __init__(self, grace: float = 30.0) -> None:
+        self.grace = grace
+        self.proc: subprocess.Popen[Any] | None = None
+        register(self)
+
+    def stop(self) -> None:
+        if not registered(self):
+            return
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=self.grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        stopped(self)
+
+
 class Server:
     """``vllm-srun serve`` in a child process; stopped by :meth:`stop`, and at the latest
     when the run exits (an interrupt, ``timeout``'s SIGTERM, a hang-up)."""
 
     def __init__(self, model_dir: Path, port: int, threads: int, extra: list[str]) -> None:
-        _stop_servers_at_exit()
         self.port = port
         self.base = f"http://127.0.0.1:{port}"
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115
@@ -102,10 +157,10 @@ class Server:
         ]
         self.cmd = cmd
         log("starting: " + " ".join(cmd))
+        register(self)
         self.proc = subprocess.Popen(
             cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
         )
-        _RUNNING.add(self)
 
     def wait_ready(self, timeout: float = 120.0) -> float:
         """Seconds until ``/health`` answers 200."""
@@ -138,22 +193,24 @@ class Server:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL the process group after 15 s (a second call does nothing)."""
-        if self not in _RUNNING:
+        if not registered(self):
             return
-        _RUNNING.discard(self)
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+        proc: subprocess.Popen[bytes] | None = getattr(self, "proc", None)  # None: not started
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=15)
+                proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=5)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)  # stray children, if any
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=5)
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)  # stray children, if any
         self.log.close()
         with contextlib.suppress(OSError):
             os.unlink(self.log.name)
+        stopped(self)
 
 
 def metric(text: str, name: str, **labels: str) -> float:

@@ -29,7 +29,6 @@ import json
 import os
 import queue
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from machine import log, machine, wait_quiet  # noqa: E402
+from server import Child  # noqa: E402
 
 RESULTS = HERE / "results"
 BIN = Path(sys.executable).parent
@@ -94,8 +94,9 @@ def serve_once(vllm_srun: str, cache_dir: str, port: int) -> dict[str, Any]:
     """
     env = {**os.environ, "VLLM_SRUN_CACHE_DIR": cache_dir, "PYTHONUNBUFFERED": "1"}
     argv = [vllm_srun, "serve", MODEL, "--offline", "--host", "127.0.0.1", "--port", str(port)]
+    child = Child()  # stopped at exit too: an interrupted run leaves no server behind
     started = time.perf_counter()
-    server = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
+    server = child.proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
     lines: queue.Queue[str | None] = queue.Queue()
 
     def read() -> None:
@@ -128,12 +129,7 @@ def serve_once(vllm_srun: str, cache_dir: str, port: int) -> dict[str, Any]:
                 figures["golden"] = line.split("golden ", 1)[1].strip()
                 break
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        child.stop()
         reader.join(timeout=10)
     if "ready_s" not in figures:
         raise RuntimeError(f"{vllm_srun} serve never got ready:\n{''.join(seen[-20:])}")
