@@ -42,6 +42,10 @@ class RoutedPlan(Plan):
         """Requests the plan counts as against ``--max-queue`` (the inner plan's say)."""
         return self.inner.queue_entries
 
+    def read_end(self, index: int) -> int | None:
+        """Where input ``index``'s reading stopped (the inner plan's say)."""
+        return self.inner.read_end(index)
+
 
 class ExtendedModel(LoadedModel[Plan]):
     """A loaded model plus the surfaces extensions added to it (the loaded-model protocol).

@@ -43,6 +43,15 @@ class Plan:
         decisions request with ``states`` counts each entry)."""
         return 1
 
+    def read_end(self, index: int) -> int | None:
+        """Where the text of input ``index`` stops being read, when its rows read only a
+        beginning of it (``options.overflow: truncate`` cut it): the code point after the
+        last one read. An extension adding spans to the answer keeps each one's ``end`` at
+        or before it. ``None`` (the default): the whole text was read, or the plan does not
+        say; a result that reports ``input.truncated`` while this is ``None`` gets no added
+        spans."""
+        return None
+
 
 class WindowCard(TypedDict):
     """How a head reads an input longer than the model's limit under ``overflow:

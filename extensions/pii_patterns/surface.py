@@ -6,6 +6,15 @@ each string input's spans are merged with :class:`.recognizers.PatternScanner`
 finds (:func:`.merge.merged`). ``options.patterns: false`` returns the host's
 answer with each span marked ``source: model``; token-level answers
 (``aggregation: none``), pair inputs and failed items are left as the host gave them.
+
+Under ``options.overflow: truncate`` only the text the model read counts: every
+span of the answer ends at or before :meth:`Plan.read_end
+<vllm_srun.plugins.loaded.Plan.read_end>` (the end of the last token read). A
+pattern that crosses that point is dropped, not cut: its validation (a
+checksum, a domain) held for characters the model never read. The scanner reads
+at most :data:`SCAN_PAST_CUT` characters past it, only to tell a pattern ending
+there from one crossing it. A truncated result whose host does not say where
+its reading stopped gets no pattern spans.
 """
 
 from __future__ import annotations
@@ -28,6 +37,11 @@ if TYPE_CHECKING:
     from vllm_srun.plugins.spec import RowOutput
 
 NAME = "pii_patterns"
+SCAN_PAST_CUT = 256
+"""Characters past the end of a truncated input's read text the scanner also reads, so
+that a pattern crossing the cut is seen crossing it (and dropped); a longer one shows
+as a find ending past the cut, dropped too."""
+
 METHOD = (
     "Presidio's validated pattern recognizers (no NLP engine) merged with the model's spans: "
     "a kind the model lacks replaces what it overlaps, else the longer span wins"
@@ -85,6 +99,10 @@ class PatternPlan(Plan):
         """The host plan's count."""
         return self.inner.queue_entries
 
+    def read_end(self, index: int) -> int | None:
+        """The host plan's say."""
+        return self.inner.read_end(index)
+
 
 class PatternSpans(SurfaceModel[PatternPlan]):
     """``classify`` through the host, spans merged with pattern finds.
@@ -118,7 +136,11 @@ class PatternSpans(SurfaceModel[PatternPlan]):
         return PatternPlan(inner=inner, texts=texts, patterns=patterns)
 
     def finish(self, plan: PatternPlan, outputs: list[RowOutput]) -> dict[str, Any]:
-        """The host's answer, each result's spans merged with the pattern finds."""
+        """The host's answer, each result's spans merged with the pattern finds.
+
+        A truncated input's spans all end at or before where its reading stopped
+        (:meth:`PatternPlan.read_end`); a pattern crossing that point is dropped.
+        """
         body = dict(self.host.finish(plan.inner, outputs))
         results = body.get("results")
         if not isinstance(results, list):
@@ -130,10 +152,19 @@ class PatternSpans(SurfaceModel[PatternPlan]):
             index = int(result.get("index", 0))
             text = plan.texts[index] if index < len(plan.texts) else None
             tagged = any(str(s.get("label", ""))[:2] in ("B-", "I-") for s in spans)
-            if plan.patterns and text is not None and not tagged:
-                result["spans"] = merged(text, spans, self.scanner.find(text), self.model_labels)
+            cut = plan.read_end(index)
+            usage = result.get("input")
+            unknown_cut = cut is None and isinstance(usage, dict) and bool(usage.get("truncated"))
+            if plan.patterns and text is not None and not tagged and not unknown_cut:
+                found = self.scanner.find(text if cut is None else text[: cut + SCAN_PAST_CUT])
+                if cut is not None:
+                    found = [f for f in found if f.end <= cut]
+                spans = merged(text, spans, found, self.model_labels)
             else:
-                result["spans"] = [{**s, "source": "model", "recognizer": None} for s in spans]
+                spans = [{**s, "source": "model", "recognizer": None} for s in spans]
+            if cut is not None:
+                spans = [s for s in spans if int(s["end"]) <= cut]
+            result["spans"] = spans
         return body
 
     def card(self) -> dict[str, Any]:
@@ -149,4 +180,4 @@ class PatternSpans(SurfaceModel[PatternPlan]):
         }
 
 
-__all__ = ["METHOD", "NAME", "PatternPlan", "PatternSpans", "PiiPatterns"]
+__all__ = ["METHOD", "NAME", "SCAN_PAST_CUT", "PatternPlan", "PatternSpans", "PiiPatterns"]

@@ -52,6 +52,14 @@ class TaskPlan(Plan):
     def __post_init__(self) -> None:
         self.items = [row for encoded in self.inputs for row in encoded.rows]
 
+    def read_end(self, index: int) -> int | None:
+        """The code point after the last token read of input ``index``'s (first) text
+        when ``truncate`` cut the input, else ``None``."""
+        encoded = self.inputs[index] if 0 <= index < len(self.inputs) else None
+        if encoded is None or not encoded.truncated:
+            return None
+        return encoded.offsets[-1][1] if encoded.offsets else 0
+
 
 def relevance_score(logit: float) -> float:
     """A cross-encoder's logit as a probability: the logistic sigmoid, in float64

@@ -12,9 +12,12 @@ from tests.contract import wire23
 from vllm_srun.extensions.pii_patterns import PiiPatterns
 from vllm_srun.extensions.pii_patterns.merge import merged
 from vllm_srun.extensions.pii_patterns.recognizers import RECOGNIZERS, Found, shared_scanner
+from vllm_srun.extensions.pii_patterns.surface import PatternSpans
 from vllm_srun.loader import LoadOptions, load_model
 from vllm_srun.plugins import load_catalog
 from vllm_srun.plugins.extension import extension_violations
+from vllm_srun.plugins.loaded import Plan
+from vllm_srun.plugins.requests import ClassifyRequest
 
 RAMPART = Path(
     str(
@@ -244,3 +247,73 @@ def test_the_golden_self_check_reads_the_familys_own_classify_answers():
     result = check(served, catalog)
     assert result.status == "matched"
     assert result.matched == result.checked >= 1
+
+
+# --- overflow: truncate -----------------------------------------------------------
+
+CUT_TEXT = "Mail ruth@example.com, card 4111 1111 1111 1111, SSN: 512-43-8821."
+
+
+def truncated(rampart, max_tokens):
+    options = {"overflow": "truncate", "max_tokens": max_tokens}
+    body = rampart.answer("classify", {"input": CUT_TEXT, "options": options})
+    assert body["results"][0]["input"]["truncated"] is True
+    return spans(body)
+
+
+def test_truncate_drops_a_pattern_crossing_the_cut_and_keeps_the_models_reading(rampart):
+    # 16 tokens read "Mail ruth@example.com, card 4111 1111 1111" (14 content tokens end at
+    # code point 42): the card the scanner sees past the cut neither replaces the model's
+    # reading of what was read nor appears, and the SSN past the cut is not reported.
+    assert truncated(rampart, 16) == [
+        ("EMAIL", "ruth@example.com", 5, 21, "model", None),
+        ("SECONDARY_ADDRESS", "card", 23, 27, "model", None),
+        ("PHONE", "4111 1111 1111", 28, 42, "model", None),
+    ]
+    options = {"overflow": "truncate", "max_tokens": 16}
+    request = ClassifyRequest.model_validate({"input": CUT_TEXT, "options": options})
+    assert rampart.loaded.plan("classify", request).read_end(0) == 42
+
+
+def test_truncate_keeps_a_pattern_wholly_inside_the_read_text(rampart):
+    # 20 tokens read through "1111," (the card ends at 47); the SSN at 54..65 was not read
+    assert truncated(rampart, 20) == [
+        ("EMAIL", "ruth@example.com", 5, 21, "model", None),
+        ("CREDIT_CARD", "4111 1111 1111 1111", 28, 47, "pattern", "CreditCardRecognizer"),
+    ]
+    # a pattern ending exactly where the reading stops counts (28 tokens: all but the ".")
+    assert truncated(rampart, 28)[-1] == (
+        "SSN",
+        "512-43-8821",
+        54,
+        65,
+        "pattern",
+        "UsSsnRecognizer",
+    )
+
+
+class _UntoldCut(Plan):
+    """A host plan that reports no read end."""
+
+    def __init__(self):
+        self.items = []
+
+
+class _TruncatingHost:
+    """A token host whose answer says ``truncated`` without saying where it stopped."""
+
+    def plan(self, surface, request):
+        return _UntoldCut()
+
+    def finish(self, plan, outputs):
+        usage = {"tokens": 9, "processed_tokens": 4, "truncated": True, "windows": 1}
+        return {"results": [{"index": 0, "input": usage, "spans": [span(0, 4, "GIVEN_NAME")]}]}
+
+
+def test_a_truncated_answer_whose_host_does_not_say_where_it_stopped_gets_no_patterns(scanner):
+    model = PatternSpans(_TruncatingHost(), scanner, MODEL_LABELS)
+    request = ClassifyRequest.model_validate({"input": "Ruth card 4111 1111 1111 1111"})
+    body = model.finish(model.plan("classify", request), [])
+    assert [(s["start"], s["end"], s["source"]) for s in body["results"][0]["spans"]] == [
+        (0, 4, "model")
+    ]
