@@ -1,7 +1,8 @@
 """Supervision: keep each managed worker process running, and stop it cleanly.
 
-A :class:`Supervisor` owns one process (one replica). It writes the models file,
-clears a stale socket, starts ``vllm-srun serve --uds`` in its own process group,
+A :class:`Supervisor` owns one process (one replica). It clears a stale socket (a
+socket another frontend's worker answers on ends the start, touching nothing), writes
+the models file, starts ``vllm-srun serve --uds`` in its own process group,
 re-logs its output line by line under its process name and polls its health. When
 the process exits it is started again after a back-off of 1 s, doubling up to 60 s
 and back to 1 s after 2 minutes of stable running. A process whose every model
@@ -15,7 +16,8 @@ asked, so a frontend killed with SIGKILL leaves no worker behind.
 What ends a readiness wait at once is kept in :attr:`Supervisor.fatal`: the
 command cannot run; 3 exits, each within 30 s, before the worker was ever ready;
 every model failed to load 3 times in a row; a model failed in a process that is
-not recycled; an ``incompatible`` worker. Clocks and sleeps are injectable
+not recycled; an ``incompatible`` worker; a socket another frontend's worker answers
+on. Clocks and sleeps are injectable
 (:class:`Clock`), so the back-off is tested without waiting for it.
 """
 
@@ -133,7 +135,10 @@ def clear_socket(path: Path) -> None:
     except FileNotFoundError:
         return
     if not stat.S_ISSOCK(info.st_mode):
-        raise OSError(f"{path} exists and is not a socket")
+        raise OSError(
+            f"{path} exists and is not a socket; remove it, or give VLLM_SRUN_DIR a "
+            "directory of its own"
+        )
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     probe.settimeout(1.0)
     try:
@@ -147,6 +152,13 @@ def clear_socket(path: Path) -> None:
     finally:
         probe.close()
     raise OSError(f"another process listens on {path}; give each frontend its own VLLM_SRUN_DIR")
+
+
+def remove_stale_socket(path: Path) -> None:
+    """Remove ``path`` if it is a socket nobody listens on (what a worker that crashed
+    left); anything else, a socket another frontend's worker answers on included, stays."""
+    with contextlib.suppress(OSError):
+        clear_socket(path)
 
 
 class Supervisor:
@@ -193,6 +205,8 @@ class Supervisor:
         self._recycle = asyncio.Event()
         self._failed: dict[str, str] = {}
         self._task: asyncio.Task[None] | None = None
+        self._wrote_models = False
+        """The models file is this supervisor's (it wrote it): :meth:`stop` removes it."""
 
     # -- the loop ------------------------------------------------------------------------------
     def start(self) -> asyncio.Task[None]:
@@ -262,10 +276,17 @@ class Supervisor:
         self.tail.clear()
         self._recycle.clear()
         self._failed = {}
+        if plan.socket is not None:
+            try:  # first: a socket another frontend's worker answers on means touch nothing
+                clear_socket(plan.socket)
+            except OSError as err:
+                self.fatal = str(err)
+                self.worker.update("failed", self.fatal)
+                log.error("%s: %s", plan.process, self.fatal)
+                return f"cannot run: {err}"
         try:
             plan.write_models_file()
-            if plan.socket is not None:
-                clear_socket(plan.socket)
+            self._wrote_models = True
             process = await asyncio.create_subprocess_exec(
                 *plan.argv,
                 stdin=asyncio.subprocess.DEVNULL,
@@ -404,13 +425,16 @@ class Supervisor:
 
     async def stop(self) -> None:
         """Stop supervising: terminate the process (SIGTERM, SIGKILL after the grace),
-        wait for the loop to end and close the worker's connections."""
+        wait for the loop to end, close the worker's connections, and remove what this
+        supervisor left: the socket of a worker that crashed, the models file it wrote."""
         self._stopping.set()
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
         else:
             await self.terminate()
         await self.worker.aclose()
-        if self.plan.models_file is not None:
+        if self.pid is not None and self.plan.socket is not None:
+            remove_stale_socket(self.plan.socket)  # a worker that crashed leaves its socket
+        if self._wrote_models and self.plan.models_file is not None:
             with contextlib.suppress(FileNotFoundError):
                 self.plan.models_file.unlink()

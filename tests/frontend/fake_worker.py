@@ -5,6 +5,8 @@ It takes the managed worker's command line (``serve --models FILE --uds SOCK ...
 and ``devices``; what it does is chosen by ``FAKE_WORKER_MODE``:
 
 - ``exit``: print a line and exit 3 at once;
+- ``bound-exit``: listen on its socket, then exit 3 at once, leaving the socket behind
+  (a worker that crashes while it starts);
 - ``never``: serve ``/health`` as ``loading`` forever;
 - ``failed``: serve ``/health`` with every model ``failed``;
 - ``incompatible``: a ready model under wire contract 3.0.0;
@@ -84,6 +86,10 @@ def main(argv: list[str]) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if path and os.path.exists(path):
         os.unlink(path)
+    if MODE == "bound-exit":
+        socketserver.UnixStreamServer(path or "", BaseHTTPRequestHandler)
+        print("fake worker: crashed after binding its socket", flush=True)
+        os._exit(3)
 
     released = threading.Event()
 

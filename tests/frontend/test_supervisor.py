@@ -270,8 +270,12 @@ def test_a_non_socket_in_the_way_ends_the_wait(rundir, clock):
         await supervisor.stop()
 
     run(scenario())
-    expected = f"runtime command cannot run: {plan.socket} exists and is not a socket"
+    expected = (
+        f"{plan.socket} exists and is not a socket; remove it, or give VLLM_SRUN_DIR a "
+        "directory of its own"
+    )
     assert supervisor.fatal == expected
+    assert plan.models_file is not None and not plan.models_file.exists()  # nothing written
 
 
 def test_attached_workers_are_probed_and_unreachable_while_down(rundir):
