@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import shutil
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -63,6 +65,35 @@ DRAIN_TIMEOUT = 30.0
 
 ASGIApp = Callable[..., Any]
 
+PORT_OFFSET_HINT = (
+    "or set VLLM_SR_PORT_OFFSET=N to move every port of this frontend up by N (the "
+    "management API from 8080, the metrics from 9190, the default listener from 8899)"
+)
+"""How a port in use is moved (the end of the message that says it is in use)."""
+
+
+def stamped(line: str) -> str:
+    """``line`` after the time, written as the log lines write theirs
+    (``2026-12-01 09:30:00,123 ...``)."""
+    now = time.time()
+    clock = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+    return f"{clock},{int(now % 1 * 1000):03d} {line}"
+
+
+def _print_stamped(line: str) -> None:
+    print(stamped(line), flush=True)
+
+
+class _BindErrors(logging.Filter):
+    """Drops uvicorn's own record of an address it could not bind (``[Errno 98] ...``):
+    the frontend says what is wrong and how to fix it instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not isinstance(record.msg, OSError)
+
+
+logging.getLogger("uvicorn.error").addFilter(_BindErrors())
+
 
 class Server(uvicorn.Server):
     """A uvicorn server inside the frontend's event loop. It binds its own address
@@ -89,14 +120,17 @@ class Server(uvicorn.Server):
             self.bound.set()
 
 
-def bind_problem(host: str, port: int) -> str:
-    """Why ``host:port`` cannot be bound (asked again after uvicorn could not)."""
+def bind_problem(host: str, port: int, fix: str) -> str:
+    """Why ``host:port`` cannot be bound (asked again after uvicorn could not): a port in
+    use says so and how to move it (``fix``, before :data:`PORT_OFFSET_HINT`)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                return f"port {port} is in use; {fix}, {PORT_OFFSET_HINT}"
             return str(err.strerror or err)
     return "the address could not be bound"
 
@@ -151,7 +185,7 @@ class Frontend:
         self.timeout_source = timeout_source
         self.devices = devices or Devices(env.command)
         self.clock = clock or RealClock()
-        self.out = out or (lambda line: print(line, flush=True))
+        self.out = out or _print_stamped
         self.result_cache = result_cache
         self.request_timeout = request_timeout
         self.supervisor_options = supervisor_options or {}
@@ -179,6 +213,11 @@ class Frontend:
         self.reloads = Reloads(self, source or ConfigSource.of(config), management_token)
 
     # -- what the management API reads ------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        """``Router`` or ``Engine``, as messages name this frontend."""
+        return "Router" if router_mode(self.config) else "Engine"
+
     @property
     def draining(self) -> bool:
         return self._draining
@@ -250,12 +289,19 @@ class Frontend:
             result_cache=self.result_cache,
         )
 
-    async def _serve(self, app: ASGIApp, host: str, port: int, what: str) -> None:
+    async def _serve(
+        self,
+        app: ASGIApp,
+        host: str,
+        port: int,
+        what: str,
+        fix: str = "stop what listens there",
+    ) -> None:
         """Serve ``app`` on ``host:port`` once it is bound.
 
         Raises:
-            StartupFailed: the address is in use or cannot be bound (``what`` names the
-                server in the message).
+            StartupFailed: the address is in use (the message says how to move it: ``fix``,
+                or ``VLLM_SR_PORT_OFFSET``) or cannot be bound (``what`` names the server).
         """
         config = uvicorn.Config(
             app,
@@ -272,7 +318,7 @@ class Frontend:
         await server.bound.wait()
         if server.failed:
             await asyncio.gather(task, return_exceptions=True)
-            problem = bind_problem(host, port)
+            problem = bind_problem(host, port, fix)
             raise StartupFailed(f"{what} cannot listen on {host}:{port}: {problem}")
         self.servers.append((server, task))
 
@@ -408,6 +454,7 @@ class Frontend:
                     clock=self.clock,
                     report=self.out,
                     status=self.status,
+                    mode=self.mode,
                 )
             )
             stop = asyncio.create_task(self.stopping.wait())
@@ -431,7 +478,7 @@ class Frontend:
         except (StartupFailed, PlanError, RouterUnready) as err:
             message = str(err)
             self.status.set("error", message)
-            print(f"Router startup failed: {message}", file=sys.stderr, flush=True)
+            print(f"{self.mode} startup failed: {message}", file=sys.stderr, flush=True)
             log.error("startup failed: %s", message)
             await self._shutdown()
             return 1
@@ -448,7 +495,13 @@ class Frontend:
         for config in generation.config.listeners:
             given = published[config.name]
             listener = Listener(given.grant, given.pools, chat=given.chat, **options)
-            await self._serve(listener.app, config.address, config.port, f"listener {config.name}")
+            await self._serve(
+                listener.app,
+                config.address,
+                config.port,
+                f"listener {config.name}",
+                "stop what listens there, change the listener's port in the configuration",
+            )
             self.listeners[config.name] = listener
             log.info("listener %s serves on %s:%d", config.name, config.address, config.port)
 

@@ -724,6 +724,7 @@ class Reloads:
                 source=frontend.timeout_source,
                 clock=frontend.clock,
                 report=lambda line: log.info("config version %d: %s", generation.version, line),
+                mode="Router" if router_mode(candidate.config) else "Engine",
             )
             problems = frontend.binding_problems(generation)
             if problems:

@@ -77,15 +77,16 @@ class DeploymentView:
         return next((s.fatal for s in self.supervisors if s.fatal), None)
 
 
-def progress_line(views: Sequence[DeploymentView]) -> str:
+def progress_line(views: Sequence[DeploymentView], mode: str = "Router") -> str:
     """``Waiting for Router-managed model deployments, 0 of 1 ready: primary (owner/name)
-    loading``, or the all-ready line."""
+    loading``, or the all-ready line; ``mode`` (``Router`` or ``Engine``) names who
+    manages them."""
     managed = [v for v in views if v.managed]
     ready = [v for v in managed if v.ready]
     if len(ready) == len(managed):
         return (
-            f"Router-managed model deployments are ready ({len(managed)}). "
-            "Starting router services..."
+            f"{mode}-managed model deployments are ready ({len(managed)}). "
+            f"Starting {mode.lower()} services..."
         )
     pending = []
     for view in managed:
@@ -94,7 +95,7 @@ def progress_line(views: Sequence[DeploymentView]) -> str:
         state, reason = view.state()
         pending.append(f"{view.name} ({view.artifact}) {state}" + (f": {reason}" if reason else ""))
     return (
-        f"Waiting for Router-managed model deployments, {len(ready)} of {len(managed)} ready: "
+        f"Waiting for {mode}-managed model deployments, {len(ready)} of {len(managed)} ready: "
         + "; ".join(pending)
     )
 
@@ -175,6 +176,7 @@ async def wait_for_deployments(
     clock: Clock | None = None,
     report: Callable[[str], None] | None = None,
     status: StartupStatus | None = None,
+    mode: str = "Router",
 ) -> None:
     """Wait until every managed deployment is ready.
 
@@ -182,6 +184,7 @@ async def wait_for_deployments(
         timeout: seconds the whole wait may take.
         source: what set the timeout, as the message names it.
         report: called with the progress line each time it changes.
+        mode: ``Router`` or ``Engine``, as the progress line names the frontend.
         status: kept current (its message is the progress line).
 
     Raises:
@@ -195,7 +198,7 @@ async def wait_for_deployments(
     managed = [v for v in views if v.managed]
     shown = ""
     while True:
-        line = progress_line(views)
+        line = progress_line(views, mode)
         if line != shown:
             shown = line
             if report is not None:

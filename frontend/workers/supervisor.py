@@ -29,6 +29,7 @@ import ctypes
 import ctypes.util
 import logging
 import os
+import re
 import signal
 import socket
 import stat
@@ -45,6 +46,12 @@ from .worker import Worker
 
 log = logging.getLogger("vllm_sr.workers")
 runtime_log = logging.getLogger("vllm_sr.runtime")
+
+WORKER_LINE = re.compile(
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) (.*)", re.S
+)
+"""A worker's own log line (``<time> <LEVEL> <logger>: <message>``): re-logged without
+its time (the frontend's line has one) at its level."""
 
 FIRST_BACKOFF = 1.0
 """Seconds before the first restart."""
@@ -105,6 +112,15 @@ def _death_signal_setup(parent: int) -> Callable[[], None]:
             os._exit(1)
 
     return setup
+
+
+def worker_line(line: str) -> tuple[int, str]:
+    """The level and text a worker's output line is re-logged with: a log line of its own
+    (:data:`WORKER_LINE`) at its level, without its time; any other line at INFO, as is."""
+    match = WORKER_LINE.fullmatch(line)
+    if match is None:
+        return logging.INFO, line
+    return logging.getLevelNamesMapping()[match.group(1)], match.group(2)
 
 
 def describe_exit(code: int | None) -> str:
@@ -384,7 +400,8 @@ class Supervisor:
                 self._recycle.set()
 
     async def _relog(self, process: asyncio.subprocess.Process) -> None:
-        """Each line the process writes, logged under its process name."""
+        """Each line the process writes, logged under its process name (one time on each
+        line: the worker's own is dropped, its level kept; see :func:`worker_line`)."""
         assert process.stdout is not None
         while True:
             raw = await process.stdout.readline()
@@ -392,7 +409,8 @@ class Supervisor:
                 return
             line = raw.decode("utf-8", "replace").rstrip("\r\n")
             self.tail.append(line)
-            runtime_log.info("%s: %s", self.plan.process, line)
+            level, text = worker_line(line)
+            runtime_log.log(level, "%s: %s", self.plan.process, text)
 
     # -- stopping ------------------------------------------------------------------------------
     async def terminate(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ from vllm_sr.kubernetes import overlay_from_args
 
 from .conftest import FAKE_COMMAND, free_ports
 from .fake_worker import JEV_DESCRIPTION, JEV_RELEASE_DATE
-from .test_serve import Served, wait_for
+from .test_serve import VLLM_SR, Served, port_offset, wait_for
 
 VALID = """
 global:
@@ -176,15 +177,46 @@ def test_the_readiness_timeout_exits_1(tmp_path, rundir):
         assert server.process.wait(30) == 1
         err = server.err.read_text()
         assert (
-            'Router startup failed: model_runtime deployment "primary" did not become ready '
+            'Engine startup failed: model_runtime deployment "primary" did not become ready '
             "within 1s (VLLM_SRUN_READY_TIMEOUT): loading"
         ) in err
-        assert "Waiting for Router-managed model deployments, 0 of 1 ready: primary " in (
+        assert "Waiting for Engine-managed model deployments, 0 of 1 ready: primary " in (
             server.out.read_text()
         )
         wait_for(lambda: list(rundir.glob("*.sock")) == [], 5, "the sockets removed")
     finally:
         server.close()
+
+
+@pytest.mark.slow
+def test_a_management_port_in_use_says_how_to_move_it(tmp_path, rundir):
+    offset = port_offset()
+    port = 8080 + offset
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        done = subprocess.run(
+            [*VLLM_SR, "serve", "-e"],
+            capture_output=True,
+            text=True,
+            env={
+                **os.environ,
+                "VLLM_SR_PORT_OFFSET": str(offset),
+                "VLLM_SRUN_DIR": str(rundir),
+                "VLLM_SRUN_COMMAND": " ".join(FAKE_COMMAND),
+            },
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 1
+    assert (
+        f"Engine startup failed: the management API cannot listen on 127.0.0.1:{port}: port "
+        f"{port} is in use; stop what listens there, or set VLLM_SR_PORT_OFFSET=N to move "
+        "every port of this frontend up by N (the management API from 8080, the metrics from "
+        "9190, the default listener from 8899)\n"
+    ) in done.stderr
+    assert "Errno" not in done.stderr  # uvicorn's own record is not shown
+    assert list(rundir.iterdir()) == []  # no worker was planned or started
 
 
 def test_a_runtime_profile_that_is_not_a_name_names_the_flag(capsys):

@@ -237,11 +237,11 @@ def test_waiting_ready_inventory_and_drain(rundir, monkeypatch):
     [entry] = ready_status["model_deployments"]
     assert entry["name"] == "primary" and entry["state"] == "ready" and entry["ready"] is True
     assert entry["artifact"] == "fake/model"
-    assert harness.lines[-1] == (
-        "Router-managed model deployments are ready (1). Starting router services..."
+    assert harness.lines[-1] == (  # Engine mode names itself
+        "Engine-managed model deployments are ready (1). Starting engine services..."
     )
     assert harness.lines[0].startswith(
-        "Waiting for Router-managed model deployments, 0 of 1 ready: primary (fake/model) "
+        "Waiting for Engine-managed model deployments, 0 of 1 ready: primary (fake/model) "
     )
 
     # The inventory is the pools' own: one entry per deployment in use, sorted by name.
@@ -290,7 +290,7 @@ def test_waiting_ready_inventory_and_drain(rundir, monkeypatch):
     assert not list(rundir.glob("*.sock"))  # the workers are gone
 
 
-def test_an_address_in_use_fails_startup_with_its_name(rundir, monkeypatch, capsys):
+def test_an_address_in_use_fails_startup_with_its_name(rundir, monkeypatch, capsys, caplog):
     harness = Harness(rundir, "ready", monkeypatch)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", harness.listener))
@@ -298,10 +298,14 @@ def test_an_address_in_use_fails_startup_with_its_name(rundir, monkeypatch, caps
         code = run(harness.frontend.run())
     assert code == 1
     err = capsys.readouterr().err
+    port = harness.listener
     assert (
-        f"Router startup failed: listener http cannot listen on 127.0.0.1:{harness.listener}: "
-        "Address already in use"
+        f"Engine startup failed: listener http cannot listen on 127.0.0.1:{port}: port {port} "
+        "is in use; stop what listens there, change the listener's port in the configuration, "
+        "or set VLLM_SR_PORT_OFFSET=N to move every port of this frontend up by N (the "
+        "management API from 8080, the metrics from 9190, the default listener from 8899)\n"
     ) in err
+    assert "Errno" not in err and "Errno" not in caplog.text  # not uvicorn's own record
     assert not list(rundir.glob("*.sock"))  # the workers it started are gone
 
 
@@ -327,7 +331,7 @@ def test_while_waiting_and_the_readiness_timeout(rundir, monkeypatch, capsys):
     ready, health, status, code = run(scenario())
     assert ready.status_code == 503 and ready.json()["phase"] == "loading_model_deployments"
     assert ready.json()["message"] == (
-        "Waiting for Router-managed model deployments, 0 of 1 ready: primary (fake/model) loading"
+        "Waiting for Engine-managed model deployments, 0 of 1 ready: primary (fake/model) loading"
     )
     assert health.status_code == 200
     assert status["phase"] == "loading_model_deployments" and status["ready"] is False
@@ -335,7 +339,7 @@ def test_while_waiting_and_the_readiness_timeout(rundir, monkeypatch, capsys):
     assert status["model_deployments"][0]["process"].count("primary-r-") == 2
     assert code == 1
     assert capsys.readouterr().err.startswith(
-        'Router startup failed: model_runtime deployment "primary" did not become ready '
+        'Engine startup failed: model_runtime deployment "primary" did not become ready '
         "within 2s (VLLM_SRUN_READY_TIMEOUT): loading"
     )
     assert harness.frontend.status.phase == "error"
@@ -349,7 +353,7 @@ def test_a_binding_that_does_not_match_the_card_fails_startup(rundir, monkeypatc
     assert harness.frontend.status.phase == "error"
     err = capsys.readouterr().err
     assert err.startswith(
-        "Router startup failed: a binding does not match the model: domain_classifier "
+        "Engine startup failed: a binding does not match the model: domain_classifier "
         "(label_scores.v1) on primary: the model has no scores head (heads: spans (token))"
     )
 
@@ -381,7 +385,7 @@ def test_a_failed_startup_says_why_and_stops_the_workers(rundir, monkeypatch, ca
     assert run(scenario()) == 1
     err = capsys.readouterr().err
     assert (
-        'Router startup failed: model_runtime deployment "primary": model runtime is not '
+        'Engine startup failed: model_runtime deployment "primary": model runtime is not '
         "ready: model primary failed to load: fake: the weights are missing"
     ) in err
     assert frontend.status.document()["phase"] == "error"

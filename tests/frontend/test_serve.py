@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -158,12 +159,23 @@ def served(package: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         rundir.rmdir()
 
 
+STAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} "
+"""The time a frontend's line starts with (as its log lines' ``asctime``)."""
+
+
 def test_two_managed_workers_serve(served: Served) -> None:
     lines = served.out.read_text().splitlines()
-    assert lines[0].startswith("Waiting for Router-managed model deployments, 0 of 1 ready: ")
-    assert lines[-1] == (
-        "Router-managed model deployments are ready (1). Starting router services..."
+    # The progress lines carry the time, and Engine mode names itself.
+    assert re.fullmatch(
+        STAMP + r"Waiting for Engine-managed model deployments, 0 of 1 ready: primary \(.*",
+        lines[0],
     )
+    assert re.fullmatch(
+        STAMP
+        + r"Engine-managed model deployments are ready \(1\)\. Starting engine services\.\.\.",
+        lines[-1],
+    )
+    assert all(re.match(STAMP, line) for line in lines)
     workers = served.workers()
     assert len(workers) == 2
     for worker in workers:
@@ -178,8 +190,17 @@ def test_two_managed_workers_serve(served: Served) -> None:
     assert len({r["id"] for r in entry["replicas"]}) == 2
     status = served.get("/startup-status")
     assert status is not None and status.json()["phase"] == "ready"
-    # Every worker's output is re-logged under its process name.
-    assert f"vllm_sr.runtime: primary-{entry['replicas'][0]['id']}: " in served.output()
+    # Every worker's output is re-logged under its process name, its own log lines with
+    # the frontend's time only, at their own level.
+    relogged = [
+        line for line in served.err.read_text().splitlines() if " vllm_sr.runtime: " in line
+    ]
+    process = f"primary-{entry['replicas'][0]['id']}"
+    assert any(
+        re.fullmatch(STAMP + rf"INFO vllm_sr\.runtime: {process}: vllm_srun[.\w]*: .+", line)
+        for line in relogged
+    )
+    assert [line for line in relogged if len(re.findall(STAMP, line)) != 1] == []
 
 
 def test_instance_status_and_models(served: Served) -> None:

@@ -16,7 +16,7 @@ from vllm_sr.pool import ReplicaPool
 from vllm_sr.startup import DeploymentView, StartupFailed, wait_for_deployments
 from vllm_sr.workers.client import ExchangeBroken
 from vllm_sr.workers.health import HealthPoller
-from vllm_sr.workers.supervisor import Supervisor, clear_socket
+from vllm_sr.workers.supervisor import Supervisor, clear_socket, worker_line
 from vllm_sr.workers.worker import Worker
 
 from .conftest import FakeClock, fake_environ, one_worker, run
@@ -344,3 +344,23 @@ def test_a_poller_stopped_as_a_probe_is_asked_for_stops():
         await worker.aclose()
 
     run(scenario(), timeout=10)
+
+
+def test_a_worker_log_line_is_relogged_with_one_time_at_its_level():
+    assert worker_line("2026-12-01 09:30:00,123 WARNING vllm_srun.serve: model a is slow") == (
+        logging.WARNING,
+        "vllm_srun.serve: model a is slow",
+    )
+    assert worker_line("2026-12-01 09:30:00,123 INFO vllm_srun: ready") == (
+        logging.INFO,
+        "vllm_srun: ready",
+    )
+    # Anything else (a traceback, a print) stays as it is, at INFO.
+    assert worker_line("Traceback (most recent call last):") == (
+        logging.INFO,
+        "Traceback (most recent call last):",
+    )
+    assert worker_line("2026-12-01 09:30:00 WARNING no milliseconds") == (
+        logging.INFO,
+        "2026-12-01 09:30:00 WARNING no milliseconds",
+    )
