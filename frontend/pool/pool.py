@@ -13,6 +13,16 @@ A dispatch that fails (a 5xx, an answer that breaks off or cannot be read, a tim
 while the caller still waited) puts its replica in back-off, 100 ms doubling per
 consecutive failure up to 3.2 s, and asks the health poller for a probe; an ``ok``
 ends the back-off.
+
+A replica that holds exchanges and has answered none for far longer than its answers
+usually take is **suspect** (:mod:`vllm_sr.workers.liveness`): while another replica is
+not, it takes no new exchange, counts as not ready (``stalled``), and every exchange
+waiting on it is sent again to another replica (inference is idempotent; the first
+exchange is left to finish, and its answer, if it ever comes, clears the suspicion).
+Becoming suspect asks the health poller for a short probe; a suspect replica whose
+probe fails is ``unreachable`` even when every replica is suspect. A suspect replica
+whose probe answers, with no other replica to take its work, keeps its exchanges (busy
+on a long request, not stopped).
 """
 
 from __future__ import annotations
@@ -70,6 +80,11 @@ WRONG_PROFILE = "replica profile does not match deployment"
 NO_IDENTITY = "replica does not report model identity"
 DIFFERENT = "replica identity or capabilities differ from pool"
 IN_BACKOFF = "replica is in health backoff"
+STALLED = "stalled"
+"""The state a suspect replica shows while another replica takes its work."""
+
+STALL_RECHECK_S = 0.25
+"""How often an exchange waiting on a suspect replica looks again for another replica."""
 
 _sequence = itertools.count(1)
 
@@ -301,9 +316,24 @@ class ReplicaPool:
         return replica.worker.ready and not replica.refusal
 
     def _usable(self, now: float) -> list[_Replica]:
-        """Ready, compatible replicas not in back-off (what "ready" means to the pool)."""
+        """Ready, compatible replicas not in back-off, and not suspect while another one
+        is not (what "ready" means to the pool)."""
         self._check()
-        return [r for r in self._replicas if self._compatible(r) and r.backoff_until <= now]
+        usable = [r for r in self._replicas if self._compatible(r) and r.backoff_until <= now]
+        answering = [r for r in usable if not r.worker.liveness.suspect()]
+        return answering or usable
+
+    def _stalled(self, replica: _Replica, now: float) -> bool:
+        """Suspect while another usable replica is not: it takes no new exchange."""
+        if not replica.worker.liveness.suspect():
+            return False
+        return any(
+            r is not replica
+            and self._compatible(r)
+            and r.backoff_until <= now
+            and not r.worker.liveness.suspect()
+            for r in self._replicas
+        )
 
     def refusal(self, worker: Worker) -> str:
         """Why a ready ``worker`` is kept out of the pool now (``""`` when it is not).
@@ -317,6 +347,8 @@ class ReplicaPool:
             return replica.refusal
         if self._compatible(replica) and replica.backoff_until > self.clock():
             return IN_BACKOFF
+        if self._compatible(replica) and self._stalled(replica, self.clock()):
+            return replica.worker.liveness.why()
         return ""
 
     @property
@@ -334,6 +366,9 @@ class ReplicaPool:
             ready = self._compatible(r)
             if ready and r.backoff_until > now:
                 ready, state, reason = False, "backoff", IN_BACKOFF
+            elif ready and self._stalled(r, now):
+                reason = w.liveness.why() + "; new requests go to the other replicas"
+                ready, state = False, STALLED
             elif r.refusal:
                 state, reason = "incompatible", r.refusal
             device = (w.card or {}).get("device") or w.device or ""
@@ -477,6 +512,8 @@ class ReplicaPool:
         if staying:  # a retiring replica takes an exchange only when nothing else can
             compatible = staying
         usable = [r for r in compatible if r.backoff_until <= now]
+        answering = [r for r in usable if not r.worker.liveness.suspect()]
+        usable = answering or usable
         if not usable:
             self._count("unavailable")
             waits = [r.backoff_until - now for r in compatible]
@@ -569,8 +606,8 @@ class ReplicaPool:
         deadline: float,
         attempt: int,
     ) -> Reply | None:
-        """One exchange with ``replica``; ``None`` when it never reached the worker and
-        another replica may take it.
+        """One exchange with ``replica``; ``None`` when another replica may take it: it
+        never reached the worker, or the replica stalled (the exchange is left to finish).
 
         Raises:
             ValueError: ``raw`` is not a JSON object (before anything is admitted).
@@ -582,9 +619,10 @@ class ReplicaPool:
         replica.idle.clear()
         replica.outstanding += cost
         replica.assigned = next_assignment()
-        outcome, reply, retry, started = "failed", None, False, time.perf_counter()
-        try:
-            reply = await transport.send(
+        token = replica.worker.liveness.sent()
+        started = time.perf_counter()
+        send = asyncio.ensure_future(
+            transport.send(
                 replica.worker,
                 surface,
                 path,
@@ -592,6 +630,17 @@ class ReplicaPool:
                 public_name=self.public_name,
                 timeout=max(0.0, deadline - time.perf_counter()),
             )
+        )
+        outcome, reply, answered, retried = "failed", None, False, False
+        try:
+            if not await self._answered_or_stalled(replica, send, attempt):
+                outcome = "resent"  # the first exchange finishes on its own (_settle)
+                send.add_done_callback(
+                    lambda done: self._settle(replica, cost, token, surface, started, done)
+                )
+                return None
+            reply = send.result()
+            answered = True
             status = reply.status
             outcome = "ok" if status < 400 else "rejected" if status < 500 else "failed"
             return reply
@@ -601,26 +650,92 @@ class ReplicaPool:
         except transport.TransportError as err:
             others = [r for r in self._usable(self.clock()) if r is not replica]
             if not err.sent and others and attempt < len(self._replicas):
-                retry = True
+                retried = True  # counted as failed for this replica, not for the request
                 return None
             raise Unavailable(str(err), RETRY_AFTER_SECONDS) from err
         except transport.InvalidReply as err:
+            answered = True
             raise BadReply(str(err)) from err
         except asyncio.CancelledError:
             outcome = "canceled"
+            send.cancel()
             raise
         finally:
-            self._release(replica, cost, outcome)
-            if self.metrics is not None:
-                self.metrics.exchanged(
-                    self.deployment,
-                    replica.worker.replica_id,
-                    surface,
-                    outcome,
-                    reply.seconds if reply is not None else time.perf_counter() - started,
-                    reply.server_ms if reply is not None else None,
+            if outcome != "resent":
+                self._ended(replica, cost, token, surface, started, outcome, reply, answered)
+            if self.metrics is not None and outcome != "resent" and not retried:
+                self.metrics.request(
+                    self.deployment, "cancelled" if outcome == "canceled" else outcome
                 )
-                if not retry:
-                    self.metrics.request(
-                        self.deployment, "cancelled" if outcome == "canceled" else outcome
-                    )
+
+    async def _answered_or_stalled(
+        self, replica: _Replica, send: asyncio.Future[Reply], attempt: int
+    ) -> bool:
+        """Wait for ``send`` to end (``True``), or until ``replica`` is stalled while
+        another replica answers and the exchange may go there (``False``). Becoming
+        suspect asks the health poller for a probe."""
+        liveness, asked = replica.worker.liveness, False
+        while True:
+            wait = liveness.until_suspect()
+            done, _ = await asyncio.wait({send}, timeout=wait or STALL_RECHECK_S)
+            if done:
+                return True
+            if not liveness.suspect():
+                continue
+            if not asked:
+                replica.worker.request_probe()
+                asked = True
+            if attempt < 2 * len(self._replicas) and self._stalled(replica, self.clock()):
+                return False
+
+    def _settle(
+        self,
+        replica: _Replica,
+        cost: int,
+        token: int,
+        surface: str,
+        started: float,
+        send: asyncio.Future[Reply],
+    ) -> None:
+        """The end of an exchange left to finish after a resend (its future's callback)."""
+        reply: Reply | None = None
+        error = None if send.cancelled() else send.exception()
+        if send.cancelled():
+            outcome = "canceled"
+        elif isinstance(error, transport.ExchangeTimeout):
+            outcome = "timeout"
+        elif error is not None:
+            outcome = "failed"
+        else:
+            reply = send.result()
+            outcome = "ok" if reply.status < 400 else "rejected" if reply.status < 500 else "failed"
+        answered = reply is not None or isinstance(error, transport.InvalidReply)
+        self._ended(replica, cost, token, surface, started, outcome, reply, answered)
+
+    def _ended(
+        self,
+        replica: _Replica,
+        cost: int,
+        token: int,
+        surface: str,
+        started: float,
+        outcome: str,
+        reply: Reply | None,
+        answered: bool,
+    ) -> None:
+        """One exchange's end: the replica's bookkeeping and liveness (``answered``: the
+        worker sent an answer, whatever its status), back-off and the exchange's metrics."""
+        if answered:
+            replica.worker.liveness.answered(token)
+        else:
+            replica.worker.liveness.abandoned(token)
+        self._release(replica, cost, outcome)
+        if self.metrics is not None:
+            self.metrics.exchanged(
+                self.deployment,
+                replica.worker.replica_id,
+                surface,
+                outcome,
+                reply.seconds if reply is not None else time.perf_counter() - started,
+                reply.server_ms if reply is not None else None,
+            )

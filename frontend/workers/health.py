@@ -1,8 +1,14 @@
 """Health polling: what state a worker's model is in, and its card once it is ready.
 
 A poller asks ``GET /health`` every 500 ms while the model is not ready and every
-5 s once it is, each call bounded by 2 s; a caller that saw a transport failure asks
-for an early probe (:meth:`~.worker.Worker.request_probe`). A ready model's card
+5 s once it is, each call bounded by 2 s; a caller that saw a transport failure, or a
+pool that finds the worker suspect (:mod:`.liveness`), asks for an early probe
+(:meth:`~.worker.Worker.request_probe`). A probe of a suspect worker waits
+:data:`~.liveness.SUSPECT_PROBE_TIMEOUT` only, and its failure makes the worker
+``unreachable`` at once. A slow answer alone never does where the worker shows other
+signs of life: a ready worker that answered a request while the probe waited stays
+ready, and one busy with requests (outstanding, not suspect) is marked only after a
+second consecutive probe fails. A ready model's card
 comes from ``GET /v1/models`` (with the model's entry in its Jev model list, when the
 runtime gives one). A worker whose ``api_version`` major is not the
 frontend's is ``incompatible``; one that does not list the model is ``missing``;
@@ -18,6 +24,7 @@ from typing import Any
 
 from .. import API_MAJOR
 from .client import ConnectFailed, ExchangeBroken, ExchangeTimedOut
+from .liveness import SUSPECT_PROBE_TIMEOUT
 from .worker import STATES, Worker
 
 log = logging.getLogger("vllm_sr.workers")
@@ -97,6 +104,7 @@ class HealthPoller:
         self.on_health = on_health
         self.answered = not starting
         self._was_ready = False
+        self.slow_probes = 0
 
     async def run(self) -> None:
         """Probe until cancelled."""
@@ -108,13 +116,22 @@ class HealthPoller:
     async def probe(self) -> str:
         """One probe: update the worker; returns its state."""
         worker = self.worker
+        liveness = worker.liveness
+        suspect = liveness.suspect()
+        timeout = min(self.timeout, SUSPECT_PROBE_TIMEOUT) if suspect else self.timeout
+        sent = liveness.clock()
         try:
-            response = await worker.client.get("/health", timeout=self.timeout)
+            response = await worker.client.get("/health", timeout=timeout)
             document = response.json()
-        except (ConnectFailed, ExchangeBroken, ExchangeTimedOut) as err:
-            return self._no_answer(err)
+        except ExchangeTimedOut as err:
+            if not suspect and self._alive_meanwhile(sent):
+                return worker.state
+            return self._no_answer(err, timeout)
+        except (ConnectFailed, ExchangeBroken) as err:
+            return self._no_answer(err, timeout)
         except ValueError:
             return self._set("unreachable", "the runtime answered /health without its JSON")
+        self.slow_probes = 0
         self.answered = True
         if not isinstance(document, dict):
             return self._set("unreachable", "the runtime answered /health without its JSON")
@@ -173,13 +190,39 @@ class HealthPoller:
                 return card, ("ready", "")
         return None, ("missing", "the runtime does not serve this model")
 
-    def _no_answer(self, err: Exception) -> str:
+    def _alive_meanwhile(self, sent: float) -> bool:
+        """A ready worker whose ``/health`` timed out, but that answered a request while
+        the probe waited, or holds requests without being suspect the first time: busy,
+        not gone (the probe is counted in :attr:`slow_probes` and logged)."""
+        worker, liveness = self.worker, self.worker.liveness
+        if not worker.ready:
+            return False
+        busy = liveness.outstanding > 0 and self.slow_probes == 0
+        if not (liveness.answered_since(sent) or busy):
+            return False
+        self.slow_probes += 1
+        name = worker.process or f"{worker.deployment} {worker.replica_id}"
+        log.info(
+            "%s: /health did not answer within %g s; kept ready: it %s",
+            name,
+            self.timeout,
+            "answered requests meanwhile"
+            if liveness.answered_since(sent)
+            else f"holds {liveness.outstanding} requests (marked if the next probe fails too)",
+        )
+        return True
+
+    def _no_answer(self, err: Exception, timeout: float) -> str:
         self._was_ready = False
+        self.slow_probes = 0
         if self.worker.card is not None and not self.worker.managed:
             self.worker.forget_card()
         if not self.answered:
             return self._set("starting", "")
-        return self._set("unreachable", unreachable_reason(err, self.timeout))
+        reason = unreachable_reason(err, timeout)
+        if self.worker.liveness.suspect():
+            reason = f"{reason}; {self.worker.liveness.why()}"
+        return self._set("unreachable", reason)
 
     def _set(self, state: str, reason: str, card: dict[str, Any] | None = None) -> str:
         before = self.worker.state

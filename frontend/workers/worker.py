@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .client import WorkerClient
+from .liveness import Liveness
 
 STATES = (
     "starting",
@@ -67,6 +68,8 @@ class Worker:
         restarts: how many times the managed process was restarted.
         changes: how many :meth:`update` calls changed something (a cheap way to tell
             that the state, reason or card moved since last looked at).
+        liveness: what its exchanges show of whether it answers (kept by the pools
+            that send it requests, read by its health poller).
     """
 
     deployment: str
@@ -83,6 +86,7 @@ class Worker:
     listing: dict[str, str] | None = None
     restarts: int = 0
     changes: int = 0
+    liveness: Liveness = field(default_factory=Liveness, repr=False)
     _changed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _probe: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _client: WorkerClient | None = field(default=None, repr=False)

@@ -107,6 +107,9 @@ class FakeWorker:
         timing: the ``Server-Timing`` header it sends.
         rejection: the body of a ``422`` answer.
         listing: the Jev ``models`` list of its ``/v1/models`` (``None``: no such key).
+        health_delays: seconds each next ``/health`` waits before it answers, in order
+            (a slow probe); ``frozen``: ``/health`` answers only once ``gate`` is set (a
+            stopped process).
     """
 
     def __init__(self, name: str, path: Path) -> None:
@@ -121,6 +124,8 @@ class FakeWorker:
         self.api_version = "2.3.0"
         self.rejection: Any = {"error": {"code": "invalid_request", "message": "SECRET"}}
         self.listing: list[Any] | None = None
+        self.health_delays: list[float] = []
+        self.frozen = False
 
     def bodies(self) -> list[dict[str, Any]]:
         return [json.loads(body) for _, body in self.received]
@@ -204,6 +209,10 @@ class FakeWorker:
         return json.dumps(answer).encode()
 
     async def _get(self, path: str, send: Any) -> None:
+        if path == "/health" and self.frozen:
+            await self.gate.wait()  # no answer until the test ends, as a stopped process
+        if path == "/health" and self.health_delays:
+            await asyncio.sleep(self.health_delays.pop(0))  # the slow answer being tested
         if path == "/health":
             document = {"status": "ready", "api_version": self.api_version, "model": "x"}
         else:
