@@ -14,10 +14,15 @@ the runtime surfaces for the models its ``runtime`` grant names.
 ``api_keys`` are read from ``Authorization: Bearer <key>`` or ``Api-Key: <key>`` and
 compared in constant time; no keys means an open listener. Requests reach the pools as
 the client sent them, ``model`` aside (the public id in, the worker's name out, and
-back); a worker's error text never reaches a client: an error answer carries the code
-and a message that is that code in words. Every answer says ``Cache-Control: no-store``.
-A 401 carries, beside ``error``, Jev's ``detail: {"error_type": "authentication_error",
-"message"}`` on every listener.
+back). An error answer carries the code and a message: the code in words, or, where the
+listener knows the fix, the fix (a route no grant publishes names the grant to add; a
+model outside the grant lists the grant's models). A worker's error text never reaches a
+client, but for the runtime routes' ``invalid_request`` and ``unsupported_surface``
+(:data:`~.refusals.PASSED_MESSAGES`), whose message tells the client what is wrong with
+its own request. Every refusal the listener answers itself writes an access line
+(``vllm_sr.access``); a worker writes its own. Every answer says ``Cache-Control:
+no-store``. A 401 carries, beside ``error``, Jev's ``detail: {"error_type":
+"authentication_error", "message"}`` on every listener.
 
 ``model: "jev-latest"`` (the Jev SDKs' default), when the grant does not publish that id
 itself, names the grant's one System One model, or, of several, the one deployment
@@ -45,6 +50,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -72,6 +78,9 @@ from .refusals import (
     detail_entries,
     error_body,
     error_response,
+    log_refusal,
+    not_published,
+    passed_message,
     validation_entry,
     validation_response,
 )
@@ -200,8 +209,7 @@ class Listener:
         if self._stopping:
             raise Refusal(503, unavailable, kind, {"retry-after": "1"})
         if not granted:
-            code = "systemone_not_published" if kind == SYSTEMONE else "runtime_not_published"
-            raise Refusal(404, code, kind)
+            raise not_published(kind, request.url.path)
         if not published.authorized(request):
             raise Refusal(
                 401,
@@ -246,12 +254,15 @@ class Listener:
 
     @staticmethod
     def _failed(reply: Reply, kind: str, published: Published) -> Refusal:
-        """A worker's non-2xx answer as the listener's own (same status, no worker text;
-        a Jev listener keeps a 422's well-formed validation entries)."""
-        code = "systemone_request_failed"
+        """A worker's non-2xx answer as the listener's own (same status; no worker text
+        but a runtime route's :func:`~.refusals.passed_message`; a Jev listener keeps a
+        422's well-formed validation entries)."""
+        code, message = "systemone_request_failed", None
         if kind == RUNTIME:
-            worker = _error_code(reply.json())
+            answer = reply.json()
+            worker = _error_code(answer)
             code = worker if worker in RUNTIME_ERROR_CODES else "runtime_request_failed"
+            message = passed_message(answer)
         headers = (
             {"retry-after": reply.headers["retry-after"]} if "retry-after" in reply.headers else {}
         )
@@ -259,8 +270,8 @@ class Listener:
             entries = detail_entries(reply.json()) or validation_entry(
                 ["body"], "the request is not valid", "value_error"
             )
-            return Refusal(422, "invalid_request", kind, headers, invalid=entries)
-        return Refusal(reply.status, code, kind, headers)
+            return Refusal(422, "invalid_request", kind, headers, invalid=entries, own=False)
+        return Refusal(reply.status, code, kind, headers, message=message, own=False)
 
     @staticmethod
     def refused(refusal: Refusal, published: Published) -> Response:
@@ -273,8 +284,16 @@ class Listener:
             return validation_response(refusal.code, refusal.kind, refusal.invalid, refusal.headers)
         error_type = refusal.error_type or (refusal.code if jev else None)
         return error_response(
-            refusal.status, refusal.code, refusal.kind, refusal.headers, error_type=error_type
+            refusal.status,
+            refusal.code,
+            refusal.kind,
+            refusal.headers,
+            message=refusal.message,
+            error_type=error_type,
         )
+
+    def _log(self, request: Request, status: int, code: str, started: float) -> None:
+        log_refusal(request, status, code, started, self.grant.listener)
 
     # -- the app -----------------------------------------------------------------------------
     def _build(self) -> FastAPI:
@@ -288,6 +307,7 @@ class Listener:
 
         @app.exception_handler(StarletteHTTPException)
         async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+            started = time.perf_counter()  # routing refused it: nothing ran before
             kind = RUNTIME if _runtime_path(request.url.path) else SYSTEMONE
             published = self.published
             if exc.status_code == 405:
@@ -296,6 +316,7 @@ class Listener:
                 refusal = Refusal(404, "not_found", kind)
             else:
                 refusal = Refusal(exc.status_code, "invalid_request", kind)
+            self._log(request, refusal.status, refusal.code, started)
             return self.refused(refusal, published)
 
         Handler = Callable[[Request, Published], Awaitable[Response]]
@@ -303,11 +324,14 @@ class Listener:
         def route(path: str, method: str) -> Callable[[Handler], None]:
             def register(handler: Handler) -> None:
                 async def endpoint(request: Request) -> Response:
+                    started = time.perf_counter()
                     published = self.published
                     with self._counted(published):
                         try:
                             return await handler(request, published)
                         except Refusal as refusal:
+                            if refusal.own:
+                                self._log(request, refusal.status, refusal.code, started)
                             return self.refused(refusal, published)
                         except ClientDisconnect:
                             return Response(status_code=499)
@@ -365,16 +389,17 @@ class Listener:
         handler is logged and answered 500 ``internal_error``."""
         published = self.published
         assert published.chat is not None
+        request = Request(scope, receive)
         with self._counted(published):
             try:
-                response = await self._chat(
-                    Request(scope, receive), published, published.chat.completions
-                )
+                response = await self._chat(request, published, published.chat.completions)
             except ClientDisconnect:
                 return  # the client left: nobody to answer
             except Exception:
                 logging.getLogger("vllm_sr.router").exception("a Chat request failed")
-                response = ChatError(500, "internal_error", "the router failed; retry").response()
+                failed = ChatError(500, "internal_error", "the router failed; retry")
+                self._log(request, failed.status, failed.code, time.perf_counter())
+                response = failed.response()
             await response(scope, receive, send)
 
     async def _chat(
@@ -383,7 +408,9 @@ class Listener:
         published: Published,
         handler: Callable[[Request], Awaitable[Response]],
     ) -> Response:
-        """A Chat route: the listener's key checked, OpenAI's error envelope on failure."""
+        """A Chat route: the listener's key checked, OpenAI's error envelope (and an access
+        line) on failure."""
+        started = time.perf_counter()
         try:
             if self._stopping:
                 raise ChatError(
@@ -396,6 +423,7 @@ class Listener:
                 raise unauthorized()
             return await handler(request)
         except ChatError as err:
+            self._log(request, err.status, err.code, started)
             return err.response()
 
     def _systemone_handler(self, path: str) -> Callable[[Request, Published], Awaitable[Response]]:
@@ -470,7 +498,7 @@ class Listener:
             try:
                 pool = published.pool(task[surfaces[0]].get("model"), granted, RUNTIME)
             except Refusal as refusal:
-                results[index] = _task_error(task["id"], refusal.status, refusal.code)
+                results[index] = _task_error(task["id"], refusal)
                 continue
             groups.setdefault(pool.public_name, (pool, []))[1].append(index)
         sends = []
@@ -500,17 +528,18 @@ class Listener:
             reply = await self._exchange(pool, "bundle", "/v1/bundle", raw.encode(), RUNTIME)
         except Refusal as refusal:
             for i in chunk:
-                results[i] = _task_error(tasks[i]["id"], refusal.status, refusal.code)
+                results[i] = _task_error(tasks[i]["id"], refusal)
             return
         if not 200 <= reply.status < 300:
             failed = self._failed(reply, RUNTIME, published)
             for i in chunk:
-                results[i] = _task_error(tasks[i]["id"], failed.status, failed.code)
+                results[i] = _task_error(tasks[i]["id"], failed)
             return
         answered = _bundle_results(reply.content.decode())
         if answered is None or len(answered) != len(chunk):
+            broken = Refusal(502, "invalid_runtime_response", RUNTIME)
             for i in chunk:
-                results[i] = _task_error(tasks[i]["id"], 502, "invalid_runtime_response")
+                results[i] = _task_error(tasks[i]["id"], broken)
             return
         for i, result in zip(chunk, answered, strict=True):
             results[i] = result
@@ -574,14 +603,19 @@ def _error_code(body: Any) -> str:
     return code if isinstance(code, str) else ""
 
 
-def _task_error(task_id: str, status: int, code: str) -> str:
-    body = {"id": task_id, "status": status, **error_body(code, RUNTIME)}
+def _task_error(task_id: str, refusal: Refusal) -> str:
+    body = {
+        "id": task_id,
+        "status": refusal.status,
+        **error_body(refusal.code, RUNTIME, message=refusal.message),
+    }
     return json.dumps(body, ensure_ascii=False)
 
 
 def _bundle_results(text: str) -> list[str] | None:
     """A worker bundle answer's results, each as its JSON text; a result's error keeps
-    its code but never its message. ``None`` when the answer has no results list."""
+    its code, but its message only as :func:`~.refusals.passed_message` allows. ``None``
+    when the answer has no results list."""
     try:
         span = jsontext.member(jsontext.document(text), "results")
         if span is None or text[span[0]] != "[":
@@ -593,7 +627,8 @@ def _bundle_results(text: str) -> list[str] | None:
             if isinstance(result, dict) and "error" in result:
                 code = _error_code(result)
                 code = code if code in RUNTIME_ERROR_CODES else "runtime_request_failed"
-                result["error"] = error_body(code, RUNTIME)["error"]
+                message = passed_message(result)
+                result["error"] = error_body(code, RUNTIME, message=message)["error"]
                 piece = json.dumps(result, ensure_ascii=False)
             pieces.append(piece)
         return pieces

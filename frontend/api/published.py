@@ -20,7 +20,7 @@ from starlette.requests import Request
 
 from ..pool.pool import ReplicaPool
 from ..router.chat import ListenerChat
-from .refusals import SYSTEMONE, Refusal, validation_entry
+from .refusals import SYSTEMONE, Refusal, not_allowed, validation_entry
 
 JEV_ALIAS = "jev-latest"
 """The model name the Jev SDKs send by default."""
@@ -148,11 +148,22 @@ class Published:
         if kind == SYSTEMONE and model == JEV_ALIAS and model not in granted:
             model = self.alias_target() or model
         if model not in granted:
-            raise Refusal(403, "model_not_allowed", kind)
+            raise not_allowed(kind, model, self.usable(granted, kind))
         pool = self.pools.get(model)
         if pool is None:
             raise Refusal(404, "model_not_found", kind)
         return pool
+
+    def usable(self, granted: Sequence[str], kind: str) -> list[str]:
+        """The model names a client of this listener may send on ``kind``'s routes: the
+        granted ids that name a deployment (all granted ids, when none does), and on the
+        System One routes ``jev-latest`` when it names one of them."""
+        named = [m for m in dict.fromkeys(granted) if m in self.pools] or list(
+            dict.fromkeys(granted)
+        )
+        if kind == SYSTEMONE and self.alias_target() is not None:
+            named.append(JEV_ALIAS)
+        return named
 
     def model_list(self) -> list[dict[str, str]]:
         """Jev's model list: each System One id of the grant that names a deployment, then

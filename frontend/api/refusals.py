@@ -1,14 +1,19 @@
 """The errors of a listener's native routes: their codes, their JSON shapes (the wire
-contract's ``{"error": {"code", "type", "message"}}``, with Jev's ``detail`` where a Jev
-client reads it), and the worker's 422 entries a Jev client may see.
+contract's ``{"error": {"code", "type", "message"}}`` and OpenAI's ``param``, with Jev's
+``detail`` where a Jev client reads it), the worker's 422 entries a Jev client may see,
+and the access line of each refusal the listener answers itself.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from difflib import get_close_matches
 from typing import Any
 
+from starlette.requests import Request
 from starlette.responses import Response
 
 SYSTEMONE = "systemone_error"
@@ -26,8 +31,21 @@ RUNTIME_ERROR_CODES = frozenset(
         "not_ready",
     }
 )
-"""The wire contract's error codes: a worker's code among them is passed on (its
-message never is)."""
+"""The wire contract's error codes: a worker's code among them is passed on."""
+
+PASSED_MESSAGES = frozenset({"invalid_request", "unsupported_surface"})
+"""The worker codes whose ``message`` (and ``param``) a runtime route passes on: they say
+what is wrong with the client's own request and how to fix it (an input over the model's
+limit, a surface the model does not serve). Every other worker text stays behind."""
+
+MAX_MESSAGE = 2000
+"""Longest worker message passed on (the runtime's own limit; cut beyond)."""
+
+MAX_LISTED = 20
+"""Most model names a ``model_not_allowed`` message lists (then ``and N more``)."""
+
+RUNTIME_ROUTE_LIST = "/v1/embeddings, /v1/classify, /v1/rerank and /v1/bundle"
+SYSTEMONE_ROUTE_LIST = "/v1/systemone, /v1/decisions and /v1/systemone/batch"
 
 NO_STORE = {"cache-control": "no-store"}
 
@@ -51,10 +69,13 @@ class Refusal(Exception):
     """An answer other than the worker's: status, code, error type, extra headers.
 
     Attributes:
+        message: what is wrong and how to fix it; ``None``: the code in words.
         error_type: Jev's ``detail.error_type``, when every listener gives it (a 401);
             ``None``: only a Jev listener does, and it is the code.
         invalid: Jev's validation entries (``loc``, ``msg``, ``type``) of a request that
             is not valid: a Jev listener answers 422 with them; others ignore them.
+        own: whether the listener refused the request itself (its access line is the
+            listener's), not a worker (whose access line is the worker's).
     """
 
     def __init__(
@@ -64,20 +85,26 @@ class Refusal(Exception):
         kind: str,
         headers: Mapping[str, str] | None = None,
         *,
+        message: str | None = None,
         error_type: str | None = None,
         invalid: list[dict[str, Any]] | None = None,
+        own: bool = True,
     ) -> None:
         super().__init__(code)
         self.status, self.code, self.kind = status, code, kind
         self.headers = dict(headers or {})
+        self.message = message
         self.error_type = error_type
         self.invalid = invalid
+        self.own = own
 
 
-def error_body(code: str, kind: str, error_type: str | None = None) -> dict[str, Any]:
-    """``{"error": {"code", "type", "message"}}``; the message is the code in words. With
-    ``error_type``, Jev's ``"detail": {"error_type", "message"}`` too."""
-    message = code.replace("_", " ")
+def error_body(
+    code: str, kind: str, error_type: str | None = None, *, message: str | None = None
+) -> dict[str, Any]:
+    """``{"error": {"code", "type", "message"}}``; the message, unless given, is the code in
+    words. With ``error_type``, Jev's ``"detail": {"error_type", "message"}`` too."""
+    message = message or code.replace("_", " ")
     body: dict[str, Any] = {"error": {"code": code, "type": kind, "message": message}}
     if error_type is not None:
         body["detail"] = {"error_type": error_type, "message": message}
@@ -90,9 +117,10 @@ def error_response(
     kind: str,
     headers: Mapping[str, str] | None = None,
     *,
+    message: str | None = None,
     error_type: str | None = None,
 ) -> Response:
-    return _error(status, error_body(code, kind, error_type), headers)
+    return _error(status, error_body(code, kind, error_type, message=message), headers)
 
 
 def validation_response(
@@ -151,3 +179,108 @@ def detail_entries(body: Any) -> list[dict[str, Any]]:
         else:
             entries.append({"loc": parts, "msg": _cut(msg), "type": _cut(kind)})
     return entries
+
+
+# -- the listener's own refusals, worded -------------------------------------------------------
+def not_published(kind: str, path: str) -> Refusal:
+    """404 for a route the listener's grants do not publish, naming the grant that does."""
+    if path == "/v1/models":
+        message = (
+            "this listener publishes no models: add runtime: {models: [<public id>]} or "
+            "systemone: {models: [<public id>]} to it in config.yaml "
+            "(listeners[].runtime.models, listeners[].systemone.models)"
+        )
+        return Refusal(404, "runtime_not_published", kind, message=message)
+    if kind == SYSTEMONE:
+        grant, what, routes = "systemone", "System One", SYSTEMONE_ROUTE_LIST
+    else:
+        grant, what, routes = "runtime", "runtime", RUNTIME_ROUTE_LIST
+    message = (
+        f"this listener publishes no {what} models: add {grant}: {{models: [<public id>]}} "
+        f"to it in config.yaml (listeners[].{grant}.models) to serve {routes}"
+    )
+    return Refusal(404, f"{grant}_not_published", kind, message=message)
+
+
+def not_allowed(kind: str, model: str, names: Sequence[str]) -> Refusal:
+    """403 for a model outside the grant: the grant's models (the ones this listener's
+    keys may use, nothing else), the closest of them to ``model``, and the grant to
+    publish another in."""
+    grant, what = ("systemone", "System One") if kind == SYSTEMONE else ("runtime", "runtime")
+    listed = ", ".join(names[:MAX_LISTED])
+    if len(names) > MAX_LISTED:
+        listed += f" and {len(names) - MAX_LISTED} more"
+    near = closest(model, names)
+    guess = f" (did you mean {near}?)" if near is not None else ""
+    message = (
+        f"model not published on this listener's {what} routes{guess}; its models are "
+        f"{listed}. To publish another, add its public id to listeners[].{grant}.models "
+        "in config.yaml"
+    )
+    return Refusal(403, "model_not_allowed", kind, message=message)
+
+
+def closest(model: str, names: Sequence[str]) -> str | None:
+    """The name ``model`` most likely meant: one equal to it but for case or the
+    repository (``all-MiniLM-L6-v2`` for ``sentence-transformers/all-MiniLM-L6-v2``),
+    else the nearest spelling; ``None`` when none is close."""
+    by_key: dict[str, str] = {}
+    for name in names:
+        by_key.setdefault(name.casefold(), name)
+        by_key.setdefault(name.rsplit("/", 1)[-1].casefold(), name)
+    wanted = model.strip().casefold()
+    if wanted in by_key:
+        return by_key[wanted]
+    found = get_close_matches(wanted, list(by_key), n=1, cutoff=0.85)
+    return by_key[found[0]] if found else None
+
+
+def passed_message(body: Any) -> str | None:
+    """A worker error's message when its code is one of :data:`PASSED_MESSAGES` (cut to
+    :data:`MAX_MESSAGE` characters); ``None`` for any other answer."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict) or error.get("code") not in PASSED_MESSAGES:
+        return None
+    message = error.get("message")
+    if not isinstance(message, str) or not message.strip():
+        return None
+    return message[:MAX_MESSAGE]
+
+
+# -- access lines ------------------------------------------------------------------------------
+access_log = logging.getLogger("vllm_sr.access")
+"""One line per request a listener refuses itself (a worker logs the ones it answers)."""
+
+
+def log_refusal(request: Request, status: int, code: str, started: float, listener: str) -> None:
+    """The access line of a refusal, as a worker writes one per answered request
+    (``POST /v1/embeddings 403 0.3ms 10.0.0.7``), then the listener and the code:
+    ``(http-8899: model_not_allowed)``. Never the request's text; control characters of
+    the path are escaped (a ``%0a`` cannot start a forged line)."""
+    milliseconds = (time.perf_counter() - started) * 1000
+    path = _printable(str(request.scope.get("path", "-")))
+    client = request.client.host if request.client is not None else "-"
+    access_log.info(
+        "%s %s %d %.1fms %s (%s: %s)",
+        request.method,
+        path,
+        status,
+        milliseconds,
+        client,
+        listener or "-",
+        code,
+        extra={
+            "method": request.method,
+            "path": path,
+            "status": status,
+            "duration_ms": round(milliseconds, 3),
+            "client": client,
+            "listener": listener,
+            "code": code,
+        },
+    )
+
+
+def _printable(value: str, limit: int = 200) -> str:
+    escaped = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in value)
+    return escaped[:limit]

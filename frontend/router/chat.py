@@ -25,6 +25,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from ..api.refusals import closest
 from ..bodies import BodyTooLarge, read_body
 from .cache import ResponseCache
 from .decisions import headers_value
@@ -210,6 +211,17 @@ class ListenerChat:
             body, 200, {"x-vsr-schema-version": SCHEMA_VERSION}, media_type="application/json"
         )
 
+    def _not_allowed(self, model: str) -> str:
+        """What a model outside the allow-list is told: the listener's models (the
+        allow-list, nothing else), the one meant, and where an operator adds another."""
+        near = closest(model, self.allowed)
+        guess = f" (did you mean {near}?)" if near is not None else ""
+        return (
+            f"this listener does not serve the requested model{guess}; its models are "
+            f"{', '.join(self.allowed)}. To serve another here, add it to listeners[].models "
+            "in config.yaml"
+        )
+
     def _router(self) -> Router:
         router = self.router()
         if router is None:
@@ -226,12 +238,7 @@ class ListenerChat:
         if not isinstance(model, str) or not model:
             raise ChatError(400, "invalid_request_error", "model is required", param="model")
         if self.allowed and model not in self.allowed:
-            raise ChatError(
-                403,
-                "model_not_allowed",
-                "this listener does not serve the requested model",
-                param="model",
-            )
+            raise ChatError(403, "model_not_allowed", self._not_allowed(model), param="model")
         stream = body.get("stream") is True
         timeout = self.timeout or DEFAULT_TIMEOUT
         request_deadline = arrived + self.timeout if self.timeout else None

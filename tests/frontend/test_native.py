@@ -7,10 +7,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import re
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from starlette.requests import Request
+from starlette.responses import Response
 
 from vllm_sr.api import published
 from vllm_sr.api.native import Listener
@@ -28,16 +32,19 @@ RUNTIME_PATHS = ("/v1/embeddings", "/v1/classify", "/v1/rerank", "/v1/bundle")
 async def served(
     grant: Grant, names: tuple[str, ...] = ("a",), **options
 ) -> AsyncIterator[tuple[httpx.AsyncClient, list, dict[str, ReplicaPool], Listener]]:
-    """A listener whose pools ``pub-<name>`` each have one fake worker ``<name>``."""
+    """A listener whose pools ``pub-<name>`` (or ``public[name]``) each have one fake
+    worker ``<name>``."""
     clock = options.pop("clock", Clock())
+    public = options.pop("public", {})
     async with fake_workers(*names) as fakes:
         pools = {}
         for fake in fakes:
             worker = fake.worker(deployment=f"dep-{fake.name}")
-            pools[f"pub-{fake.name}"] = ReplicaPool(
+            name = public.get(fake.name, f"pub-{fake.name}")
+            pools[name] = ReplicaPool(
                 f"dep-{fake.name}",
                 [worker],
-                public_name=f"pub-{fake.name}",
+                public_name=name,
                 cache_entries=0,
                 clock=clock,
             )
@@ -54,10 +61,14 @@ def is_error(
     code: str,
     kind: str = "systemone_error",
     error_type: str | None = None,
+    *,
+    message: str | None = None,
 ):
-    """The listener's error: ``error`` only, or (``error_type``) Jev's ``detail`` too."""
+    """The listener's error: ``error`` only, or (``error_type``) Jev's ``detail`` too;
+    its message ``message``, else the worded one of :data:`WORDED`, else the code in
+    words."""
     assert response.status_code == status, response.text
-    message = code.replace("_", " ")
+    message = message or WORDED.get(code) or code.replace("_", " ")
     expected: dict = {"error": {"code": code, "type": kind, "message": message}}
     if error_type is not None:
         expected["detail"] = {"error_type": error_type, "message": message}
@@ -69,6 +80,37 @@ def is_error(
 
 GRANT = Grant("http", systemone=("pub-a",), runtime=("pub-a",))
 AUTH = "authentication_error"
+
+WORDED = {
+    "systemone_not_published": (
+        "this listener publishes no System One models: add systemone: {models: [<public id>]} "
+        "to it in config.yaml (listeners[].systemone.models) to serve /v1/systemone, "
+        "/v1/decisions and /v1/systemone/batch"
+    ),
+    "runtime_not_published": (
+        "this listener publishes no runtime models: add runtime: {models: [<public id>]} "
+        "to it in config.yaml (listeners[].runtime.models) to serve /v1/embeddings, "
+        "/v1/classify, /v1/rerank and /v1/bundle"
+    ),
+}
+"""The refusals that always say the same fix."""
+
+NO_MODELS = (
+    "this listener publishes no models: add runtime: {models: [<public id>]} or "
+    "systemone: {models: [<public id>]} to it in config.yaml "
+    "(listeners[].runtime.models, listeners[].systemone.models)"
+)
+
+
+def not_allowed(names: str, grant: str = "systemone", near: str = "") -> str:
+    """A ``model_not_allowed`` message: the grant's models, the one meant (``near``)."""
+    what = "System One" if grant == "systemone" else grant
+    guess = f" (did you mean {near}?)" if near else ""
+    return (
+        f"model not published on this listener's {what} routes{guess}; its models are "
+        f"{names}. To publish another, add its public id to listeners[].{grant}.models "
+        "in config.yaml"
+    )
 
 
 def test_the_models_list_names_granted_ids_that_resolve():
@@ -115,7 +157,11 @@ def test_a_listener_without_a_grant_publishes_nothing():
                 await client.get("/v1/systemone/models"), 404, "systemone_not_published"
             )
             assert is_error(
-                await client.get("/v1/models"), 404, "runtime_not_published", "runtime_error"
+                await client.get("/v1/models"),
+                404,
+                "runtime_not_published",
+                "runtime_error",
+                message=NO_MODELS,
             )
             for path in SYSTEMONE_PATHS:
                 response = await client.post(path, json={"model": "pub-a", **QUESTION})
@@ -135,9 +181,13 @@ def test_grants_never_cross_between_surfaces_or_listeners():
             ok = await client.post("/v1/systemone", json={"model": "pub-a", **QUESTION})
             assert ok.status_code == 200
             refused = await client.post("/v1/systemone", json={"model": "pub-b", **QUESTION})
-            assert is_error(refused, 403, "model_not_allowed")
+            # The listener's own grant for that route, nothing of another.
+            assert is_error(
+                refused, 403, "model_not_allowed", message=not_allowed("pub-a, jev-latest")
+            )
             refused = await client.post("/v1/embeddings", json={"model": "pub-a", "input": "x"})
-            assert is_error(refused, 403, "model_not_allowed", "runtime_error")
+            message = not_allowed("pub-b", "runtime")
+            assert is_error(refused, 403, "model_not_allowed", "runtime_error", message=message)
             ok = await client.post("/v1/embeddings", json={"model": "pub-b", "input": "x"})
             assert ok.status_code == 200
             # Another listener over the same pools publishes only its own grant.
@@ -145,7 +195,8 @@ def test_grants_never_cross_between_surfaces_or_listeners():
             transport = httpx.ASGITransport(app=other.app)
             async with httpx.AsyncClient(transport=transport, base_url="http://l") as two:
                 refused = await two.post("/v1/systemone", json={"model": "pub-a", **QUESTION})
-                assert is_error(refused, 403, "model_not_allowed")
+                message = not_allowed("pub-b, jev-latest")
+                assert is_error(refused, 403, "model_not_allowed", message=message)
                 listed = (await two.get("/v1/systemone/models")).json()["data"]
                 assert [m["id"] for m in listed] == ["pub-b"]
 
@@ -229,7 +280,9 @@ def test_request_errors_have_their_codes_and_shape():
             assert is_error(await post({"model": 3, **QUESTION}), 400, "model_required")
             routed = {"model": "pub-a", "routing": True, **QUESTION}
             assert is_error(await post(routed), 400, "systemone_routing_not_supported")
-            assert is_error(await post({"model": "other", **QUESTION}), 403, "model_not_allowed")
+            other = await post({"model": "other", **QUESTION})
+            message = not_allowed("pub-a, jev-latest")
+            assert is_error(other, 403, "model_not_allowed", message=message)
             assert is_error(await post({"model": "pub-none", **QUESTION}), 404, "model_not_found")
             assert is_error(await client.get("/v1/systemone"), 405, "method_not_allowed")
             assert is_error(await client.post("/v1/systemone/models"), 405, "method_not_allowed")
@@ -263,6 +316,9 @@ def test_a_body_over_the_listener_limit_is_refused():
 
 @pytest.mark.parametrize("mode", ["500", "400", "429"])
 def test_a_worker_error_keeps_its_status_never_its_text(mode):
+    """Never its text, but a runtime route's ``invalid_request``: the worker's word on
+    what is wrong with the client's own request."""
+
     async def scenario():
         clock = Clock()
         async with served(GRANT, clock=clock) as (client, fakes, *_):
@@ -274,9 +330,12 @@ def test_a_worker_error_keeps_its_status_never_its_text(mode):
                 assert response.headers["retry-after"] == "2"
             clock.advance(1)  # past a 500's back-off
             runtime = await client.post("/v1/embeddings", json={"model": "pub-a", "input": "x"})
-            code = "invalid_request" if mode == "400" else "internal_error"
-            assert is_error(runtime, int(mode), code, "runtime_error")
-            assert "SECRET" not in runtime.text
+            if mode == "400":
+                message = "SECRET /srv/sock trace"
+                assert is_error(runtime, 400, "invalid_request", "runtime_error", message=message)
+            else:
+                assert is_error(runtime, int(mode), "internal_error", "runtime_error")
+                assert "SECRET" not in runtime.text
 
     run(scenario())
 
@@ -428,3 +487,242 @@ def test_stop_answers_new_requests_503_and_lets_the_others_finish():
             assert listener.inflight == 0
 
     run(scenario())
+
+
+# -- refusals that say the fix, and leave an access line ---------------------------------------
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def test_a_model_outside_the_grant_is_told_the_grants_models_and_the_one_it_meant():
+    """The runtime takes ``all-MiniLM-L6-v2`` for ``sentence-transformers/all-MiniLM-L6-v2``;
+    the listener names the granted id instead of a bare 403, and lists the models of this
+    listener's grant for that route only, after the key check."""
+
+    async def scenario():
+        grant = Grant(
+            "http",
+            api_keys=("key-1",),
+            systemone=("pub-s",),
+            runtime=(MINILM, "pub-b", "pub-none"),
+        )
+        names = ("a", "b", "s", "c")  # pub-c: a deployment no grant of this listener names
+        async with served(grant, names, public={"a": MINILM}) as (client, fakes, *_):
+            keyed = {"Authorization": "Bearer key-1"}
+            short = {"model": "all-MiniLM-L6-v2", "input": "x"}
+            anonymous = await client.post("/v1/embeddings", json=short)
+            assert is_error(anonymous, 401, "invalid_api_key", "runtime_error", error_type=AUTH)
+            refused = await client.post("/v1/embeddings", json=short, headers=keyed)
+            assert is_error(
+                refused,
+                403,
+                "model_not_allowed",
+                "runtime_error",
+                message="model not published on this listener's runtime routes (did you mean "
+                "sentence-transformers/all-MiniLM-L6-v2?); its models are "
+                "sentence-transformers/all-MiniLM-L6-v2, pub-b. To publish another, add its "
+                "public id to listeners[].runtime.models in config.yaml",
+            )
+            far = await client.post(
+                "/v1/classify", json={"model": "gpt-4o", "input": ["x"]}, headers=keyed
+            )
+            assert is_error(
+                far,
+                403,
+                "model_not_allowed",
+                "runtime_error",
+                message="model not published on this listener's runtime routes; its models are "
+                "sentence-transformers/all-MiniLM-L6-v2, pub-b. To publish another, add its "
+                "public id to listeners[].runtime.models in config.yaml",
+            )
+            upper = await client.post(
+                "/v1/systemone", json={"model": "PUB-S", **QUESTION}, headers=keyed
+            )
+            assert is_error(
+                upper,
+                403,
+                "model_not_allowed",
+                message="model not published on this listener's System One routes (did you mean "
+                "pub-s?); its models are pub-s, jev-latest. To publish another, add its public "
+                "id to listeners[].systemone.models in config.yaml",
+            )
+            for text in (anonymous.text, refused.text, far.text, upper.text):
+                assert "pub-c" not in text and "key-1" not in text and "served-" not in text
+            assert all(f.received == [] for f in fakes)
+
+    run(scenario())
+
+
+def test_a_route_no_grant_publishes_names_the_grant_that_would():
+    """Embeddings on a System One listener: 404 naming ``listeners[].runtime.models``."""
+
+    async def scenario():
+        async with served(Grant("http", systemone=("pub-a",))) as (client, fakes, *_):
+            response = await client.post("/v1/embeddings", json={"model": "pub-a", "input": "x"})
+            assert response.status_code == 404
+            assert response.headers["content-type"] == "application/json"
+            assert response.headers["cache-control"] == "no-store"
+            assert response.json() == {
+                "error": {
+                    "code": "runtime_not_published",
+                    "type": "runtime_error",
+                    "message": "this listener publishes no runtime models: add runtime: "
+                    "{models: [<public id>]} to it in config.yaml (listeners[].runtime.models) "
+                    "to serve /v1/embeddings, /v1/classify, /v1/rerank and /v1/bundle",
+                }
+            }
+            assert fakes[0].received == []
+
+    run(scenario())
+
+
+def test_a_workers_explanation_of_the_clients_request_reaches_the_client():
+    """Classify on a model that only embeds: the runtime's 422 ``unsupported_surface``
+    message passes on (alone and in a bundle); any other worker text stays behind."""
+    cannot = {
+        "error": {
+            "code": "unsupported_surface",
+            "message": "this model serves embeddings, not classify",
+        }
+    }
+
+    async def scenario():
+        async with served(Grant("http", runtime=("pub-a",))) as (client, fakes, *_):
+            fakes[0].mode = "422"
+            fakes[0].rejection = cannot
+            response = await client.post("/v1/classify", json={"model": "pub-a", "input": ["x"]})
+            message = "this model serves embeddings, not classify"
+            assert is_error(response, 422, "unsupported_surface", "runtime_error", message=message)
+            fakes[0].rejection = {"error": {"code": "unsupported_surface", "message": "m" * 3000}}
+            long = await client.post("/v1/classify", json={"model": "pub-a", "input": ["x"]})
+            assert is_error(long, 422, "unsupported_surface", "runtime_error", message="m" * 2000)
+            for hidden in (
+                {"error": {"code": "unsupported_surface", "message": 5}},
+                {"error": {"code": "not_ready", "message": "SECRET /srv/models failed"}},
+                {"error": {"code": "nonsense", "message": "SECRET"}},
+            ):
+                fakes[0].rejection = hidden
+                answer = await client.post("/v1/classify", json={"model": "pub-a", "input": ["x"]})
+                assert answer.status_code == 422
+                error = answer.json()["error"]
+                assert error["message"] == error["code"].replace("_", " ")
+            fakes[0].mode = "ok"
+
+            def bundle_answer(path: str, body: bytes) -> bytes:
+                results = [{"id": "c", "status": 422, **cannot}]
+                results.append(
+                    {"id": "d", "status": 503, "error": {"code": "not_ready", "message": "SECRET"}}
+                )
+                return json.dumps({"results": results}).encode()
+
+            fakes[0].answer = bundle_answer  # type: ignore[method-assign]
+            tasks = [
+                {"id": "c", "classify": {"model": "pub-a", "input": ["x"]}},
+                {"id": "d", "embeddings": {"model": "pub-a", "input": "x"}},
+            ]
+            results = (await client.post("/v1/bundle", json={"tasks": tasks})).json()["results"]
+            assert results == [
+                {
+                    "id": "c",
+                    "status": 422,
+                    "error": {
+                        "code": "unsupported_surface",
+                        "type": "runtime_error",
+                        "message": message,
+                    },
+                },
+                {
+                    "id": "d",
+                    "status": 503,
+                    "error": {"code": "not_ready", "type": "runtime_error", "message": "not ready"},
+                },
+            ]
+
+    run(scenario())
+
+
+def test_every_refusal_of_the_listener_writes_an_access_line(caplog):
+    """One ``vllm_sr.access`` line per refusal the listener answers itself, as a worker
+    writes one per request it answers; a worker's answer (a success or its own error)
+    leaves the worker's line only."""
+
+    async def scenario():
+        grant = Grant("http-8899", api_keys=("key-1",), systemone=("pub-a",))
+        keyed = {"Authorization": "Bearer key-1"}
+        async with served(grant) as (client, fakes, _, listener):
+            await client.post("/v1/embeddings", json={"model": "pub-a", "input": "x"})
+            await client.post("/v1/systemone", json={"model": "pub-a", **QUESTION})
+            await client.post("/v1/systemone", json={"model": "other", **QUESTION}, headers=keyed)
+            await client.get("/v1/elsewhere%0aforged")
+            await client.get("/v1/systemone")
+            ok = await client.post(
+                "/v1/systemone", json={"model": "pub-a", **QUESTION}, headers=keyed
+            )
+            assert ok.status_code == 200
+            fakes[0].mode = "500"
+            failed = await client.post(
+                "/v1/systemone", json={"model": "pub-a", **QUESTION}, headers=keyed
+            )
+            assert failed.status_code == 500
+            listener.stop()
+            await client.post("/v1/systemone", json={"model": "pub-a", **QUESTION}, headers=keyed)
+
+    with caplog.at_level(logging.INFO, logger="vllm_sr.access"):
+        run(scenario())
+    records = [r for r in caplog.records if r.name == "vllm_sr.access"]
+    lines = [re.sub(r" \d+\.\dms ", " <ms> ", r.getMessage()) for r in records]
+    assert lines == [
+        "POST /v1/embeddings 404 <ms> 127.0.0.1 (http-8899: runtime_not_published)",
+        "POST /v1/systemone 401 <ms> 127.0.0.1 (http-8899: invalid_api_key)",
+        "POST /v1/systemone 403 <ms> 127.0.0.1 (http-8899: model_not_allowed)",
+        "GET /v1/elsewhere\\nforged 404 <ms> 127.0.0.1 (http-8899: not_found)",
+        "GET /v1/systemone 405 <ms> 127.0.0.1 (http-8899: method_not_allowed)",
+        "POST /v1/systemone 503 <ms> 127.0.0.1 (http-8899: systemone_unavailable)",
+    ]
+    assert all(r.levelno == logging.INFO for r in records)
+    first = records[0]
+    assert (first.method, first.path, first.status, first.client) == (
+        "POST",
+        "/v1/embeddings",
+        404,
+        "127.0.0.1",
+    )
+    assert (first.listener, first.code) == ("http-8899", "runtime_not_published")
+    assert first.duration_ms >= 0
+
+
+def test_a_chat_refusal_writes_an_access_line(caplog):
+    """Router mode: the Chat routes' own refusals (a bad key, Chat without a router, a
+    handler that failed) leave their lines too."""
+    from vllm_sr.router.cache import ResponseCache
+    from vllm_sr.router.chat import ListenerChat
+    from vllm_sr.router.forward import Backends
+
+    async def broken(request: Request) -> Response:
+        raise RuntimeError("a bug")
+
+    async def scenario():
+        chat = ListenerChat("chat", (), None, lambda: None, Backends(), ResponseCache(0))
+        listener = Listener(Grant("chat", api_keys=("key-1",)), {}, chat=chat)
+        transport = httpx.ASGITransport(app=listener.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://listener") as client:
+            body = {"model": "auto", "messages": [{"role": "user", "content": "hi"}]}
+            assert (await client.post("/v1/chat/completions", json=body)).status_code == 401
+            keyed = {"Api-Key": "key-1"}
+            engine = await client.post("/v1/chat/completions", json=body, headers=keyed)
+            assert engine.status_code == 404
+            chat.completions = broken  # type: ignore[method-assign]
+            failed = await client.post("/v1/chat/completions", json=body, headers=keyed)
+            assert failed.status_code == 500
+
+    with caplog.at_level(logging.INFO, logger="vllm_sr.access"):
+        run(scenario())
+    lines = [
+        re.sub(r" \d+\.\dms ", " <ms> ", r.getMessage())
+        for r in caplog.records
+        if r.name == "vllm_sr.access"
+    ]
+    assert lines == [
+        "POST /v1/chat/completions 401 <ms> 127.0.0.1 (chat: invalid_api_key)",
+        "POST /v1/chat/completions 404 <ms> 127.0.0.1 (chat: not_found)",
+        "POST /v1/chat/completions 500 <ms> 127.0.0.1 (chat: internal_error)",
+    ]

@@ -19,7 +19,7 @@ from vllm_sr.workers.health import HealthPoller
 from vllm_sr.workers.worker import Worker
 
 from .pool_support import close_all, fake_workers, run
-from .test_native import AUTH, QUESTION, SYSTEMONE_PATHS, is_error, served
+from .test_native import AUTH, QUESTION, SYSTEMONE_PATHS, is_error, not_allowed, served
 
 JEV = Grant("http", systemone=("pub-a",), jev=("pub-a",))
 """A Jev listener: its one System One model serves the Jev schema."""
@@ -37,9 +37,11 @@ def is_invalid(response: httpx.Response, detail: list, code: str = "invalid_requ
     return True
 
 
-def is_jev_error(response: httpx.Response, status: int, code: str) -> bool:
+def is_jev_error(
+    response: httpx.Response, status: int, code: str, message: str | None = None
+) -> bool:
     """A Jev listener's other errors: ``error`` and ``detail: {error_type, message}``."""
-    return is_error(response, status, code, error_type=code)
+    return is_error(response, status, code, error_type=code, message=message)
 
 
 # -- the alias ---------------------------------------------------------------------------------
@@ -87,7 +89,10 @@ def test_jev_latest_is_an_unknown_model_when_it_names_no_single_model(grant, jev
         async with served(grant, ("a", "b")) as (client, fakes, *_):
             response = await client.post("/v1/systemone", json={"model": "jev-latest", **QUESTION})
             error_type = "model_not_allowed" if jev_listener else None
-            assert is_error(response, 403, "model_not_allowed", error_type=error_type)
+            message = not_allowed("pub-a, pub-b")  # no alias: it names no single model
+            assert is_error(
+                response, 403, "model_not_allowed", error_type=error_type, message=message
+            )
             assert all(f.received == [] for f in fakes)
 
     run(scenario())
@@ -116,7 +121,8 @@ def test_a_published_jev_latest_is_its_own_model_and_the_alias_is_systemone_only
                 runtime = await client.post(
                     "/v1/embeddings", json={"model": "jev-latest", "input": "x"}
                 )
-                assert is_error(runtime, 403, "model_not_allowed", "runtime_error")
+                message = not_allowed("pub-a", "runtime")
+                assert is_error(runtime, 403, "model_not_allowed", "runtime_error", message=message)
             await close_all(*(w for p in pools.values() for w in p.workers))
 
     run(scenario())
@@ -157,7 +163,8 @@ def test_a_jev_listener_answers_a_request_that_is_not_valid_422():
             assert is_invalid(await post({"model": " ", **QUESTION}), blank, "model_required")
             # Every other refusal: the error, and Jev's detail beside it.
             unknown = await post({"model": "jevcompat-no-such-model", **QUESTION})
-            assert is_jev_error(unknown, 403, "model_not_allowed")
+            message = not_allowed("pub-a, jev-latest")
+            assert is_jev_error(unknown, 403, "model_not_allowed", message)
             assert is_jev_error(
                 await post({"model": "pub-none", **QUESTION}), 404, "model_not_found"
             )
@@ -280,7 +287,8 @@ def test_a_vllm_sr_listener_keeps_its_errors():
                 await client.post("/v1/systemone", json=QUESTION), 400, "model_required"
             )
             other = await client.post("/v1/systemone", json={"model": "other", **QUESTION})
-            assert is_error(other, 403, "model_not_allowed")
+            message = not_allowed("pub-a, jev-latest")
+            assert is_error(other, 403, "model_not_allowed", message=message)
             assert is_error(await client.get("/v1/elsewhere"), 404, "not_found")
             fakes[0].mode = "422"
             fakes[0].rejection = {"detail": [{"loc": ["body"], "msg": "SECRET", "type": "x"}]}

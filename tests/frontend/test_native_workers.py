@@ -291,3 +291,26 @@ def test_module_layout_keeps_the_frontend_off_the_runtime():
     for source in folder.rglob("*.py"):
         text = source.read_text()
         assert "import vllm_srun" not in text and "from vllm_srun" not in text, source
+
+
+def test_classify_on_a_model_that_cannot_classify_says_why(real):
+    """The worker's own ``unsupported_surface`` explanation reaches the client, as the
+    worker words it."""
+
+    async def scenario():
+        pools, workers = await pools_over(real)
+        async with listener_client(pools) as client:
+            response = await client.post("/v1/classify", json={"model": EMB, "input": ["hi"]})
+        await close_all(*workers)
+        return response
+
+    response = run(scenario(), timeout=120)
+    worker = direct(real["emb-1"], "/v1/classify", {"model": "emb-1", "input": ["hi"]})
+    assert worker.status_code == 422
+    message = worker.json()["error"]["message"]
+    assert message.startswith("this model serves ") and message.endswith(", not classify")
+    assert response.status_code == 422
+    assert response.headers["cache-control"] == "no-store"
+    assert response.json() == {
+        "error": {"code": "unsupported_surface", "type": "runtime_error", "message": message}
+    }

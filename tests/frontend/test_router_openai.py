@@ -466,12 +466,24 @@ def test_the_allow_list_refuses_other_models(router: Router) -> None:
         "error": {
             "type": "invalid_request_error",
             "code": "model_not_allowed",
-            "message": "this listener does not serve the requested model",
+            "message": "this listener does not serve the requested model; its models are "
+            "vllm-sr/auto. To serve another here, add it to listeners[].models in config.yaml",
             "param": "model",
         }
     }
     assert response.headers["x-vsr-response-path"] == "error"
     assert router.stub.requests == []
+    # The allow-list's name the client most likely meant.
+    with pytest.raises(openai.PermissionDeniedError) as raised:
+        router.public.chat.completions.create(model="auto", messages=user("hi"))
+    assert raised.value.body == {
+        "type": "invalid_request_error",
+        "code": "model_not_allowed",
+        "message": "this listener does not serve the requested model (did you mean "
+        "vllm-sr/auto?); its models are vllm-sr/auto. To serve another here, add it to "
+        "listeners[].models in config.yaml",
+        "param": "model",
+    }
     # The auto model is served there.
     answer = router.public.chat.completions.create(model=AUTO, messages=user("debug it"))
     assert answer.choices[0].message.content == "answered by served-model"
