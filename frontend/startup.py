@@ -120,6 +120,17 @@ class StartupStatus:
     def ready(self) -> bool:
         return self.phase == "ready"
 
+    def unserved(self) -> str:
+        """Why a managed deployment takes no request now, once started (``""`` when each
+        has a ready replica): a stopped or stalled pool makes ``/ready`` 503 again."""
+        for view in self.views:
+            if view.managed and not view.pool.ready:
+                state, reason = view.state()
+                return f'model_runtime deployment "{view.name}" has no ready replica: {state}' + (
+                    f": {reason}" if reason else ""
+                )
+        return ""
+
     @staticmethod
     def _entries(views: Sequence[DeploymentView]) -> list[dict[str, Any]]:
         entries = []

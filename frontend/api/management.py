@@ -75,10 +75,14 @@ def build_management_app(source: ManagementSource) -> FastAPI:
 
     @app.get("/ready")
     async def ready() -> JSONResponse:
-        """200 once every managed deployment in use is ready and serving; else 503."""
+        """200 once every managed deployment in use is ready, and while each has a ready
+        replica (a pool whose every replica stopped answering makes it 503 again)."""
         status = source.status
-        if status.ready and not source.draining:
+        unserved = status.unserved() if status.ready else ""
+        if status.ready and not source.draining and not unserved:
             return _json(200, {"ready": True, "phase": status.phase})
+        if unserved and not source.draining:
+            return _json(503, {"ready": False, "phase": status.phase, "message": unserved})
         if source.draining:
             message = "shutting down: new requests get 503 while those in flight finish"
             return _json(503, {"ready": False, "phase": "draining", "message": message})
