@@ -16,6 +16,11 @@ per-model states) while models load. SIGTERM (or SIGINT) starts the shutdown:
 4. the listener closes, the schedulers and planning threads stop, and the
    process exits 0 when every request was answered in time, else 1.
 
+A process whose every model has failed for good (a cause that cannot pass, a
+failed golden self-check, or load attempts spent: nothing in it will ever
+load) stops the same way and exits 1, its last line naming each model's
+reason; one that serves any model keeps serving, degraded.
+
 A model still loading is abandoned. A thread still inside compiled code (a
 model load, a forward) would make the interpreter's teardown abort the process
 (``terminate called without an active exception``, SIGABRT), so the process
@@ -123,8 +128,8 @@ def serve(config: ServeConfig) -> int:
     Returns:
         The exit status: 0 when every request received was answered (a
         shutdown within its grace period), 1 when the listener could not be
-        bound, the grace period ran out, or a second signal cut the shutdown
-        short. The command line then ends the process with
+        bound, every model failed for good, the grace period ran out, or a
+        second signal cut the shutdown short. The command line then ends the process with
         :func:`end_process` (an in-process caller, a test, keeps its process).
     """
     configure_logging(config.log_level, config.log_format)
@@ -161,7 +166,11 @@ def serve(config: ServeConfig) -> int:
         server = DrainingServer(uv_config, runtime, inflight, listener.where, early.received)
         server.run(sockets=[listener.socket])
         finished = runtime.stop(server.remaining())
-        code = 0 if server.drained and finished else 1
+        code = 0 if server.drained and finished and not server.gave_up else 1
+        if server.gave_up:
+            log.error(
+                "exiting with status 1: no model can be served: %s", "; ".join(server.gave_up)
+            )
     finally:
         listener.close()
         early.restore()
@@ -347,6 +356,8 @@ class DrainingServer(uvicorn.Server):
     Attributes:
         drained: whether every request received before the signal was answered
             in time (``True`` until a shutdown says otherwise).
+        gave_up: each model's reason when the server stopped because every model
+            failed for good (:meth:`Runtime.cannot_serve`); empty otherwise.
     """
 
     def __init__(
@@ -364,6 +375,7 @@ class DrainingServer(uvicorn.Server):
         self.early_signals = early_signals if early_signals is not None else []
         self.draining = False
         self.drained = True
+        self.gave_up: list[str] = []
         self.deadline: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_task: asyncio.Task[None] | None = None
@@ -380,7 +392,25 @@ class DrainingServer(uvicorn.Server):
             return
         log.info("serving %d model(s) on %s", len(self.runtime.models), self.where)
         if not self.should_exit:
-            self.runtime.start_loading()
+            self.runtime.start_loading(on_settled=self._settled)
+
+    def _settled(self) -> None:
+        """(The loading thread, once every model is ready or failed.) Stop the server when
+        no model can ever be served."""
+        reasons = self.runtime.cannot_serve()
+        if reasons and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._give_up, reasons)
+
+    def _give_up(self, reasons: list[str]) -> None:
+        """Stop serving a process no model of which can ever load (nothing to drain: no
+        request was admitted); :func:`serve` then returns 1."""
+        if self.draining:
+            return
+        log.info("every model failed to load and none will be tried again: stopping")
+        self.draining = True
+        self.gave_up = reasons
+        self.runtime.stop_admitting()
+        self.should_exit = True
 
     def remaining(self) -> float:
         """Seconds left of the shutdown's grace period (the whole period before a signal)."""

@@ -155,7 +155,7 @@ class Runtime:
             self.metrics.model_ready.labels(model=name).set(0)
 
     # -- lifecycle --------------------------------------------------------------------------
-    def start_loading(self) -> threading.Thread:
+    def start_loading(self, on_settled: Callable[[], None] | None = None) -> threading.Thread:
         """Load every model in a background thread; HTTP serves meanwhile.
 
         The thread loads the models in order and keeps a schedule of retries:
@@ -163,18 +163,35 @@ class Runtime:
         ``loading``, reason ``retrying after ...``) while the thread loads the
         others, and loads again when its time comes. The thread ends once
         every model is ready or failed, or promptly on :meth:`stop`.
+
+        Args:
+            on_settled: called on the loading thread when it ends with every model
+                ready or failed (not when :meth:`stop` ended it): the moment
+                :meth:`cannot_serve` is final.
         """
         self.started = True
-        thread = threading.Thread(target=self._load_all, name="model-loader", daemon=True)
+        thread = threading.Thread(
+            target=self._load_all, args=(on_settled,), name="model-loader", daemon=True
+        )
         thread.start()
         return thread
+
+    def cannot_serve(self) -> list[str]:
+        """Why this process will never answer a request: ``model NAME: reason`` for each
+        model when every one has failed (a cause that cannot pass, a failed golden
+        self-check, or a passing cause that outlasted ``--load-attempts``); empty
+        while any model is ready or still loading, warming or waiting to retry."""
+        states = list(self.models.values())
+        if not states or any(state.status != "failed" for state in states):
+            return []
+        return [f"model {state.name}: {state.reason}" for state in states]
 
     def retry_delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt ``attempt`` (1-based): ``--load-retry-seconds``
         doubling each time, at most :data:`MAX_RETRY_SECONDS`."""
         return float(min(self.config.load_retry_seconds * 2 ** (attempt - 1), MAX_RETRY_SECONDS))
 
-    def _load_all(self) -> None:
+    def _load_all(self, on_settled: Callable[[], None] | None = None) -> None:
         # (due time, model order, state): the next load is the earliest due.
         pending = [(0.0, order, state) for order, state in enumerate(self.models.values())]
         while pending and not self.stopping.is_set():
@@ -195,6 +212,8 @@ class Runtime:
         for _, _, state in pending:
             if state.status == "loading":
                 state.status, state.reason = "failed", "the server shut down before it loaded"
+        if on_settled is not None and not self.stopping.is_set():
+            on_settled()
 
     def load(self, state: ModelState) -> float | None:
         """One attempt to load a model, check it and start its scheduler.
