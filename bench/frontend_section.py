@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from machine import CpuMeter, cleanest, log
 from server import BIN, MODEL_ID, Server, free_port, register, registered, stopped
 
@@ -72,18 +74,29 @@ def decision_bodies(texts: list[str]) -> list[bytes]:
 
 
 def port_offset() -> int:
-    """An offset that puts the frontend's 8080 and 9190 on free ports."""
+    """An offset that puts the frontend's 8080, 8899 and 9190 on free ports; below the
+    ephemeral ports :func:`free_port` hands out, so a listener's port less it is a port."""
+    chooser = random.Random()
     for _ in range(100):
-        offset = free_port() - 8080
-        if offset <= 0 or 9190 + offset > 65535:
-            continue
+        offset = chooser.randrange(1000, 20000)
         try:
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 9190 + offset))
+            for port in (8080 + offset, 8899 + offset, 9190 + offset):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port))
         except OSError:
             continue
         return offset
     raise RuntimeError("no free port offset for the frontend")
+
+
+def served_config(text: str, offset: int) -> str:
+    """``text`` as a frontend with ``VLLM_SR_PORT_OFFSET=offset`` is given it: each
+    listener's port less the offset (which the frontend adds back), so the listeners bind
+    the ports ``text`` names."""
+    document = yaml.safe_load(text) or {}
+    for listener in document.get("listeners") or []:
+        listener["port"] -= offset
+    return yaml.safe_dump(document, sort_keys=False)
 
 
 @dataclass
@@ -98,8 +111,8 @@ class Frontend:
 
     def __init__(self, name: str, config: str, env: dict[str, str], listener: int) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix=f"vsr-bench-{name}-", dir="/tmp"))
-        (self.folder / "config.yaml").write_text(config)
         self.offset = port_offset()
+        (self.folder / "config.yaml").write_text(served_config(config, self.offset))
         self.port = listener
         self.mgmt = f"http://127.0.0.1:{8080 + self.offset}"
         self.log = (self.folder / "frontend.log").open("w+")

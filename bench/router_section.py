@@ -66,7 +66,7 @@ sys.path.insert(0, str(HERE))
 
 import corpus  # noqa: E402
 import machine as machine_module  # noqa: E402
-from frontend_section import port_offset  # noqa: E402
+from frontend_section import port_offset, served_config  # noqa: E402
 from loadgen import ensure_wrk, run_python, run_wrk  # noqa: E402
 from machine import CpuMeter, cleanest, log, machine  # noqa: E402
 from server import (  # noqa: E402
@@ -311,7 +311,7 @@ class RouterProcess(Process):
         self.mgmt = f"http://127.0.0.1:{8080 + offset}"
         folder = Path(tempfile.mkdtemp(prefix=f"vsr-bench-router-{name}-cfg-", dir="/tmp"))
         self.config_folder = folder
-        (folder / "config.yaml").write_text(config)
+        (folder / "config.yaml").write_text(served_config(config, offset))
         command = python or [str(BIN / "vllm-sr")]
         super().__init__(
             name,

@@ -31,12 +31,14 @@ from . import __version__, config_client
 from .config.durations import format_duration, parse_duration
 from .config.flags import (
     BOOTSTRAP_ADDRESS,
-    BOOTSTRAP_LISTENER,
+    BOOTSTRAP_PORT,
     ENGINE_FLAGS,
     PLATFORMS,
     FlagError,
     ServeOptions,
+    bootstrap_listener,
     port_offset,
+    shift_listener_ports,
 )
 from .config.in_use import deployments_in_use, managed_in_use, unserved_grants
 from .config.schema import (
@@ -132,7 +134,8 @@ def _add_serve(commands: Any) -> None:
         "of managed workers), VLLM_SRUN_CPU_THREADS (threads per CPU worker), "
         "VLLM_SRUN_READY_TIMEOUT (Go duration, default 10m), VLLM_SRUN_RESULT_CACHE (entries "
         "of a single-worker deployment's result cache, default 4096, 0 disables it), "
-        "VLLM_SR_PORT_OFFSET (added to the default ports), "
+        "VLLM_SR_PORT_OFFSET (added to every port: 8080, 9190, 8899 and the configured "
+        "listener ports), "
         "VLLM_SR_PUBLISH_MANAGEMENT_API=true (management API on 0.0.0.0), "
         "VLLM_SR_PUBLISH_METRICS=true (metrics on 0.0.0.0). Engine container: "
         "CONTAINER_RUNTIME, VLLM_SR_ENGINE_CACHE_DIR (its /app/models, default "
@@ -406,24 +409,27 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         given = document
 
         def served(document: dict[str, Any] | None) -> Config:
-            """A document as served: the serve flags applied."""
+            """A document as served: its listeners' ports moved by the offset, the serve
+            flags applied."""
             made = apply_serve_options(
-                document,
+                shift_listener_ports(document, offset),
                 options,
                 bootstrap=True,
-                listener_port=8899 + offset,
+                listener_port=BOOTSTRAP_PORT + offset,
                 gpu_count=devices.count,
             )
             if router:
-                made = with_router_listener(made, 8899 + offset)
+                made = with_router_listener(made, BOOTSTRAP_PORT + offset)
             return parse_config(made, args.config or "")
 
         def load(document: dict[str, Any] | None) -> Config:
-            """A reload's document as served, flags applied as at start."""
+            """A reload's document as served, flags and offset applied as at start."""
             try:
                 return served(document)
             except FlagError as err:
-                raise ConfigError([f"{err} (a serve flag of this frontend)"]) from None
+                raise ConfigError(
+                    [f"{err} (the serve flags and VLLM_SR_PORT_OFFSET of this frontend)"]
+                ) from None
 
         config = served(given)
         config_source = ConfigSource(
@@ -484,10 +490,10 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def with_router_listener(document: dict[str, Any], port: int) -> dict[str, Any]:
     """A Router-mode document with its Chat listener: the one it declares, else the default
-    listener on 127.0.0.1 at ``port`` (8899 plus ``VLLM_SR_PORT_OFFSET``)."""
+    listener on 127.0.0.1 at ``port`` (8899 plus ``VLLM_SR_PORT_OFFSET``), named after it."""
     if document.get("listeners"):
         return document
-    listener = {"name": BOOTSTRAP_LISTENER, "address": BOOTSTRAP_ADDRESS, "port": port}
+    listener = {"name": bootstrap_listener(port), "address": BOOTSTRAP_ADDRESS, "port": port}
     return {**document, "listeners": [listener]}
 
 
@@ -610,7 +616,7 @@ def instance(path: str | None, action: str) -> int:
         if path is None:
             from .config.flags import apply_serve_options
 
-            listener_port = 8899 + port_offset()
+            listener_port = BOOTSTRAP_PORT + port_offset()
             document = apply_serve_options(
                 None, ServeOptions(), bootstrap=True, listener_port=listener_port
             )

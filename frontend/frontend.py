@@ -67,7 +67,8 @@ ASGIApp = Callable[..., Any]
 
 PORT_OFFSET_HINT = (
     "or set VLLM_SR_PORT_OFFSET=N to move every port of this frontend up by N (the "
-    "management API from 8080, the metrics from 9190, the default listener from 8899)"
+    "management API from 8080, the metrics from 9190, the listeners from their configured "
+    "ports or 8899)"
 )
 """How a port in use is moved (the end of the message that says it is in use)."""
 

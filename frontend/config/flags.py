@@ -38,13 +38,19 @@ PLATFORMS = {"cpu": "cpu", "amd": "rocm", "rocm": "rocm", "nvidia": "cuda", "cud
 GPU_VENDORS = {"rocm": ("amd", "AMD"), "cuda": ("nvidia", "NVIDIA")}
 """Per GPU accelerator: its ``--platform`` name and its vendor, as messages name them."""
 
-BOOTSTRAP_LISTENER = "http-8899"
-"""The listener a fresh Engine-mode setup gets."""
-
 BOOTSTRAP_ADDRESS = "127.0.0.1"
-"""Where it binds: this machine only (a config may say ``0.0.0.0``)."""
+"""Where the listener a fresh setup gets binds: this machine only (a config may say
+``0.0.0.0``)."""
 
 BOOTSTRAP_PORT = 8899
+"""Its port before ``VLLM_SR_PORT_OFFSET``."""
+
+
+def bootstrap_listener(port: int) -> str:
+    """The name of the listener a fresh setup gets on ``port``: ``http-8899``, or with
+    ``VLLM_SR_PORT_OFFSET`` the port it binds (``http-8999`` with an offset of 100)."""
+    return f"http-{port}"
+
 
 ENGINE_FLAGS = (
     "max_num_seqs",
@@ -212,7 +218,8 @@ def apply_serve_options(
         options: the serve flags.
         bootstrap: a fresh setup (no ``--config`` listeners): in Engine mode it gets the
             ``http-8899`` listener publishing the default deployment, on 127.0.0.1.
-        listener_port: that listener's port.
+        listener_port: that listener's port (8899 plus ``VLLM_SR_PORT_OFFSET``; the
+            listener is named after it).
         gpu_count: how many GPUs of an accelerator this host has (for ``-dp N`` without
             ``--device-ids`` on a GPU platform); ``None`` counts none.
         host_gpu: whether the host shows devices of an accelerator (the decision
@@ -294,7 +301,7 @@ def apply_serve_options(
             raise FlagError("A local MODEL needs an explicit public_name in --config")
         doc["listeners"] = [
             {
-                "name": BOOTSTRAP_LISTENER,
+                "name": bootstrap_listener(listener_port),
                 "address": BOOTSTRAP_ADDRESS,
                 "port": listener_port,
                 "systemone": {"models": [public]},
@@ -396,7 +403,9 @@ plus the offset must stay a TCP port."""
 
 
 def port_offset(environ: dict[str, str] | None = None) -> int:
-    """``VLLM_SR_PORT_OFFSET``: added to the default ports (0 when unset).
+    """``VLLM_SR_PORT_OFFSET``: added to every port of the frontend: the management API
+    (8080), the metrics (9190), the default listener (8899) and each configured listener
+    (:func:`shift_listener_ports`); 0 when unset.
 
     Raises:
         FlagError: not a non-negative integer of ASCII digits, or one that moves the
@@ -415,3 +424,32 @@ def port_offset(environ: dict[str, str] | None = None) -> int:
             f"give at most {MAX_PORT_OFFSET}"
         )
     return offset
+
+
+def shift_listener_ports(document: dict[str, Any] | None, offset: int) -> dict[str, Any] | None:
+    """``document`` (a copy) with ``offset`` (``VLLM_SR_PORT_OFFSET``) added to each
+    listener's ``port``, so that one offset moves a whole frontend, as upstream's moves its
+    stack's published ports; a port that is not a whole number is left for the schema to
+    refuse.
+
+    Raises:
+        FlagError: the offset moves a listener's port past 65535.
+    """
+    if not document or not offset or not isinstance(document.get("listeners"), list):
+        return document
+    doc = copy.deepcopy(document)
+    for index, listener in enumerate(doc["listeners"]):
+        if not isinstance(listener, dict):
+            continue
+        port = listener.get("port")
+        if not isinstance(port, int) or isinstance(port, bool):
+            continue
+        if port + offset > 65535:
+            name = listener.get("name")
+            where = f"listener {name}" if isinstance(name, str) else f"listeners[{index}]"
+            raise FlagError(
+                f"VLLM_SR_PORT_OFFSET {offset} moves {where} from port {port} to "
+                f"{port + offset}, past 65535; give a smaller offset or a lower port"
+            )
+        listener["port"] = port + offset
+    return doc

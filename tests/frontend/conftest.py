@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import copy
+import random
 import shutil
 import socket
 import sys
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from vllm_sr.config.schema import parse_config
 from vllm_sr.workers.plan import ReplicaPlan, RuntimeEnvironment, plan_workers
@@ -90,6 +93,44 @@ def fake_environ(mode: str, **more: str) -> dict[str, str]:
     import os
 
     return {**os.environ, "FAKE_WORKER_MODE": mode, **more}
+
+
+MAX_TEST_OFFSET = 20000
+"""The largest offset :func:`port_offset` picks: below the ephemeral ports (32768 and
+up) that :func:`free_ports` hands out, so ``port - offset`` is still a port."""
+
+
+def port_offset() -> int:
+    """A ``VLLM_SR_PORT_OFFSET`` that puts 8080, 8899 and 9190 on free ports (below the
+    ephemeral range: see :data:`MAX_TEST_OFFSET`)."""
+    chooser = random.Random()
+    for _ in range(100):
+        offset = chooser.randrange(1000, MAX_TEST_OFFSET)
+        try:
+            for port in (8080 + offset, 8899 + offset, 9190 + offset):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return offset
+    raise AssertionError("no free port offset")
+
+
+def unshifted(document: dict[str, Any], offset: int) -> dict[str, Any]:
+    """``document`` (a copy) with ``offset`` taken off each listener's port: ``vllm-sr``
+    adds ``VLLM_SR_PORT_OFFSET`` back, so the listeners bind the (free) ports a test chose."""
+    found = copy.deepcopy(document)
+    for listener in found.get("listeners") or []:
+        if isinstance(listener.get("port"), int):
+            assert listener["port"] > offset, f"port {listener['port']} is below the offset"
+            listener["port"] -= offset
+    return found
+
+
+def unshift_file(path: Path, offset: int) -> None:
+    """:func:`unshifted` on the YAML file ``path``, in place."""
+    document = yaml.safe_load(path.read_text()) or {}
+    path.write_text(yaml.safe_dump(unshifted(document, offset), sort_keys=False))
 
 
 def free_ports(count: int) -> list[int]:

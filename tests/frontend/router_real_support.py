@@ -37,6 +37,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from .conftest import unshift_file
 from .stub_backend import Running, free_port
 from .test_serve import VLLM_SR, VLLM_SRUN, port_offset, wait_for
 
@@ -59,7 +60,8 @@ class RouterServed:
         config: the YAML text, or a function of this server that returns it (the ports
             are known by then); ``{chat_port}`` in the text is replaced by the Chat
             listener's port (``8899`` plus the offset, so the seeds' commands map by
-            offset).
+            offset). The listeners bind the ports the text names: the file has them
+            less the offset, which ``vllm-sr`` adds back.
         env: extra environment.
     """
 
@@ -77,6 +79,7 @@ class RouterServed:
         self.config = folder / "config.yaml"
         text = config if isinstance(config, str) else config(self)
         self.config.write_text(text.replace("{chat_port}", str(self.chat_port)))
+        unshift_file(self.config, self.offset)
         self.env = {
             **os.environ,
             "VLLM_SR_PORT_OFFSET": str(self.offset),

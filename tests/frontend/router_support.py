@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,7 @@ import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from .conftest import free_ports
+from .conftest import free_ports, port_offset, unshifted
 from .stub_backend import Running, Script, StubBackend
 
 ROUTER_WORKER = Path(__file__).with_name("router_worker.py")
@@ -110,22 +109,6 @@ def label_sets(text: str, name: str) -> list[dict[str, str]]:
 # -- vllm-sr serve --config ----------------------------------------------------------------------
 
 
-def port_offset() -> int:
-    """A ``VLLM_SR_PORT_OFFSET`` that puts 8080 and 9190 on free ports."""
-    for _ in range(100):
-        [port] = free_ports(1)
-        offset = port - 8080
-        if offset <= 0 or 9190 + offset > 65535:
-            continue
-        try:
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 9190 + offset))
-        except OSError:
-            continue
-        return offset
-    raise AssertionError("no free port offset")
-
-
 class ServedRouter:
     """``vllm-sr serve --config FILE`` (Router mode) as a process, with its output, its
     management API and its metrics."""
@@ -139,8 +122,9 @@ class ServedRouter:
     ) -> None:
         self.folder = folder
         self.config = folder / "config.yaml"
-        self.config.write_text(yaml.safe_dump(document, sort_keys=False))
         self.offset = port_offset()
+        # The listeners bind the ports ``document`` names: the file has them less the offset.
+        self.config.write_text(yaml.safe_dump(self.as_served(document), sort_keys=False))
         self.env = {**os.environ, "VLLM_SR_PORT_OFFSET": str(self.offset), **env}
         self.out = folder / "stdout.txt"
         self.err = folder / "stderr.txt"
@@ -156,6 +140,11 @@ class ServedRouter:
         self.mgmt_url = f"http://127.0.0.1:{8080 + self.offset}"
         self.metrics_url = f"http://127.0.0.1:{9190 + self.offset}/metrics"
         self.mgmt = httpx.Client(base_url=self.mgmt_url, timeout=10)
+
+    def as_served(self, document: dict[str, Any]) -> dict[str, Any]:
+        """``document`` as this frontend is given it (a file, ``config apply``): each
+        listener's port less the offset, which ``vllm-sr`` adds back."""
+        return unshifted(document, self.offset)
 
     def output(self) -> str:
         return self.out.read_text() + self.err.read_text()[-6000:]

@@ -164,9 +164,46 @@ def test_the_builtin_default_is_served_offline(tmp_path, rundir):
             server.wait_ready(30)
             [worker] = server.workers()
             assert "--offline" in worker.cmdline()
+            # The listener a fresh setup gets is named after the port it binds.
+            port = 8899 + server.offset
+            assert f" INFO vllm_sr: listener http-{port} serves on 127.0.0.1:{port}\n" in (
+                server.err.read_text()
+            )
             server.process.send_signal(signal.SIGTERM)
             assert server.process.wait(30) == 0, server.output()
         finally:
+            server.close()
+
+
+@pytest.mark.slow
+def test_one_port_offset_moves_every_port_of_a_frontend(tmp_path, rundir):
+    """Two frontends of one config file (listener ``http`` on 8899), each with its own
+    ``VLLM_SR_PORT_OFFSET`` and worker directory, both serve: the offset moves the
+    configured listener with the management API and the metrics, and the log says where."""
+    config = tmp_path / "config.yaml"
+    config.write_text(VALID)
+    servers = []
+    try:
+        for name in ("a", "b"):
+            folder = tmp_path / name
+            folder.mkdir()
+            env = {
+                "VLLM_SRUN_DIR": str(rundir / name),
+                "VLLM_SRUN_COMMAND": " ".join(FAKE_COMMAND),
+                "FAKE_WORKER_MODE": "ready",
+            }
+            servers.append(Served(folder, ["--config", str(config)], env, unshift=False))
+        for server in servers:
+            server.wait_ready(30)
+            port = 8899 + server.offset
+            assert f" INFO vllm_sr: listener http serves on 127.0.0.1:{port}\n" in (
+                server.err.read_text()
+            )
+            models = httpx.get(f"http://127.0.0.1:{port}/v1/systemone/models", timeout=5)
+            assert models.status_code == 200
+            assert [m["id"] for m in models.json()["data"]] == ["fake/model"]
+    finally:
+        for server in servers:
             server.close()
 
 
@@ -213,7 +250,7 @@ def test_a_management_port_in_use_says_how_to_move_it(tmp_path, rundir):
         f"Engine startup failed: the management API cannot listen on 127.0.0.1:{port}: port "
         f"{port} is in use; stop what listens there, or set VLLM_SR_PORT_OFFSET=N to move "
         "every port of this frontend up by N (the management API from 8080, the metrics from "
-        "9190, the default listener from 8899)\n"
+        "9190, the listeners from their configured ports or 8899)\n"
     ) in done.stderr
     assert "Errno" not in done.stderr  # uvicorn's own record is not shown
     assert list(rundir.iterdir()) == []  # no worker was planned or started

@@ -8,7 +8,13 @@ import copy
 import pytest
 
 from vllm_sr.config.durations import format_duration, parse_duration
-from vllm_sr.config.flags import FlagError, ServeOptions, apply_serve_options, port_offset
+from vllm_sr.config.flags import (
+    FlagError,
+    ServeOptions,
+    apply_serve_options,
+    port_offset,
+    shift_listener_ports,
+)
 from vllm_sr.config.in_use import deployments_in_use, managed_in_use
 from vllm_sr.config.schema import (
     DEFAULT_MODEL,
@@ -573,6 +579,27 @@ def test_port_offset():
         "VLLM_SR_PORT_OFFSET 60000 moves the default ports past 65535 (9190 + offset); "
         "give at most 56345"
     )
+
+
+def test_the_port_offset_moves_configured_listeners_and_names_the_fresh_one():
+    given = {"listeners": [{"name": "a", "port": 8899}, {"name": "b", "port": 9000}]}
+    moved = shift_listener_ports(given, 100)
+    assert moved is not None
+    assert [(x["name"], x["port"]) for x in moved["listeners"]] == [("a", 8999), ("b", 9100)]
+    assert given["listeners"][0]["port"] == 8899  # the document given is not changed
+    assert shift_listener_ports(given, 0) is given
+    assert shift_listener_ports(None, 100) is None
+    odd = {"listeners": [{"name": "c", "port": "8899"}, "x"]}
+    assert shift_listener_ports(odd, 100) == odd  # left for the schema to refuse
+    with pytest.raises(FlagError) as caught:
+        shift_listener_ports({"listeners": [{"name": "a", "port": 65000}]}, 600)
+    assert str(caught.value) == (
+        "VLLM_SR_PORT_OFFSET 600 moves listener a from port 65000 to 65600, past 65535; give "
+        "a smaller offset or a lower port"
+    )
+    fresh = apply_serve_options(None, ServeOptions(), bootstrap=True, listener_port=8999)
+    [listener] = parse_config(fresh).listeners
+    assert (listener.name, listener.port) == ("http-8999", 8999)
 
 
 @pytest.mark.parametrize(

@@ -303,7 +303,8 @@ def test_an_address_in_use_fails_startup_with_its_name(rundir, monkeypatch, caps
         f"Engine startup failed: listener http cannot listen on 127.0.0.1:{port}: port {port} "
         "is in use; stop what listens there, change the listener's port in the configuration, "
         "or set VLLM_SR_PORT_OFFSET=N to move every port of this frontend up by N (the "
-        "management API from 8080, the metrics from 9190, the default listener from 8899)\n"
+        "management API from 8080, the metrics from 9190, the listeners from their "
+        "configured ports or 8899)\n"
     ) in err
     assert "Errno" not in err and "Errno" not in caplog.text  # not uvicorn's own record
     assert not list(rundir.glob("*.sock"))  # the workers it started are gone

@@ -132,7 +132,7 @@ class Served:
     def apply(self, document: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
         """``vllm-sr config apply --config FILE`` against this frontend."""
         path = self.scripts / f"apply-{time.monotonic_ns()}.yaml"
-        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        path.write_text(yaml.safe_dump(self.served.as_served(document), sort_keys=False))
         return subprocess.run(
             [
                 *VLLM_SR,
@@ -252,7 +252,9 @@ def test_t21_a_slow_new_deployment_is_pending_while_the_old_routes_serve(router)
     etag = served.mgmt.get("/api/v1/config").headers["etag"]
     started = time.monotonic()
     answer = served.mgmt.put(
-        "/api/v1/config", json={"yaml": yaml.safe_dump(new)}, headers={"If-Match": etag}
+        "/api/v1/config",
+        json={"yaml": yaml.safe_dump(served.served.as_served(new))},
+        headers={"If-Match": etag},
     )
     assert answer.status_code == 202, answer.text
     assert 4.5 <= time.monotonic() - started < 30
@@ -320,12 +322,14 @@ def test_t21_a_listener_change_needs_a_restart_and_a_stale_etag_is_refused(route
         "/api/v1/config/plan",
         json={
             "yaml": yaml.safe_dump(
-                router_document(
-                    stub.stub.endpoint,
-                    other,
-                    billing=True,
-                    embedder="second",
-                    artifact="fake/second",
+                served.served.as_served(
+                    router_document(
+                        stub.stub.endpoint,
+                        other,
+                        billing=True,
+                        embedder="second",
+                        artifact="fake/second",
+                    )
                 )
             )
         },
@@ -342,7 +346,7 @@ def test_t21_a_listener_change_needs_a_restart_and_a_stale_etag_is_refused(route
     assert f"listeners.chat.port: changing it needs a restart ({served.port} -> {other})" in (
         moved.stderr
     )
-    text = yaml.safe_dump(router_document(stub.stub.endpoint, served.port))
+    text = yaml.safe_dump(served.served.as_served(router_document(stub.stub.endpoint, served.port)))
     missing = served.mgmt.put("/api/v1/config", json={"yaml": text})
     assert missing.status_code == 428
     assert missing.json()["error"]["code"] == "PRECONDITION_REQUIRED"

@@ -21,31 +21,12 @@ import psutil
 import pytest
 
 from ..fixtures import write_task_package
-from .conftest import free_ports
+from .conftest import port_offset, unshift_file
 
 pytestmark = pytest.mark.slow
 
 VLLM_SR = [sys.executable, "-m", "vllm_sr"]
 VLLM_SRUN = str(Path(sys.executable).with_name("vllm-srun"))
-
-
-def port_offset() -> int:
-    """An offset that puts 8080, 8899 and 9190 on free ports."""
-    for _ in range(50):
-        [port] = free_ports(1)
-        offset = port - 8080
-        if offset <= 0 or 9190 + offset > 65535:
-            continue
-        try:
-            import socket
-
-            for other in (8899 + offset, 9190 + offset):
-                with socket.socket() as sock:
-                    sock.bind(("127.0.0.1", other))
-        except OSError:
-            continue
-        return offset
-    raise AssertionError("no free port offset")
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -59,10 +40,17 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
 
 
 class Served:
-    """A ``vllm-sr serve -e`` process, its output and its management API."""
+    """A ``vllm-sr serve -e`` process, its output and its management API, on a free
+    ``VLLM_SR_PORT_OFFSET``. The listeners of its ``--config`` bind the ports written
+    there (the file gets them less the offset, which ``vllm-sr`` adds back), or with
+    ``unshift=False`` those ports plus the offset."""
 
-    def __init__(self, folder: Path, args: list[str], env: dict[str, str]) -> None:
+    def __init__(
+        self, folder: Path, args: list[str], env: dict[str, str], *, unshift: bool = True
+    ) -> None:
         self.offset = port_offset()
+        if unshift and "--config" in args:
+            unshift_file(Path(args[args.index("--config") + 1]), self.offset)
         self.env = {**os.environ, "VLLM_SR_PORT_OFFSET": str(self.offset), **env}
         self.out = folder / "stdout.txt"
         self.err = folder / "stderr.txt"
