@@ -95,6 +95,20 @@ class ExtendedModel(LoadedModel[Plan]):
         """The host's probe rows (its forward is the only one)."""
         return self.host.probe_items()
 
+    def warm(self) -> None:
+        """Warm the host, then each attached extension (one that raises is logged and
+        skipped: the model serves, that extension warms on its first request).
+
+        Raises:
+            Exception: whatever the host's ``warm`` raises.
+        """
+        self.host.warm()
+        for ext, model, _ in self.attached:
+            try:
+                model.warm()
+            except Exception:
+                log.exception("extension %s failed to warm up; it warms on first use", ext.name)
+
     def finish(self, plan: Plan, outputs: list[RowOutput]) -> dict[str, Any]:
         """The answer, from whoever planned it."""
         if isinstance(plan, RoutedPlan):

@@ -99,6 +99,12 @@ class SurfaceModel(abc.ABC, Generic[PlanT]):
     def finish(self, plan: PlanT, outputs: list[RowOutput]) -> dict[str, Any]:
         """The response body from the host's outputs for the plan's rows."""
 
+    def warm(self) -> None:
+        """Prepare now what the first request would otherwise pay for (``pii_patterns``
+        compiles Presidio's patterns). The runtime calls it once, while the host model is
+        ``warming``, before it is ready; nothing by default. An exception is logged and
+        the model serves (the extension then pays on its first request)."""
+
     def card(self) -> dict[str, Any]:
         """What the card's ``extensions`` entry says about these answers beside
         ``name``, ``surfaces``, ``numerics`` and ``method`` (a ``question_types``

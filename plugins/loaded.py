@@ -240,6 +240,12 @@ class LoadedModel(abc.ABC, Generic[PlanT]):
         """The family's part of the model card (nothing by default)."""
         return {}
 
+    def warm(self) -> None:
+        """Prepare now what the first request would otherwise pay for (tables to load,
+        patterns to compile) beside the forwards of the golden self-check. The runtime
+        calls it once, while the model is ``warming``, before it is ready; nothing by
+        default. An exception fails the model."""
+
     def probe_items(self) -> list[WorkItem]:
         """Rows of several lengths the runtime runs at load, alone and together.
 

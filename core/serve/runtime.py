@@ -65,8 +65,8 @@ class ModelState:
     Attributes:
         config: the model's options.
         status: ``loading`` (resolve, verify, load; also while waiting to retry
-            a passing cause), ``warming`` (golden self-check), ``ready`` or
-            ``failed``.
+            a passing cause), ``warming`` (the model's and its extensions' warm-up,
+            then the golden self-check), ``ready`` or ``failed``.
         reason: why it is failed, retrying (``retrying after ...``) or
             unverified; ``None`` otherwise.
         served: the loaded model while it warms or serves.
@@ -271,6 +271,13 @@ class Runtime:
             log.warning("model %s: %s", state.name, state.reason)
             return delay
         state.status, state.reason, state.served = "warming", None, served
+        try:
+            served.loaded.warm()
+        except Exception as err:
+            state.status, state.served = "failed", None
+            state.reason = f"warming up raised {type(err).__name__}: {err}"
+            log.exception("model %s failed to warm up", state.name)
+            return None
         result = check_golden(served, self.catalog)
         state.golden = result
         if result.status == "failed":

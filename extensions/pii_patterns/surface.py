@@ -167,6 +167,11 @@ class PatternSpans(SurfaceModel[PatternPlan]):
             result["spans"] = spans
         return body
 
+    def warm(self) -> None:
+        """Compile the recognizers' patterns and load their tables before the first request
+        (:meth:`.recognizers.PatternScanner.warm`)."""
+        self.scanner.warm()
+
     def card(self) -> dict[str, Any]:
         """The recognizers (label, Presidio class and validation of each) and the held-out
         figures ``make eval`` wrote (``held_out``, ``null`` when it has not run)."""

@@ -11,13 +11,20 @@ import pytest
 from tests.contract import wire23
 from vllm_srun.extensions.pii_patterns import PiiPatterns
 from vllm_srun.extensions.pii_patterns.merge import merged
-from vllm_srun.extensions.pii_patterns.recognizers import RECOGNIZERS, Found, shared_scanner
+from vllm_srun.extensions.pii_patterns.recognizers import (
+    RECOGNIZERS,
+    WARM_TEXT,
+    Found,
+    shared_scanner,
+)
 from vllm_srun.extensions.pii_patterns.surface import PatternSpans
 from vllm_srun.loader import LoadOptions, load_model
 from vllm_srun.plugins import load_catalog
 from vllm_srun.plugins.extension import extension_violations
 from vllm_srun.plugins.loaded import Plan
 from vllm_srun.plugins.requests import ClassifyRequest
+from vllm_srun.serve.config import ModelConfig, ServeConfig
+from vllm_srun.serve.runtime import Runtime
 
 RAMPART = Path(
     str(
@@ -317,3 +324,38 @@ def test_a_truncated_answer_whose_host_does_not_say_where_it_stopped_gets_no_pat
     assert [(s["start"], s["end"], s["source"]) for s in body["results"][0]["spans"]] == [
         (0, 4, "model")
     ]
+
+
+# --- warm-up ------------------------------------------------------------------------
+
+
+def test_the_warm_up_text_runs_every_recognizer(scanner):
+    assert {f.recognizer for f in scanner.find(WARM_TEXT)} == {r.name for r in RECOGNIZERS}
+
+
+def test_presidio_is_compiled_before_the_model_reports_ready():
+    # Presidio compiles a recognizer's patterns on its first analyze and tldextract reads
+    # its snapshot on its first look-up; the golden self-check runs the family alone, so
+    # only the warm-up can have done either before a request.
+    shared_scanner.cache_clear()  # a scanner no earlier test has used
+    config = ServeConfig(models=[ModelConfig(model="arcjet/rampart-pii")], offline=True)
+    runtime = Runtime(config, catalog=load_catalog({}))
+    try:
+        runtime.start_loading().join(600)
+        state = runtime.models["arcjet/rampart-pii"]
+        assert (state.status, state.golden.status) == ("ready", "matched"), state.reason
+        [scanner] = [m.scanner for _, m, _ in state.served.loaded.attached]
+        assert scanner is shared_scanner()  # the one every request of the model scans with
+        # every recognizer's patterns but PhoneRecognizer's (phonenumbers: none) and
+        # IbanRecognizer's (compiled into the regex module's own cache, not kept)
+        patterns = [
+            (type(r).__name__, p.name, p.compiled_regex)
+            for r in scanner.presidio
+            for p in getattr(r, "patterns", ())
+            if r.name != "IbanRecognizer"
+        ]
+        assert len(patterns) == 33
+        assert [(r, name) for r, name, compiled in patterns if compiled is None] == []
+        assert scanner.suffixes._extractor is not None  # the suffix snapshot, read
+    finally:
+        runtime.stop()

@@ -280,3 +280,24 @@ def test_a_golden_check_that_raises_fails_only_its_model(make_runtime, controlle
         "reference": "",
     }
     assert runtime.models["sequence"].status == "ready"
+
+
+def test_a_warm_up_that_raises_fails_only_its_model_before_its_self_check(
+    make_runtime, controlled_loader
+):
+    def loader(path, options, **kwargs):
+        served = controlled_loader(path, options, **kwargs)
+        if options.name == "pooled":
+
+            def warm():
+                raise OSError("the pattern tables are unreadable")
+
+            served.loaded.warm = warm
+        return served
+
+    runtime = make_runtime(("pooled", "sequence"), loader=loader)
+    pooled = runtime.models["pooled"]
+    assert (pooled.status, pooled.served) == ("failed", None)
+    assert pooled.reason == "warming up raised OSError: the pattern tables are unreadable"
+    assert pooled.golden.status == "pending"  # never reached
+    assert runtime.models["sequence"].status == "ready"
