@@ -20,6 +20,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -377,6 +378,17 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             "vllm-sr serve: -e takes one MODEL (the default decision deployment's artifact); "
             "declare more deployments in --config\n",
         )
+    # Until the frontend takes SIGHUP (a reload), one that comes is only told about.
+    previous = signal.signal(signal.SIGHUP, _hangup_while_starting)
+    try:
+        return _serve_frontend(args, parser, router)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+def _serve_frontend(args: argparse.Namespace, parser: argparse.ArgumentParser, router: bool) -> int:
+    """``vllm-sr serve`` in Router mode (``router``) or Engine mode (``-e``): the frontend
+    until SIGTERM or SIGINT (0) or a failed startup (1)."""
     from .config.flags import apply_serve_options
     from .frontend import LOOPBACK, MANAGEMENT_PORT, METRICS_PORT, Frontend
     from .pool.cache import entries_from_environment
@@ -486,6 +498,15 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     )
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
         return runner.run(frontend.run())
+
+
+def _hangup_while_starting(_signum: int, _frame: Any) -> None:
+    print(
+        "vllm-sr: SIGHUP ignored: the frontend is still starting; send it again once it "
+        "serves to reload the configuration",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def with_router_listener(document: dict[str, Any], port: int) -> dict[str, Any]:

@@ -11,7 +11,9 @@ checks the bindings against the cards, then opens the listeners (one
 
 SIGTERM or SIGINT starts the shutdown: the listeners answer new requests 503 and
 ``/ready`` says 503, requests in flight finish, every worker gets SIGTERM (SIGKILL
-10 s later), the servers close and the process exits 0.
+10 s later), the servers close and the process exits 0. SIGHUP never stops it: it reloads
+the configuration file as ``vllm-sr config apply`` would
+(:meth:`~.reload.Reloads.reread`), or, without one, is logged and ignored.
 """
 
 from __future__ import annotations
@@ -201,6 +203,7 @@ class Frontend:
         self.stopping = asyncio.Event()
         self.forced = asyncio.Event()
         self._draining = False
+        self._hangups: set[asyncio.Task[None]] = set()
         self._auto_device: str | None = None
         self.cache = response_cache(config)
         self.backends = Backends()
@@ -423,15 +426,27 @@ class Frontend:
             self.forced.set()
         self.stopping.set()
 
+    def request_reload(self) -> None:
+        """SIGHUP: reload the configuration file in a task of its own (its outcome is
+        logged); ignored once the shutdown started."""
+        if self.stopping.is_set():
+            log.info("SIGHUP ignored: shutting down")
+            return
+        task = asyncio.create_task(self.reloads.reread(), name="reload on SIGHUP")
+        self._hangups.add(task)
+        task.add_done_callback(self._hangups.discard)
+
     async def run(self) -> int:
-        """Serve until a signal (0), or fail startup (1, the message on stderr)."""
+        """Serve until SIGTERM or SIGINT (0), or fail startup (1, the message on stderr);
+        SIGHUP reloads the configuration."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_shutdown)
+        loop.add_signal_handler(signal.SIGHUP, self.request_reload)
         try:
             return await self._run()
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
 
     async def _run(self) -> int:
@@ -530,6 +545,9 @@ class Frontend:
             for waiter in (drained, forced):
                 waiter.cancel()
             await asyncio.gather(drained, forced, return_exceptions=True)
+        for task in list(self._hangups):
+            task.cancel()
+        await asyncio.gather(*self._hangups, return_exceptions=True)
         await self.reloads.close()
         await self.backends.close()
         for generation in (self.preparing, self.active):

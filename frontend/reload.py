@@ -818,6 +818,56 @@ class Reloads:
                 len(dropped),
             )
 
+    # -- SIGHUP ------------------------------------------------------------------------------
+    async def reread(self) -> None:
+        """SIGHUP: apply the configuration file as it reads now, as ``vllm-sr config apply
+        --config FILE`` would (plan; nothing to do when unchanged; else apply with the
+        file's ``ETag``), and log the outcome; never more than a log line on failure.
+        Without a file (Engine mode started without ``--config``) there is nothing to
+        read again: a log line says so."""
+        path = self.source.path
+        if path is None:
+            log.info(
+                "SIGHUP ignored: this frontend was started without --config, so there is no "
+                "configuration file to reload; start it with --config FILE to reload on SIGHUP"
+            )
+            return
+        serving = self.config_version
+        keeps = f"config version {serving} keeps serving"
+        try:
+            raw = path.read_bytes()
+            text = raw.decode("utf-8")
+        except OSError as err:
+            log.error("SIGHUP: %s cannot be read (%s); %s", path, err.strerror or err, keeps)
+            return
+        except UnicodeDecodeError:
+            log.error("SIGHUP: %s is not UTF-8 text; save it as UTF-8 YAML; %s", path, keeps)
+            return
+        try:
+            plan = await asyncio.to_thread(self.plan, text, "replace")
+            for warning in plan["warnings"]:
+                log.warning("SIGHUP: %s: %s", path, warning)
+            if not plan["changed"]:
+                log.info("SIGHUP: %s is unchanged; %s", path, keeps)
+                return
+            status, body = await self.apply(text, "replace", f'"{sha256(raw)}"')
+        except ConfigRefused as err:
+            log.error("SIGHUP: %s was not applied: %s: %s; %s", path, err.code, err.message, keeps)
+            return
+        if status == 200:
+            log.info("SIGHUP: %s applied: config version %d is active", path, self.config_version)
+        elif status == 202:
+            log.info(
+                "SIGHUP: %s applied: config version %d is being activated while config "
+                "version %d serves (its outcome is logged; /api/v1/config/hash shows it)",
+                path,
+                serving + 1,
+                serving,
+            )
+        else:
+            error = (body.get("last_rejection") or {}).get("error", "")
+            log.error("SIGHUP: %s was not activated: %s; %s", path, error, keeps)
+
     async def close(self) -> None:
         """Cancel an activation still preparing, end the retirements now and stop the
         workers they were waiting to stop (the frontend is shutting down: its listeners
