@@ -52,8 +52,7 @@ def test_install_says_what_each_step_does_before_it(tmp_path: Path) -> None:
         'tiktoken==0.12.0"',
     ]
     assert lines[-1] == (
-        f'echo "make install: done; the commands are {venv}/bin/vllm-srun and '
-        f'{venv}/bin/vllm-sr"'
+        f'echo "make install: done; the commands are {venv}/bin/vllm-srun and {venv}/bin/vllm-sr"'
     )
 
 
