@@ -38,7 +38,7 @@ from vllm_srun.plugins.spec import RequestError
 
 from . import schemas
 from .jev import SCHEMA as JEV
-from .requests import ApiError, ClientGone, Timing, request_timing
+from .requests import ApiError, ClientGone, Timing, request_timing, validation_param
 from .responses import CLIENT_CLOSED, Accounting, respond
 from .runtime import Planned, Runtime
 from .systemone import SCHEMAS, Shape, reshape, systemone_request
@@ -236,20 +236,25 @@ def read_task(task: Task, index: int, duplicates: list[Path], schema: str) -> No
             task.request = _typed_request(task.key, task.payload)
     except RequestError as err:
         task.error = ApiError(err.code, err.message)
+    except ApiError as err:
+        task.error = err
 
 
 def _typed_request(surface: str, payload: Any) -> TextRequest:
     """A typed surface's body validated as its route validates it.
 
     Raises:
-        RequestError: ``invalid_request`` with the route's message.
+        RequestError: ``invalid_request``: the body is not an object.
+        ApiError: ``invalid_request`` with the route's message and ``param``.
     """
     if not isinstance(payload, Mapping):
         raise RequestError("invalid_request", "the request must be a JSON object")
     try:
         return TEXT_REQUESTS[surface].model_validate(payload)
     except ValidationError as err:
-        raise RequestError("invalid_request", validation_problems(err.errors())) from err
+        problems = err.errors()
+        message = validation_problems(problems)
+        raise ApiError("invalid_request", message, validation_param(problems)) from err
 
 
 def _raw_request(

@@ -1,8 +1,9 @@
 """The request envelope: the body limit, ``Server-Timing``, the error documents, and
 the requests in flight that a shutdown waits for.
 
-Every error leaves as ``{"error": {"code", "message"}}`` with the status of
-its code; 429 and 503 carry ``Retry-After``.
+Every error leaves as ``{"error": {"code", "message", "type", "param"}}`` (OpenAI's
+``type`` and ``param`` beside the runtime's code and message) with the status of its
+code; 429 and 503 carry ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from vllm_srun.plugins.requests import validation_problems
 from vllm_srun.plugins.spec import clip
 
 from . import jev
-from .requests import ApiError, Timing, request_timing
+from .requests import ApiError, Timing, error_document, request_timing, validation_param
 from .responses import Accounting, respond
 from .runtime import RECEIVED_BEFORE_SHUTDOWN, Runtime
 
@@ -265,7 +266,7 @@ async def _send_error(
     """An error document sent straight through ASGI (before or after the application),
     with ``Server-Timing`` from ``timing`` (encoding the document is ``serialize``)."""
     started = time.perf_counter()
-    body = orjson.dumps({"error": {"code": code, "message": message}})
+    body = orjson.dumps(error_document(status, code, message))
     timing.add("serialize", time.perf_counter() - started)
     start = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     start += [*headers, (b"server-timing", timing.header().encode())]
@@ -325,12 +326,14 @@ def install_error_handlers(app: FastAPI, runtime: Runtime, accounting: Accountin
         timing = request_timing(request)
         timing.parsed()
         accounting.refused(request.url.path, 400, time.perf_counter() - timing.started)
-        return respond(400, ApiError("invalid_request", validation_message(err)).body(), timing)
+        param = validation_param(list(err.errors()))
+        error = ApiError("invalid_request", validation_message(err), param)
+        return respond(400, error.body(), timing)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, err: StarletteHTTPException) -> Response:
         message = f"{request.method} {printable(request.url.path)}: {err.detail}"
-        body = {"error": {"code": "invalid_request", "message": message}}
+        body = error_document(err.status_code, "invalid_request", message)
         if jev_route(request):
             body["detail"] = {"error_type": "invalid_request", "message": message}
         return respond(err.status_code, body, request_timing(request))

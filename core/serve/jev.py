@@ -22,8 +22,8 @@ decisions request, like the other schemas (:mod:`.systemone`):
 - **errors**: a malformed body or an invalid question is 422
   ``{"detail": [{"loc": ["body", ...], "msg", "type"}]}``; every other failure keeps
   its status with ``{"detail": {"error_type", "message"}}``. Both carry this
-  runtime's own ``{"error": {"code", "message"}}`` beside, so either kind of client
-  finds its own.
+  runtime's own ``{"error": {"code", "message", "type", "param"}}`` beside, so either
+  kind of client finds its own.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_srun.plugins.spec import MESSAGE_LIMIT, clip
 
-from .requests import ApiError
+from .requests import ApiError, error_document
 
 if TYPE_CHECKING:
     from .runtime import ModelState, Runtime
@@ -74,17 +74,21 @@ class JevError(ApiError):
             ``{error_type, message}``.
     """
 
-    def __init__(self, status: int, code: str, message: str, detail: Any = None) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, detail: Any = None, param: str | None = None
+    ) -> None:
         message = clip(message, MESSAGE_LIMIT)
         Exception.__init__(self, message)
         self.code = code  # type: ignore[assignment]
         self.message = message
         self.status = status
+        self.param = param
         self.detail = detail if detail is not None else {"error_type": code, "message": message}
 
     def body(self) -> dict[str, Any]:
         """The error document, in both shapes."""
-        return {"detail": self.detail, "error": {"code": self.code, "message": self.message}}
+        error = error_document(self.status, self.code, self.message, self.param)
+        return {"detail": self.detail, **error}
 
 
 def invalid(problems: Iterable[tuple[Sequence[str | int], str, str]]) -> JevError:
@@ -110,7 +114,7 @@ def as_jev(err: ApiError) -> JevError:
         refused = invalid([((), err.message, err.code)])
         refused.code = err.code
         return refused
-    return JevError(err.status, err.code, err.message)
+    return JevError(err.status, err.code, err.message, param=err.param)
 
 
 # -- confidence ---------------------------------------------------------------------------

@@ -22,24 +22,57 @@ STATUS_OF_CODE: dict[RequestErrorCode, int] = {
 """The HTTP status of each request-level error code (DESIGN §5); the codes are the
 plugin API's :data:`~vllm_srun.plugins.spec.RequestErrorCode`."""
 
+PARAM_OF_CODE: dict[str, str] = {"model_not_found": "model"}
+"""The request field at fault of the codes that always name one (OpenAI's ``param``)."""
+
+
+def error_type(status: int, code: str) -> str:
+    """OpenAI's error ``type`` of an answer: ``server_error`` for a 5xx or
+    ``overloaded`` (nothing the client's request did), else ``invalid_request_error``."""
+    return "server_error" if status >= 500 or code == "overloaded" else "invalid_request_error"
+
+
+def error_document(
+    status: int, code: str, message: str, param: str | None = None
+) -> dict[str, Any]:
+    """``{"error": {"code", "message", "type", "param"}}``: the runtime's code and message,
+    and OpenAI's ``type`` and ``param`` (the request field at fault, ``None`` when no one
+    is), which OpenAI's SDKs read as ``APIStatusError.type`` and ``.param``."""
+    error = {"code": code, "message": message, "type": error_type(status, code), "param": param}
+    return {"error": error}
+
 
 class ClientGone(Exception):
     """The client disconnected while its request waited; its queued rows were dropped."""
 
 
-class ApiError(Exception):
-    """A request-level failure: an HTTP status with ``{"error": {"code", "message"}}``."""
+def validation_param(errors: list[Any]) -> str | None:
+    """The field of pydantic's first problem, dotted (``input``, ``options.overflow``), as
+    OpenAI's ``param`` names it; ``None`` for a problem with the body as a whole."""
+    for error in errors:
+        parts = [str(p) for p in error.get("loc", ()) if p != "body"]
+        return clip(".".join(parts), 200) or None
+    return None
 
-    def __init__(self, code: RequestErrorCode, message: str) -> None:
+
+class ApiError(Exception):
+    """A request-level failure: an HTTP status with :func:`error_document`.
+
+    Attributes:
+        param: the request field at fault (OpenAI's ``param``), ``None`` when no one is.
+    """
+
+    def __init__(self, code: RequestErrorCode, message: str, param: str | None = None) -> None:
         message = clip(message, MESSAGE_LIMIT)
         super().__init__(message)
         self.code: RequestErrorCode = code
         self.message = message
         self.status = STATUS_OF_CODE[code]
+        self.param = param if param is not None else PARAM_OF_CODE.get(code)
 
     def body(self) -> dict[str, Any]:
         """The error document."""
-        return {"error": {"code": self.code, "message": self.message}}
+        return error_document(self.status, self.code, self.message, self.param)
 
 
 PHASES = ("parse", "tokenize", "queue", "forward", "post", "serialize")

@@ -65,17 +65,24 @@ def respond(
 UNUSABLE_INPUT = ("invalid_input", "max_length_exceeded", "scan_budget_exceeded")
 """Item errors that say the client's input cannot be used (a 400 in OpenAI's plain form)."""
 
+SDK_OVERFLOW = (
+    '; from the OpenAI SDK, send options as extra_body={"options": {"overflow": "truncate"}}'
+)
+"""How a plain request's client sends ``options.overflow``: OpenAI's SDKs have no such
+argument, and pass unknown fields only through ``extra_body``."""
+
 
 def plain_embeddings_refusal(request: Any, body: dict[str, Any]) -> ApiError | None:
     """The request-level error OpenAI gives where our contract answers an item error.
 
     An embeddings request in OpenAI's plain form (no ``options``) is answered
     the way OpenAI answers it: an unusable input fails the whole request with
-    400 ``invalid_request`` naming the item and the limit (OpenAI clients
-    read every ``embedding`` as a vector and would hand their caller
-    ``None``); any other failed item is a 500. With ``options`` (the runtime
-    contract), and in bundles (never an OpenAI client), item errors stay in
-    their place.
+    400 ``invalid_request`` naming the item and the limit, ``param: "input"``
+    (OpenAI clients read every ``embedding`` as a vector and would hand their
+    caller ``None``); an input over the limit is told how to send
+    ``options.overflow`` from the OpenAI SDK (:data:`SDK_OVERFLOW`). Any other
+    failed item is a 500. With ``options`` (the runtime contract), and in
+    bundles (never an OpenAI client), item errors stay in their place.
 
     Args:
         request: the typed request.
@@ -89,7 +96,9 @@ def plain_embeddings_refusal(request: Any, body: dict[str, Any]) -> ApiError | N
     first = failed[0]
     more = f" (and {len(failed) - 1} more inputs)" if len(failed) > 1 else ""
     if first["error"] in UNUSABLE_INPUT:
-        return ApiError("invalid_request", f"input[{first['index']}]: {first['message']}{more}")
+        hint = SDK_OVERFLOW if first["error"] == "max_length_exceeded" else ""
+        message = f"input[{first['index']}]: {first['message']}{more}{hint}"
+        return ApiError("invalid_request", message, "input")
     return ApiError("internal_error", f"input[{first['index']}]: {first['message']}{more}")
 
 

@@ -37,10 +37,17 @@ client refuses another major version."""
 class ErrorBody(Strict):
     code: RequestErrorCode
     message: str
+    type: Literal["invalid_request_error", "server_error"] = Field(
+        description="OpenAI's error type: server_error for a 5xx or overloaded, else "
+        "invalid_request_error."
+    )
+    param: str | None = Field(
+        description="The request field at fault (OpenAI's param), null when no one is."
+    )
 
 
 class ErrorResponse(Strict):
-    """Every request-level failure: ``{"error": {"code", "message"}}``."""
+    """Every request-level failure: ``{"error": {"code", "message", "type", "param"}}``."""
 
     error: ErrorBody
 
@@ -498,6 +505,8 @@ class JevErrorDetail(Strict):
 class JevErrorBody(Strict):
     code: str
     message: str
+    type: Literal["invalid_request_error", "server_error"]
+    param: str | None
 
 
 class JevError(Strict):

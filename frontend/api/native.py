@@ -14,15 +14,15 @@ the runtime surfaces for the models its ``runtime`` grant names.
 ``api_keys`` are read from ``Authorization: Bearer <key>`` or ``Api-Key: <key>`` and
 compared in constant time; no keys means an open listener. Requests reach the pools as
 the client sent them, ``model`` aside (the public id in, the worker's name out, and
-back). An error answer carries the code and a message: the code in words, or, where the
-listener knows the fix, the fix (a route no grant publishes names the grant to add; a
-model outside the grant lists the grant's models). A worker's error text never reaches a
-client, but for the runtime routes' ``invalid_request`` and ``unsupported_surface``
-(:data:`~.refusals.PASSED_MESSAGES`), whose message tells the client what is wrong with
-its own request. Every refusal the listener answers itself writes an access line
-(``vllm_sr.access``); a worker writes its own. Every answer says ``Cache-Control:
-no-store``. A 401 carries, beside ``error``, Jev's ``detail: {"error_type":
-"authentication_error", "message"}`` on every listener.
+back). An error answer carries the code, a message (the code in words, or, where the
+listener knows the fix, the fix: a route no grant publishes names the grant to add; a
+model outside the grant lists the grant's models) and OpenAI's ``param``. A worker's
+error text never reaches a client, but for the runtime routes' ``invalid_request`` and
+``unsupported_surface`` (:data:`~.refusals.PASSED_MESSAGES`), whose message tells the
+client what is wrong with its own request. Every refusal the listener answers itself
+writes an access line (``vllm_sr.access``); a worker writes its own. Every answer says
+``Cache-Control: no-store``. A 401 carries, beside ``error``, Jev's ``detail:
+{"error_type": "authentication_error", "message"}`` on every listener.
 
 ``model: "jev-latest"`` (the Jev SDKs' default), when the grant does not publish that id
 itself, names the grant's one System One model, or, of several, the one deployment
@@ -257,12 +257,12 @@ class Listener:
         """A worker's non-2xx answer as the listener's own (same status; no worker text
         but a runtime route's :func:`~.refusals.passed_message`; a Jev listener keeps a
         422's well-formed validation entries)."""
-        code, message = "systemone_request_failed", None
+        code, message, param = "systemone_request_failed", None, None
         if kind == RUNTIME:
             answer = reply.json()
             worker = _error_code(answer)
             code = worker if worker in RUNTIME_ERROR_CODES else "runtime_request_failed"
-            message = passed_message(answer)
+            message, param = passed_message(answer)
         headers = (
             {"retry-after": reply.headers["retry-after"]} if "retry-after" in reply.headers else {}
         )
@@ -271,7 +271,7 @@ class Listener:
                 ["body"], "the request is not valid", "value_error"
             )
             return Refusal(422, "invalid_request", kind, headers, invalid=entries, own=False)
-        return Refusal(reply.status, code, kind, headers, message=message, own=False)
+        return Refusal(reply.status, code, kind, headers, message=message, param=param, own=False)
 
     @staticmethod
     def refused(refusal: Refusal, published: Published) -> Response:
@@ -281,7 +281,9 @@ class Listener:
         carries it (a 401)."""
         jev = refusal.kind == SYSTEMONE and published.jev
         if jev and refusal.invalid is not None:
-            return validation_response(refusal.code, refusal.kind, refusal.invalid, refusal.headers)
+            return validation_response(
+                refusal.code, refusal.kind, refusal.invalid, refusal.headers, param=refusal.param
+            )
         error_type = refusal.error_type or (refusal.code if jev else None)
         return error_response(
             refusal.status,
@@ -289,6 +291,7 @@ class Listener:
             refusal.kind,
             refusal.headers,
             message=refusal.message,
+            param=refusal.param,
             error_type=error_type,
         )
 
@@ -607,7 +610,7 @@ def _task_error(task_id: str, refusal: Refusal) -> str:
     body = {
         "id": task_id,
         "status": refusal.status,
-        **error_body(refusal.code, RUNTIME, message=refusal.message),
+        **error_body(refusal.code, RUNTIME, message=refusal.message, param=refusal.param),
     }
     return json.dumps(body, ensure_ascii=False)
 
@@ -627,8 +630,8 @@ def _bundle_results(text: str) -> list[str] | None:
             if isinstance(result, dict) and "error" in result:
                 code = _error_code(result)
                 code = code if code in RUNTIME_ERROR_CODES else "runtime_request_failed"
-                message = passed_message(result)
-                result["error"] = error_body(code, RUNTIME, message=message)["error"]
+                message, param = passed_message(result)
+                result["error"] = error_body(code, RUNTIME, message=message, param=param)["error"]
                 piece = json.dumps(result, ensure_ascii=False)
             pieces.append(piece)
         return pieces

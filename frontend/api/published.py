@@ -144,14 +144,14 @@ class Published:
                 entries = validation_entry(
                     ["body", "model"], "model must not be blank", "value_error"
                 )
-            raise Refusal(400, "model_required", kind, invalid=entries)
+            raise Refusal(400, "model_required", kind, param="model", invalid=entries)
         if kind == SYSTEMONE and model == JEV_ALIAS and model not in granted:
             model = self.alias_target() or model
         if model not in granted:
             raise not_allowed(kind, model, self.usable(granted, kind))
         pool = self.pools.get(model)
         if pool is None:
-            raise Refusal(404, "model_not_found", kind)
+            raise Refusal(404, "model_not_found", kind, param="model")
         return pool
 
     def usable(self, granted: Sequence[str], kind: str) -> list[str]:

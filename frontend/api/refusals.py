@@ -1,6 +1,7 @@
 """The errors of a listener's native routes: their codes, their JSON shapes (the wire
-contract's ``{"error": {"code", "type", "message"}}`` and OpenAI's ``param``, with Jev's
-``detail`` where a Jev client reads it), the worker's 422 entries a Jev client may see,
+contract's ``{"error": {"code", "type", "message"}}`` and OpenAI's ``param``, which the
+OpenAI SDKs read as ``APIStatusError.param``, with Jev's ``detail`` where a Jev client
+reads it), the worker's 422 entries a Jev client may see,
 and the access line of each refusal the listener answers itself.
 """
 
@@ -41,6 +42,9 @@ limit, a surface the model does not serve). Every other worker text stays behind
 MAX_MESSAGE = 2000
 """Longest worker message passed on (the runtime's own limit; cut beyond)."""
 
+MAX_PARAM = 200
+"""Longest worker ``param`` passed on (a longer one is left out)."""
+
 MAX_LISTED = 20
 """Most model names a ``model_not_allowed`` message lists (then ``and N more``)."""
 
@@ -70,6 +74,7 @@ class Refusal(Exception):
 
     Attributes:
         message: what is wrong and how to fix it; ``None``: the code in words.
+        param: the request field at fault (OpenAI's ``param``), ``None`` when no one is.
         error_type: Jev's ``detail.error_type``, when every listener gives it (a 401);
             ``None``: only a Jev listener does, and it is the code.
         invalid: Jev's validation entries (``loc``, ``msg``, ``type``) of a request that
@@ -86,6 +91,7 @@ class Refusal(Exception):
         headers: Mapping[str, str] | None = None,
         *,
         message: str | None = None,
+        param: str | None = None,
         error_type: str | None = None,
         invalid: list[dict[str, Any]] | None = None,
         own: bool = True,
@@ -94,18 +100,26 @@ class Refusal(Exception):
         self.status, self.code, self.kind = status, code, kind
         self.headers = dict(headers or {})
         self.message = message
+        self.param = param
         self.error_type = error_type
         self.invalid = invalid
         self.own = own
 
 
 def error_body(
-    code: str, kind: str, error_type: str | None = None, *, message: str | None = None
+    code: str,
+    kind: str,
+    error_type: str | None = None,
+    *,
+    message: str | None = None,
+    param: str | None = None,
 ) -> dict[str, Any]:
-    """``{"error": {"code", "type", "message"}}``; the message, unless given, is the code in
-    words. With ``error_type``, Jev's ``"detail": {"error_type", "message"}`` too."""
+    """``{"error": {"code", "type", "message", "param"}}``; the message, unless given, is the
+    code in words; ``param`` the request field at fault, else ``null``. With
+    ``error_type``, Jev's ``"detail": {"error_type", "message"}`` too."""
     message = message or code.replace("_", " ")
-    body: dict[str, Any] = {"error": {"code": code, "type": kind, "message": message}}
+    error = {"code": code, "type": kind, "message": message, "param": param}
+    body: dict[str, Any] = {"error": error}
     if error_type is not None:
         body["detail"] = {"error_type": error_type, "message": message}
     return body
@@ -118,16 +132,24 @@ def error_response(
     headers: Mapping[str, str] | None = None,
     *,
     message: str | None = None,
+    param: str | None = None,
     error_type: str | None = None,
 ) -> Response:
-    return _error(status, error_body(code, kind, error_type, message=message), headers)
+    body = error_body(code, kind, error_type, message=message, param=param)
+    return _error(status, body, headers)
 
 
 def validation_response(
-    code: str, kind: str, entries: list[dict[str, Any]], headers: Mapping[str, str] | None = None
+    code: str,
+    kind: str,
+    entries: list[dict[str, Any]],
+    headers: Mapping[str, str] | None = None,
+    *,
+    param: str | None = None,
 ) -> Response:
-    """Jev's 422: ``{"error": {code, type, message}, "detail": [{"loc", "msg", "type"}]}``."""
-    body = {**error_body(code, kind), "detail": entries}
+    """Jev's 422: ``{"error": {code, type, message, param}, "detail": [{"loc", "msg",
+    "type"}]}``."""
+    body = {**error_body(code, kind, param=param), "detail": entries}
     return _error(422, body, headers)
 
 
@@ -217,7 +239,7 @@ def not_allowed(kind: str, model: str, names: Sequence[str]) -> Refusal:
         f"{listed}. To publish another, add its public id to listeners[].{grant}.models "
         "in config.yaml"
     )
-    return Refusal(403, "model_not_allowed", kind, message=message)
+    return Refusal(403, "model_not_allowed", kind, message=message, param="model")
 
 
 def closest(model: str, names: Sequence[str]) -> str | None:
@@ -235,16 +257,19 @@ def closest(model: str, names: Sequence[str]) -> str | None:
     return by_key[found[0]] if found else None
 
 
-def passed_message(body: Any) -> str | None:
-    """A worker error's message when its code is one of :data:`PASSED_MESSAGES` (cut to
-    :data:`MAX_MESSAGE` characters); ``None`` for any other answer."""
+def passed_message(body: Any) -> tuple[str | None, str | None]:
+    """A worker error's message (cut to :data:`MAX_MESSAGE` characters) and ``param``
+    (text of at most :data:`MAX_PARAM` characters) when its code is one of
+    :data:`PASSED_MESSAGES`; ``(None, None)`` for any other answer."""
     error = body.get("error") if isinstance(body, dict) else None
     if not isinstance(error, dict) or error.get("code") not in PASSED_MESSAGES:
-        return None
-    message = error.get("message")
+        return None, None
+    message, param = error.get("message"), error.get("param")
     if not isinstance(message, str) or not message.strip():
-        return None
-    return message[:MAX_MESSAGE]
+        return None, None
+    if not isinstance(param, str) or not param or len(param) > MAX_PARAM:
+        param = None
+    return message[:MAX_MESSAGE], param
 
 
 # -- access lines ------------------------------------------------------------------------------

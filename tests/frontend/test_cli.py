@@ -342,6 +342,7 @@ def test_systemone_schema_jev_reaches_the_worker_and_makes_a_jev_listener(tmp_pa
                 "code": "invalid_request",
                 "type": "systemone_error",
                 "message": "invalid request",
+                "param": None,
             },
             "detail": [
                 {"loc": ["body"], "msg": "the body is not JSON text", "type": "json_invalid"}

@@ -63,13 +63,15 @@ def is_error(
     error_type: str | None = None,
     *,
     message: str | None = None,
+    param: str | None = None,
 ):
     """The listener's error: ``error`` only, or (``error_type``) Jev's ``detail`` too;
     its message ``message``, else the worded one of :data:`WORDED`, else the code in
-    words."""
+    words; its ``param`` ``param``, else the one of :data:`PARAMS`, else ``None``."""
     assert response.status_code == status, response.text
     message = message or WORDED.get(code) or code.replace("_", " ")
-    expected: dict = {"error": {"code": code, "type": kind, "message": message}}
+    param = param or PARAMS.get(code)
+    expected: dict = {"error": {"code": code, "type": kind, "message": message, "param": param}}
     if error_type is not None:
         expected["detail"] = {"error_type": error_type, "message": message}
     assert response.json() == expected
@@ -94,6 +96,9 @@ WORDED = {
     ),
 }
 """The refusals that always say the same fix."""
+
+PARAMS = {"model_required": "model", "model_not_allowed": "model", "model_not_found": "model"}
+"""The refusals whose ``param`` (OpenAI's: the field at fault) is always the same."""
 
 NO_MODELS = (
     "this listener publishes no models: add runtime: {models: [<public id>]} or "
@@ -568,6 +573,7 @@ def test_a_route_no_grant_publishes_names_the_grant_that_would():
                     "message": "this listener publishes no runtime models: add runtime: "
                     "{models: [<public id>]} to it in config.yaml (listeners[].runtime.models) "
                     "to serve /v1/embeddings, /v1/classify, /v1/rerank and /v1/bundle",
+                    "param": None,
                 }
             }
             assert fakes[0].received == []
@@ -628,12 +634,18 @@ def test_a_workers_explanation_of_the_clients_request_reaches_the_client():
                         "code": "unsupported_surface",
                         "type": "runtime_error",
                         "message": message,
+                        "param": None,
                     },
                 },
                 {
                     "id": "d",
                     "status": 503,
-                    "error": {"code": "not_ready", "type": "runtime_error", "message": "not ready"},
+                    "error": {
+                        "code": "not_ready",
+                        "type": "runtime_error",
+                        "message": "not ready",
+                        "param": None,
+                    },
                 },
             ]
 
@@ -726,3 +738,72 @@ def test_a_chat_refusal_writes_an_access_line(caplog):
         "POST /v1/chat/completions 404 <ms> 127.0.0.1 (chat: not_found)",
         "POST /v1/chat/completions 500 <ms> 127.0.0.1 (chat: internal_error)",
     ]
+
+
+# -- what an OpenAI SDK client reads -----------------------------------------------------------
+def test_the_openai_sdk_reads_code_type_and_param_from_a_listener():
+    """The real ``openai`` client (over the listener's ASGI app): ``code``, ``type`` and
+    ``param`` of the listener's own refusals and of a worker's explanation passed on."""
+    import httpx2
+    import openai
+
+    async def scenario():
+        grant = Grant("http", runtime=(MINILM,))
+        async with served(grant, public={"a": MINILM}) as (_, fakes, pools, listener):
+            bare = Listener(Grant("bare", systemone=(MINILM,)), pools)
+            errors = []
+            for app in (listener.app, bare.app):
+                transport = httpx2.ASGITransport(app=app)
+                http = httpx2.AsyncClient(transport=transport, base_url="http://listener/v1")
+                async with openai.AsyncOpenAI(
+                    base_url="http://listener/v1", api_key="k", max_retries=0, http_client=http
+                ) as sdk:
+                    short = sdk.embeddings.create(model="all-MiniLM-L6-v2", input="x")
+                    with pytest.raises(openai.APIStatusError) as raised:
+                        await short
+                    errors.append(raised.value)
+                    if app is listener.app:
+                        fakes[0].mode = "422"
+                        fakes[0].rejection = {
+                            "error": {
+                                "code": "unsupported_surface",
+                                "message": "this model serves embeddings, not classify",
+                                "type": "invalid_request_error",
+                                "param": "model",
+                            }
+                        }
+                        body = {"model": MINILM, "input": ["x"]}
+                        with pytest.raises(openai.UnprocessableEntityError) as raised:
+                            await sdk.post("/classify", body=body, cast_to=object)
+                        errors.append(raised.value)
+            return errors
+
+    not_allowed_error, cannot_classify, not_published = run(scenario())
+    assert isinstance(not_allowed_error, openai.PermissionDeniedError)
+    assert (not_allowed_error.status_code, not_allowed_error.code) == (403, "model_not_allowed")
+    assert (not_allowed_error.type, not_allowed_error.param) == ("runtime_error", "model")
+    assert not_allowed_error.body == {
+        "code": "model_not_allowed",
+        "type": "runtime_error",
+        "message": not_allowed(MINILM, "runtime", near=MINILM),
+        "param": "model",
+    }
+    assert not_allowed_error.response.headers["cache-control"] == "no-store"
+    assert cannot_classify.body == {
+        "code": "unsupported_surface",
+        "type": "runtime_error",
+        "message": "this model serves embeddings, not classify",
+        "param": "model",
+    }
+    assert isinstance(not_published, openai.NotFoundError)
+    assert (not_published.code, not_published.type, not_published.param) == (
+        "runtime_not_published",
+        "runtime_error",
+        None,
+    )
+    assert not_published.body == {
+        "code": "runtime_not_published",
+        "type": "runtime_error",
+        "message": WORDED["runtime_not_published"],
+        "param": None,
+    }

@@ -24,13 +24,16 @@ from .test_native import AUTH, QUESTION, SYSTEMONE_PATHS, is_error, not_allowed,
 JEV = Grant("http", systemone=("pub-a",), jev=("pub-a",))
 """A Jev listener: its one System One model serves the Jev schema."""
 
-INVALID = {"code": "invalid_request", "type": "systemone_error", "message": "invalid request"}
-
 
 def is_invalid(response: httpx.Response, detail: list, code: str = "invalid_request") -> bool:
     """Jev's 422: the listener's ``error`` and the validation entries ``detail``."""
     assert response.status_code == 422, response.text
-    error = {"code": code, "type": "systemone_error", "message": code.replace("_", " ")}
+    error = {
+        "code": code,
+        "type": "systemone_error",
+        "message": code.replace("_", " "),
+        "param": "model" if code == "model_required" else None,
+    }
     assert response.json() == {"error": error, "detail": detail}
     assert response.headers["content-type"] == "application/json"
     assert response.headers["cache-control"] == "no-store"

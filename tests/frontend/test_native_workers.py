@@ -167,6 +167,7 @@ def test_a_worker_refusal_keeps_its_status_and_hides_its_text(real):
                 "code": "systemone_request_failed",
                 "type": "systemone_error",
                 "message": "systemone request failed",
+                "param": None,
             }
         }
         assert worker_text.json()["error"]["message"] not in response.text
@@ -203,7 +204,7 @@ def test_runtime_routes_and_a_bundle_across_two_pools(real):
             ("bad", results[3]["status"]),
         ]
         assert results[3]["status"] >= 400
-        assert set(results[3]["error"]) == {"code", "type", "message"}
+        assert set(results[3]["error"]) == {"code", "type", "message", "param"}
         assert results[0]["embeddings"]["model"] == EMB
         assert results[0]["embeddings"]["data"] == alone.json()["data"]
         assert results[1]["classify"]["model"] == SEQ
@@ -312,5 +313,61 @@ def test_classify_on_a_model_that_cannot_classify_says_why(real):
     assert response.status_code == 422
     assert response.headers["cache-control"] == "no-store"
     assert response.json() == {
-        "error": {"code": "unsupported_surface", "type": "runtime_error", "message": message}
+        "error": {
+            "code": "unsupported_surface",
+            "type": "runtime_error",
+            "message": message,
+            "param": None,
+        }
     }
+
+
+def test_an_openai_sdk_client_is_told_how_to_send_overflow(real):
+    """A plain OpenAI embeddings request with a too-long input, through the listener: the
+    worker's 400 reaches the SDK with ``param`` ``input`` and the ``extra_body`` to send,
+    and that ``extra_body`` answers."""
+    import httpx2
+    import openai
+
+    long_text = " ".join(["word"] * 400)
+
+    async def scenario():
+        pools, workers = await pools_over(real)
+        listener = Listener(Grant("http", runtime=(EMB,)), pools)
+        http = httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=listener.app), base_url="http://l/v1", timeout=60
+        )
+        async with openai.AsyncOpenAI(
+            base_url="http://l/v1", api_key="k", max_retries=0, http_client=http
+        ) as sdk:
+            with pytest.raises(openai.BadRequestError) as raised:
+                await sdk.embeddings.create(model=EMB, input=[long_text], encoding_format="float")
+            fixed = await sdk.embeddings.create(
+                model=EMB,
+                input=[long_text],
+                encoding_format="float",
+                extra_body={"options": {"overflow": "truncate"}},
+            )
+        await close_all(*workers)
+        return raised.value, fixed
+
+    refused, fixed = run(scenario(), timeout=120)
+    alone = direct(real["emb-1"], "/v1/embeddings", {"model": "emb-1", "input": [long_text]})
+    assert alone.status_code == 400
+    message = alone.json()["error"]["message"]
+    assert message.endswith(
+        '; from the OpenAI SDK, send options as extra_body={"options": {"overflow": "truncate"}}'
+    )
+    assert (refused.status_code, refused.code, refused.type, refused.param) == (
+        400,
+        "invalid_request",
+        "runtime_error",
+        "input",
+    )
+    assert refused.body == {
+        "code": "invalid_request",
+        "type": "runtime_error",
+        "message": message,
+        "param": "input",
+    }
+    assert fixed.model == EMB and len(fixed.data) == 1 and fixed.data[0].embedding

@@ -88,7 +88,8 @@ class Controlled:
             raise self.fail_plan
         return self.loaded.plan(surface, request)
 
-    def run(self, items: list[Any]) -> list[Any]:
+    def run(self, items: list[Any], **options: Any) -> list[Any]:
+        """The model's forward (``options``: what the scheduler passes, as ``width=``)."""
         self.forwards.append([item.key for item in items])
         self.entered.set()
         assert self.gate.wait(30), "a test left a forward gate closed"
@@ -96,7 +97,7 @@ class Controlled:
             time.sleep(self.delay)
         if self.fail_run is not None:
             raise self.fail_run
-        return self.loaded.run(items)
+        return self.loaded.run(items, **options)
 
     def finish(self, plan: Any, outputs: list[Any]) -> Any:
         if self.fail_finish is not None:

@@ -236,6 +236,8 @@ def assert_reference_values(packages, path: str, index: int, answer: dict[str, A
         assert unsupported["error"] == {
             "code": "unsupported_surface",
             "message": "this model serves embeddings, rerank, not classify",
+            "type": "invalid_request_error",
+            "param": None,
         }
         assert (reranked["id"], reranked["status"]) == ("r", 200)
         [result] = reranked["rerank"]["results"]
@@ -247,6 +249,8 @@ def assert_reference_values(packages, path: str, index: int, answer: dict[str, A
         assert missing["error"] == {
             "code": "model_not_found",
             "message": f"model 'nope' is not served here (served: {SERVED})",
+            "type": "invalid_request_error",
+            "param": "model",
         }
         assert (late["id"], late["status"]) == ("late", 200)
         [result] = late["classify"]["results"]

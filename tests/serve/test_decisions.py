@@ -271,6 +271,8 @@ def test_images_are_accepted_empty_and_refused_otherwise(client, where):
         "code": "invalid_request",
         "message": f"{prefix}images holds 1 image, but this model has no image modality; "
         "describe the images in the state as text, and send images as [] or leave it out",
+        "type": "invalid_request_error",
+        "param": None,
     }
 
 

@@ -47,7 +47,12 @@ def test_health_follows_loading_then_ready(make_runtime, controlled_loader):
     }
     refused = client.post("/v1/classify", json={"model": "sequence", "input": "good"})
     assert refused.status_code == 503
-    assert refused.json()["error"] == {"code": "not_ready", "message": "model sequence is loading"}
+    assert refused.json()["error"] == {
+        "code": "not_ready",
+        "message": "model sequence is loading",
+        "type": "server_error",
+        "param": None,
+    }
     assert refused.headers["retry-after"] == "5"
     served = client.post("/v1/embeddings", json={"model": "pooled", "input": "good"})
     assert served.status_code == 200  # a ready model answers while another loads

@@ -135,7 +135,12 @@ def test_jev_latest_reaches_the_jev_entry(raw: httpx.Client, checked: httpx.Clie
     assert schemas[2].startswith(f"alias of {JEV}")
     # without a model, two models leave the process's schema to say it: vllm-sr/5.0's 400
     assert refused(checked, BODY, 400) == {
-        "error": {"code": "invalid_request", "message": f"name the model: one of {PLAIN}, {JEV}"}
+        "error": {
+            "code": "invalid_request",
+            "message": f"name the model: one of {PLAIN}, {JEV}",
+            "type": "invalid_request_error",
+            "param": None,
+        }
     }
 
 
@@ -152,7 +157,12 @@ def test_an_invalid_question_is_422_at_its_name_in_jev_only(
             "type": "invalid_question",
         }
     ]
-    assert error["error"] == {"code": "invalid_request", "message": error["detail"][0]["msg"]}
+    assert error["error"] == {
+        "code": "invalid_request",
+        "message": error["detail"][0]["msg"],
+        "type": "invalid_request_error",
+        "param": None,
+    }
     # in a states entry, the path goes on into it
     entry = {"state": "the parcel is late", "questions": {"which": INVALID}}
     error = refused(raw, {"model": JEV, **BODY, "states": [entry]}, 422)

@@ -198,7 +198,12 @@ def test_body_fails_the_request_for_a_failed_question(code: str, status: int) ->
     )
     assert err.body() == {
         "detail": {"error_type": code, "message": err.message},
-        "error": {"code": code, "message": err.message},
+        "error": {
+            "code": code,
+            "message": err.message,
+            "type": "invalid_request_error" if status < 500 else "server_error",
+            "param": None,
+        },
     }
     with pytest.raises(jev.JevError) as in_batch:
         jev.batch_body({"model": "judge", "results": [{"index": 0, **failed}], "usage": USAGE})
@@ -220,6 +225,8 @@ def test_as_jev_makes_invalid_request_a_422_at_the_body() -> None:
     assert err.body()["error"] == {
         "code": "invalid_request",
         "message": "questions must be an object, not missing",
+        "type": "invalid_request_error",
+        "param": None,
     }
 
 
@@ -232,9 +239,15 @@ def test_as_jev_keeps_any_other_failure_its_status_with_a_detail_object(
 ) -> None:
     err = jev.as_jev(ApiError(code, "why"))  # type: ignore[arg-type]
     assert err.status == status
+    kind = "server_error" if status >= 500 or code == "overloaded" else "invalid_request_error"
     assert err.body() == {
         "detail": {"error_type": code, "message": "why"},
-        "error": {"code": code, "message": "why"},
+        "error": {
+            "code": code,
+            "message": "why",
+            "type": kind,
+            "param": "model" if code == "model_not_found" else None,
+        },
     }
     assert jev.as_jev(err) is err
 

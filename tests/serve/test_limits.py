@@ -20,7 +20,12 @@ def big_body() -> bytes:
 def assert_too_large(response) -> None:
     assert response.status_code == 413, response.text
     assert response.json() == {
-        "error": {"code": "request_too_large", "message": f"the body is over {LIMIT} bytes"}
+        "error": {
+            "code": "request_too_large",
+            "message": f"the body is over {LIMIT} bytes",
+            "type": "invalid_request_error",
+            "param": None,
+        }
     }
     timing = timed_phases(response)
     assert timing["tokenize"] == timing["forward"] == 0  # refused before anything ran
@@ -111,7 +116,12 @@ def test_the_413_comes_before_the_body_is_sent(limited, live_server):
         status, body = read_response(sock)
     assert status == 413
     assert body == {
-        "error": {"code": "request_too_large", "message": f"the body is over {LIMIT} bytes"}
+        "error": {
+            "code": "request_too_large",
+            "message": f"the body is over {LIMIT} bytes",
+            "type": "invalid_request_error",
+            "param": None,
+        }
     }
 
     with server.connect() as sock:
@@ -124,7 +134,12 @@ def test_the_413_comes_before_the_body_is_sent(limited, live_server):
         status, body = read_response(sock)
     assert status == 413
     assert body == {
-        "error": {"code": "request_too_large", "message": f"the body is over {LIMIT} bytes"}
+        "error": {
+            "code": "request_too_large",
+            "message": f"the body is over {LIMIT} bytes",
+            "type": "invalid_request_error",
+            "param": None,
+        }
     }
 
 
@@ -146,6 +161,8 @@ def refusal(count: int, what: str = "inputs") -> dict:
             "code": "invalid_request",
             "message": f"the request holds {count} {what}; this server takes at most 3 in one "
             "request (limits.max_inputs, --max-inputs): split it into several requests",
+            "type": "invalid_request_error",
+            "param": None,
         }
     }
 

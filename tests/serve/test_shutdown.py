@@ -144,6 +144,8 @@ def test_sigterm_stops_admission_drains_the_queue_and_exits_0(packages, tmp_path
         assert refused.json()["error"] == {
             "code": "not_ready",
             "message": "the server is shutting down; retry on another replica",
+            "type": "server_error",
+            "param": None,
         }
         for response, _ in answers:
             assert response.status_code == 200, response.text

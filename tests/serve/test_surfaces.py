@@ -10,6 +10,7 @@ import json
 import math
 import struct
 
+import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -26,10 +27,15 @@ JSON_TYPE = {"content-type": "application/json"}
 
 
 def error_of(response, status: int, code: str) -> str:
+    """The message of an error document, after checking its status, code and OpenAI's
+    ``type`` (``param`` a field name or ``None``)."""
     assert response.status_code == status, response.text
     body = response.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message", "type", "param"}
     assert body["error"]["code"] == code
+    kind = "server_error" if status >= 500 or code == "overloaded" else "invalid_request_error"
+    assert body["error"]["type"] == kind
+    assert body["error"]["param"] is None or isinstance(body["error"]["param"], str)
     return body["error"]["message"]
 
 
@@ -218,12 +224,22 @@ def test_an_unknown_route_answers_an_error_document(client):
     response = client.get("/v1/nothing")
     assert response.status_code == 404
     assert response.json() == {
-        "error": {"code": "invalid_request", "message": "GET /v1/nothing: Not Found"}
+        "error": {
+            "code": "invalid_request",
+            "message": "GET /v1/nothing: Not Found",
+            "type": "invalid_request_error",
+            "param": None,
+        }
     }
     wrong_method = client.get("/v1/embeddings")
     assert wrong_method.status_code == 405
     assert wrong_method.json() == {
-        "error": {"code": "invalid_request", "message": "GET /v1/embeddings: Method Not Allowed"}
+        "error": {
+            "code": "invalid_request",
+            "message": "GET /v1/embeddings: Method Not Allowed",
+            "type": "invalid_request_error",
+            "param": None,
+        }
     }
 
 
@@ -410,6 +426,8 @@ def test_a_bundle_keeps_task_order_and_each_task_its_status(make_runtime, packag
     assert results[1]["error"] == {
         "code": "unsupported_surface",
         "message": "this model serves embeddings, rerank, not classify",
+        "type": "invalid_request_error",
+        "param": None,
     }
     [item] = results[0]["embeddings"]["data"]
     assert close(item["embedding"], reference.embedding(packages["pooled"], "good movie"))
@@ -434,10 +452,14 @@ def test_a_bundle_reports_unknown_and_invalid_tasks_in_place(make_runtime, packa
     assert results[0]["error"] == {
         "code": "model_not_found",
         "message": "model 'nope' is not served here (served: pooled)",
+        "type": "invalid_request_error",
+        "param": "model",
     }
     assert results[1]["error"] == {
         "code": "invalid_request",
         "message": "dimensions must be an integer from 1 to 32, not 99",
+        "type": "invalid_request_error",
+        "param": None,
     }
     [item] = results[2]["embeddings"]["data"]
     assert close(item["embedding"], reference.embedding(packages["pooled"], "good"))
@@ -484,6 +506,13 @@ def test_an_invalid_task_of_each_surface_fails_alone_with_its_routes_message(cli
         assert result[key] == client.post(f"/v1/{key}", json=task[key]).json()
 
 
+PARAMS = {
+    # OpenAI's param of a task's validation problem: its field, as the route names it
+    "options.threshold: Input should be less than or equal to 1": "options.threshold",
+    "query: Field required": "query",
+}
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [
@@ -519,7 +548,12 @@ def test_a_task_body_that_fails_validation_is_that_tasks_400(client, body, messa
     assert bad == {
         "id": "a",
         "status": 400,
-        "error": {"code": "invalid_request", "message": message},
+        "error": {
+            "code": "invalid_request",
+            "message": message,
+            "type": "invalid_request_error",
+            "param": PARAMS.get(message),
+        },
     }
     assert good["status"] == 200
 
@@ -854,6 +888,8 @@ def test_a_model_is_found_by_its_basename_and_repo_and_an_ambiguous_name_is_refu
             "code": "model_not_found",
             "message": "model 'sentiment' is ambiguous: it names acme/sentiment and "
             "other/sentiment; use the full model ID",
+            "type": "invalid_request_error",
+            "param": "model",
         }
     exact = client.post("/v1/classify", json={"model": "acme/sentiment", "input": "good"})
     assert exact.status_code == 200
@@ -1059,15 +1095,73 @@ def test_a_bundle_task_naming_a_model_that_is_not_a_string_fails_alone(make_runt
 
 
 # -- OpenAI-faithful embeddings --------------------------------------------------------------
+TOO_LONG = (
+    "input[1]: input has 122 tokens; the limit is 48. Shorten it, or send "
+    "options.overflow truncate (keep the beginning) or window; from the OpenAI SDK, send "
+    'options as extra_body={"options": {"overflow": "truncate"}}'
+)
+"""A plain request's too-long input: the fix, and how an OpenAI SDK client sends it."""
+
+
 def test_a_plain_openai_request_with_an_unusable_input_is_400_naming_it(client):
     response = client.post("/v1/embeddings", json={"model": "pooled", "input": ["good", LONG]})
-    assert error_of(response, 400, "invalid_request") == (
-        "input[1]: input has 122 tokens; the limit is 48. Shorten it, or send "
-        "options.overflow truncate (keep the beginning) or window"
-    )
+    assert error_of(response, 400, "invalid_request") == TOO_LONG
+    assert response.json()["error"]["param"] == "input"
     contract = {"model": "pooled", "input": ["good", LONG], "options": {}}
     data = client.post("/v1/embeddings", json=contract).json()["data"]
     assert "embedding" in data[0] and data[1]["error"] == "max_length_exceeded"
+
+
+def test_the_openai_sdk_reads_every_error_field_and_applies_the_fix(make_runtime, live_server):
+    """The real ``openai`` client over a socket: ``code``, ``type`` and ``param`` of each
+    error (none is ``None`` where the runtime knows it), and the ``extra_body`` the
+    too-long message names works."""
+    server = live_server(make_runtime(("pooled",)))
+    sdk = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=30)
+    with pytest.raises(openai.BadRequestError) as too_long:
+        sdk.embeddings.create(model="pooled", input=["good", LONG], encoding_format="float")
+    err = too_long.value
+    assert (err.status_code, err.code, err.type, err.param) == (
+        400,
+        "invalid_request",
+        "invalid_request_error",
+        "input",
+    )
+    assert err.body == {
+        "code": "invalid_request",
+        "message": TOO_LONG,
+        "type": "invalid_request_error",
+        "param": "input",
+    }
+    fixed = sdk.embeddings.create(
+        model="pooled",
+        input=["good", LONG],
+        encoding_format="float",
+        extra_body={"options": {"overflow": "truncate"}},
+    )
+    assert [len(item.embedding) for item in fixed.data] == [32, 32]
+    with pytest.raises(openai.NotFoundError) as unknown:
+        sdk.embeddings.create(model="nope", input="good", encoding_format="float")
+    assert (unknown.value.code, unknown.value.type, unknown.value.param) == (
+        "model_not_found",
+        "invalid_request_error",
+        "model",
+    )
+    with pytest.raises(openai.BadRequestError) as invalid:
+        sdk.embeddings.create(model="pooled", input="good", dimensions=0, encoding_format="float")
+    assert (invalid.value.code, invalid.value.type, invalid.value.param) == (
+        "invalid_request",
+        "invalid_request_error",
+        "dimensions",
+    )
+    with pytest.raises(openai.UnprocessableEntityError) as surface:
+        sdk.post("/classify", body={"model": "pooled", "input": "good"}, cast_to=object)
+    assert surface.value.body == {
+        "code": "unsupported_surface",
+        "message": "this model serves embeddings, rerank, not classify",
+        "type": "invalid_request_error",
+        "param": None,
+    }
 
 
 def test_tei_truncate_spells_overflow(client, packages):
