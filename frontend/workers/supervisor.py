@@ -275,7 +275,6 @@ class Supervisor:
                     f"every model failed to load {self.failed_loads} times in a row: {{{failures}}}"
                 )
             return
-        self.failed_loads = 0
         if not self.ever_ready and ran < QUICK_EXIT:
             self.quick_exits += 1
             if self.quick_exits >= QUICK_EXITS and self.fatal is None:
@@ -339,20 +338,22 @@ class Supervisor:
         stop = asyncio.create_task(self._stopping.wait())
         try:
             await asyncio.wait({exited, recycle, stop}, return_when=asyncio.FIRST_COMPLETED)
-            if exited.done():
+            if exited.done() and not self._failed:
                 how = describe_exit(process.returncode)
-            elif recycle.done():
+            elif exited.done() or recycle.done():
                 failures = "; ".join(
                     f"model {m} failed to load: {r}" for m, r in self._failed.items()
                 )
                 log.warning(
-                    "runtime_process_recycled: %s every model failed (%d in a row): %s",
+                    "runtime_process_%s: %s every model failed (%d in a row): %s",
+                    "exited" if exited.done() else "recycled",
                     plan.process,
                     self.failed_loads + 1,
                     failures,
                 )
                 tasks[1].cancel()  # no probe of a process being stopped
-                await self.terminate()
+                if not exited.done():  # a runtime that gave up has exited already
+                    await self.terminate()
                 how = f"every model failed to load: {failures}"
             else:
                 tasks[1].cancel()

@@ -9,6 +9,8 @@ and ``devices``; what it does is chosen by ``FAKE_WORKER_MODE``:
   (a worker that crashes while it starts);
 - ``never``: serve ``/health`` as ``loading`` forever;
 - ``failed``: serve ``/health`` with every model ``failed``;
+- ``failed-exit``: as ``failed``, then exit 1 once ``/health`` was answered (what a
+  ``vllm-srun`` whose every model failed for good does);
 - ``incompatible``: a ready model under wire contract 3.0.0;
 - ``ready``: a ready model with a card (``/v1/models``), answering ``POST`` with 200
   (``{"model", "ok", "echo"}``: the model it was asked for and the body's ``echo``); a
@@ -106,7 +108,9 @@ def main(argv: list[str]) -> int:
             self.wfile.write(data)
 
         def do_GET(self) -> None:
-            state = {"never": "loading", "failed": "failed"}.get(MODE, "ready")
+            state = {"never": "loading", "failed": "failed", "failed-exit": "failed"}.get(
+                MODE, "ready"
+            )
             reason = "fake: the weights are missing" if state == "failed" else None
             version = "3.0.0" if MODE == "incompatible" else "2.3.0"
             if self.path == "/health":
@@ -122,6 +126,10 @@ def main(argv: list[str]) -> int:
                         "models": models,
                     },
                 )
+                if MODE == "failed-exit":
+                    self.wfile.flush()
+                    print("fake worker: exiting with status 1: no model can be served", flush=True)
+                    os._exit(1)
             elif self.path == "/v1/models":
                 document = {
                     "object": "list",

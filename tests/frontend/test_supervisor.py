@@ -364,3 +364,25 @@ def test_a_worker_log_line_is_relogged_with_one_time_at_its_level():
         logging.INFO,
         "2026-12-01 09:30:00 WARNING no milliseconds",
     )
+
+
+def test_a_runtime_that_exits_after_every_model_failed_counts_as_a_failed_load(rundir):
+    """A ``vllm-srun`` whose every model failed for good exits 1 (issue 29 item 6); once
+    its ``/health`` said so, the exit counts as a failed load, three in a row end the
+    wait with the models' reasons (not a count of quick exits that resets the other)."""
+    clock = FakeClock()
+    _, worker, supervisor = supervised(rundir, "failed-exit", clock)
+
+    async def scenario():
+        supervisor.start()
+        view = deployment_view(worker, supervisor)
+        with pytest.raises(StartupFailed) as caught:
+            await wait_for_deployments([view], timeout=60)
+        await supervisor.stop()
+        return str(caught.value)
+
+    assert run(scenario()) == (
+        'model_runtime deployment "primary": every model failed to load 3 times in a row: '
+        "{primary: fake: the weights are missing}"
+    )
+    assert clock.sleeps[:3] == [1, 2, 4]
