@@ -11,11 +11,12 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from difflib import get_close_matches
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
+
+from ..names import closest
 
 SYSTEMONE = "systemone_error"
 RUNTIME = "runtime_error"
@@ -240,21 +241,6 @@ def not_allowed(kind: str, model: str, names: Sequence[str]) -> Refusal:
         "in config.yaml"
     )
     return Refusal(403, "model_not_allowed", kind, message=message, param="model")
-
-
-def closest(model: str, names: Sequence[str]) -> str | None:
-    """The name ``model`` most likely meant: one equal to it but for case or the
-    repository (``all-MiniLM-L6-v2`` for ``sentence-transformers/all-MiniLM-L6-v2``),
-    else the nearest spelling; ``None`` when none is close."""
-    by_key: dict[str, str] = {}
-    for name in names:
-        by_key.setdefault(name.casefold(), name)
-        by_key.setdefault(name.rsplit("/", 1)[-1].casefold(), name)
-    wanted = model.strip().casefold()
-    if wanted in by_key:
-        return by_key[wanted]
-    found = get_close_matches(wanted, list(by_key), n=1, cutoff=0.85)
-    return by_key[found[0]] if found else None
 
 
 def passed_message(body: Any) -> tuple[str | None, str | None]:

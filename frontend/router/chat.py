@@ -25,8 +25,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from ..api.refusals import closest
 from ..bodies import BodyTooLarge, read_body
+from ..names import closest
 from .cache import ResponseCache
 from .decisions import headers_value
 from .forward import (
