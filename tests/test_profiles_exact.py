@@ -233,7 +233,9 @@ def test_rows_of_many_lengths_in_one_request_are_the_bits_each_gets_alone(name, 
     surface = "embeddings" if name == "minilm" else "classify"
     together = served.answer(surface, {"input": MANY_LENGTHS})
     key = "data" if name == "minilm" else "results"
-    lengths = {row.tokens for row in served.loaded.plan(surface, _read(surface, MANY_LENGTHS)).items}
+    lengths = {
+        row.tokens for row in served.loaded.plan(surface, _read(surface, MANY_LENGTHS)).items
+    }
     assert len(lengths) >= 6 and len({(n + 15) // 16 for n in lengths}) >= 3  # edges 16 apart
     for index, text in enumerate(MANY_LENGTHS):
         [alone] = served.answer(surface, {"input": [text]})[key]
@@ -244,9 +246,7 @@ def test_rows_of_many_lengths_in_one_request_are_the_bits_each_gets_alone(name, 
 
 
 @pytest.mark.parametrize("name", ["minilm", "rampart"])
-def test_concurrent_requests_of_many_lengths_share_padded_forwards_and_keep_the_bits(
-    name, request
-):
+def test_concurrent_requests_of_many_lengths_share_padded_forwards_and_keep_the_bits(name, request):
     """Through the worker: one request per text, queued together, so that rows of many
     lengths and requests share forwards (checked: some forward holds several lengths)."""
     served: ServedModel = request.getfixturevalue(name)
