@@ -13,8 +13,14 @@ batch run as:
 
 Every ``exact`` forward runs as the runtime runs it (:func:`exact_forward`: filled to
 32 tokens). The fastest of ``--repeats`` runs of each batch counts; the figure to read
-is each way's time as a ratio to ``batching`` (more than 1: slower). Prints one JSON
-object and writes bench/results/exact_shapes.md.
+is each way's time as a ratio to ``batching`` (more than 1: slower).
+
+Then what one concurrent client costs: ``--lone`` sentences, each run alone the three
+ways (``batching``: its own length; ``equal_length``, the ``exact`` of before length
+edges: its own length, filled with copies to 32 tokens; ``padded_to_edge``: padded to its
+edge, filled to 32 tokens), the mean of the fastest of ``--repeats`` per sentence.
+
+Prints one JSON object and writes bench/results/exact_shapes.md.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batches", type=int, default=8, help="batches of 32 sentences")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--lone", type=int, default=64, help="sentences run alone")
     parser.add_argument("--results", type=Path, default=HERE / "results")
     args = parser.parse_args(argv)
     import torch
@@ -91,6 +98,16 @@ def main(argv: list[str] | None = None) -> int:
             planned = groups(batch)
             totals[name] += fastest(lambda p=planned, r=run: [r(g) for g in p], args.repeats)
             forwards[name] += len(planned)
+    lone_rows = rng.sample(rows.items, args.lone)
+    lone = {}
+    for name, shapes in (
+        ("batching", None),
+        ("equal_length (exact before edges)", ExactShapes("equal_length")),
+        ("padded_to_edge (exact)", ExactShapes("padded_to_edge", grid(16))),
+    ):
+        run = loaded.run if shapes is None else exact_forward(loaded.run, shapes)
+        times = [fastest(lambda r=row, f=run: f([r]), args.repeats) for row in lone_rows]
+        lone[name] = round(sum(times) / len(times), 2)
     base = totals["batching"]
     figures = {
         name: {
@@ -117,7 +134,14 @@ def main(argv: list[str] | None = None) -> int:
             for name, f in figures.items()
         ),
         "",
+        f"One row alone ({args.lone} sentences, mean ms of the fastest of {args.repeats}):",
+        "",
+        "| a lone row run as | ms | vs batching |",
+        "| --- | ---: | ---: |",
+        *(f"| {name} | {ms} | {ms / lone['batching']:.3f}x |" for name, ms in lone.items()),
+        "",
     ]
+    figures["lone_row_ms"] = lone  # type: ignore[assignment]
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "exact_shapes.md").write_text("\n".join(lines))
     print("\n".join(lines))

@@ -100,11 +100,11 @@ EDGE_STEPS: tuple[tuple[int | None, int], ...] = ((256, 16), (512, 32), (1024, 6
 """The ``exact`` profile's length edges: ``(up to, step)``. A row of up to 256 tokens is
 padded to the next multiple of 16, up to 512 to the next multiple of 32, and so on.
 Chosen from measurement (bench/exact_shapes.py, bench/results/exact_shapes.md: MiniLM on
-a 2-core CPU, batches of 32 corpus sentences of 13 to 73 tokens): forwards cut at edges
-16 apart took 1.01x the time of the ``batching`` profile's free cuts; 8 apart 1.04x (more
-forwards), 32 apart 1.17x (more padding); rows sharing forwards only within their edge
-1.07x; rows of one length only 2.2x. Padding costs less beside a long row, so the steps
-widen with the length."""
+a 2-core CPU, batches of 32 corpus sentences of 13 to 73 tokens; two runs): forwards cut
+at edges 16 apart took 0.96x to 1.01x the time of the ``batching`` profile's free cuts;
+8 apart 1.00x to 1.04x (more forwards); 32 apart 1.10x to 1.17x (more padding); rows
+sharing forwards only within their edge 0.98x to 1.07x; rows of one length only 1.9x to
+2.2x. Padding costs less beside a long row, so the steps widen with the length."""
 
 
 @dataclass(frozen=True)
