@@ -280,7 +280,14 @@ class Frontend:
             PlanError: a worker cannot be planned.
         """
         if needs_auto(config, deployments_in_use(config)) and self._auto_device is None:
+            log.info(
+                "choosing the device for device: auto (asks the worker command's `devices`, "
+                "which imports torch: a few seconds, once)"
+            )
             self._auto_device = await asyncio.to_thread(self.devices.auto)  # asked once
+            log.info(
+                "device: auto is %s", self._auto_device or "unknown: each worker picks its own"
+            )
         return compose_generation(
             config,
             self.env,

@@ -84,8 +84,10 @@ EXACT = Profile(
     "exact",
     "exact",
     "Bit-identical: a row's answer is the same bits alone or in any batch, at any position "
-    "(rows share a forward only with rows of their own length; a model that fails the "
-    "load-time probe answers rows one by one). Reference kernels only.",
+    "(each row is padded to a fixed edge of its own length, so rows of many lengths share "
+    "a forward; where the load-time probe finds a difference, rows share forwards only "
+    "within their edge, only with rows of their own length, or run one by one: the card's "
+    "batch_invariance.method says which). Reference kernels only.",
 )
 BATCHING = Profile(
     "batching",

@@ -210,8 +210,9 @@ def not_published(kind: str, path: str) -> Refusal:
     if path == "/v1/models":
         message = (
             "this listener publishes no models: add runtime: {models: [<public id>]} or "
-            "systemone: {models: [<public id>]} to it in config.yaml "
-            "(listeners[].runtime.models, listeners[].systemone.models)"
+            "systemone: {models: [<public id>]} to it in the configuration "
+            "(listeners[].runtime.models, listeners[].systemone.models; vllm-sr serve "
+            "--config FILE, or vllm-sr config apply)"
         )
         return Refusal(404, "runtime_not_published", kind, message=message)
     if kind == SYSTEMONE:
@@ -220,7 +221,8 @@ def not_published(kind: str, path: str) -> Refusal:
         grant, what, routes = "runtime", "runtime", RUNTIME_ROUTE_LIST
     message = (
         f"this listener publishes no {what} models: add {grant}: {{models: [<public id>]}} "
-        f"to it in config.yaml (listeners[].{grant}.models) to serve {routes}"
+        f"to it in the configuration (listeners[].{grant}.models; vllm-sr serve --config "
+        f"FILE, or vllm-sr config apply) to serve {routes}"
     )
     return Refusal(404, f"{grant}_not_published", kind, message=message)
 
@@ -238,7 +240,7 @@ def not_allowed(kind: str, model: str, names: Sequence[str]) -> Refusal:
     message = (
         f"model not published on this listener's {what} routes{guess}; its models are "
         f"{listed}. To publish another, add its public id to listeners[].{grant}.models "
-        "in config.yaml"
+        "in the configuration (vllm-sr serve --config FILE, or vllm-sr config apply)"
     )
     return Refusal(403, "model_not_allowed", kind, message=message, param="model")
 

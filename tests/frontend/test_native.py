@@ -86,12 +86,14 @@ AUTH = "authentication_error"
 WORDED = {
     "systemone_not_published": (
         "this listener publishes no System One models: add systemone: {models: [<public id>]} "
-        "to it in config.yaml (listeners[].systemone.models) to serve /v1/systemone, "
+        "to it in the configuration (listeners[].systemone.models; vllm-sr serve --config "
+        "FILE, or vllm-sr config apply) to serve /v1/systemone, "
         "/v1/decisions and /v1/systemone/batch"
     ),
     "runtime_not_published": (
         "this listener publishes no runtime models: add runtime: {models: [<public id>]} "
-        "to it in config.yaml (listeners[].runtime.models) to serve /v1/embeddings, "
+        "to it in the configuration (listeners[].runtime.models; vllm-sr serve --config "
+        "FILE, or vllm-sr config apply) to serve /v1/embeddings, "
         "/v1/classify, /v1/rerank and /v1/bundle"
     ),
 }
@@ -102,8 +104,9 @@ PARAMS = {"model_required": "model", "model_not_allowed": "model", "model_not_fo
 
 NO_MODELS = (
     "this listener publishes no models: add runtime: {models: [<public id>]} or "
-    "systemone: {models: [<public id>]} to it in config.yaml "
-    "(listeners[].runtime.models, listeners[].systemone.models)"
+    "systemone: {models: [<public id>]} to it in the configuration "
+    "(listeners[].runtime.models, listeners[].systemone.models; vllm-sr serve "
+    "--config FILE, or vllm-sr config apply)"
 )
 
 
@@ -114,7 +117,7 @@ def not_allowed(names: str, grant: str = "systemone", near: str = "") -> str:
     return (
         f"model not published on this listener's {what} routes{guess}; its models are "
         f"{names}. To publish another, add its public id to listeners[].{grant}.models "
-        "in config.yaml"
+        "in the configuration (vllm-sr serve --config FILE, or vllm-sr config apply)"
     )
 
 
@@ -525,7 +528,8 @@ def test_a_model_outside_the_grant_is_told_the_grants_models_and_the_one_it_mean
                 message="model not published on this listener's runtime routes (did you mean "
                 "sentence-transformers/all-MiniLM-L6-v2?); its models are "
                 "sentence-transformers/all-MiniLM-L6-v2, pub-b. To publish another, add its "
-                "public id to listeners[].runtime.models in config.yaml",
+                "public id to listeners[].runtime.models in the configuration (vllm-sr serve "
+                "--config FILE, or vllm-sr config apply)",
             )
             far = await client.post(
                 "/v1/classify", json={"model": "gpt-4o", "input": ["x"]}, headers=keyed
@@ -537,7 +541,8 @@ def test_a_model_outside_the_grant_is_told_the_grants_models_and_the_one_it_mean
                 "runtime_error",
                 message="model not published on this listener's runtime routes; its models are "
                 "sentence-transformers/all-MiniLM-L6-v2, pub-b. To publish another, add its "
-                "public id to listeners[].runtime.models in config.yaml",
+                "public id to listeners[].runtime.models in the configuration (vllm-sr serve "
+                "--config FILE, or vllm-sr config apply)",
             )
             upper = await client.post(
                 "/v1/systemone", json={"model": "PUB-S", **QUESTION}, headers=keyed
@@ -548,7 +553,8 @@ def test_a_model_outside_the_grant_is_told_the_grants_models_and_the_one_it_mean
                 "model_not_allowed",
                 message="model not published on this listener's System One routes (did you mean "
                 "pub-s?); its models are pub-s, jev-latest. To publish another, add its public "
-                "id to listeners[].systemone.models in config.yaml",
+                "id to listeners[].systemone.models in the configuration (vllm-sr serve "
+                "--config FILE, or vllm-sr config apply)",
             )
             for text in (anonymous.text, refused.text, far.text, upper.text):
                 assert "pub-c" not in text and "key-1" not in text and "served-" not in text
@@ -571,8 +577,10 @@ def test_a_route_no_grant_publishes_names_the_grant_that_would():
                     "code": "runtime_not_published",
                     "type": "runtime_error",
                     "message": "this listener publishes no runtime models: add runtime: "
-                    "{models: [<public id>]} to it in config.yaml (listeners[].runtime.models) "
-                    "to serve /v1/embeddings, /v1/classify, /v1/rerank and /v1/bundle",
+                    "{models: [<public id>]} to it in the configuration "
+                    "(listeners[].runtime.models; vllm-sr serve --config FILE, or vllm-sr "
+                    "config apply) to serve /v1/embeddings, /v1/classify, /v1/rerank and "
+                    "/v1/bundle",
                     "param": None,
                 }
             }
