@@ -166,7 +166,9 @@ def test_frontend_probes_name_routes_the_management_api_serves(rendered):
     assert env["VLLM_SR_PUBLISH_METRICS"] == "true"
     reloads = Reloads(None, ConfigSource(b"", parse_config), None)  # type: ignore[arg-type]
     source = SimpleNamespace(
-        draining=False, status=SimpleNamespace(ready=True, phase="ready"), reloads=reloads
+        draining=False,
+        status=SimpleNamespace(ready=True, phase="ready", unserved=lambda: ""),
+        reloads=reloads,
     )
     client = TestClient(build_management_app(source))  # type: ignore[arg-type]
     assert client.get("/health").json() == {"status": "ok"}
