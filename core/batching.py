@@ -172,11 +172,15 @@ class ExactShapes:
         method: one of :data:`SHAPE_METHODS`.
         edges: the width grid (``padded_to_edge``, ``same_bucket``).
         min_tokens: the fewest tokens (rows times width) a forward holds.
+        padded_up_to: under ``padded_to_edge``, the widest edge a row is padded to
+            across edges (the probe checked every pair of edges up to it); a row whose
+            own edge is wider shares forwards only with rows of its edge.
     """
 
     method: str = "equal_length"
     edges: LengthEdges = field(default_factory=LengthEdges)
     min_tokens: int = MIN_FORWARD_TOKENS
+    padded_up_to: int = 0
 
     @property
     def padded(self) -> bool:
@@ -189,10 +193,14 @@ class ExactShapes:
 
     def groups(self, rows: list[WorkItem], overhead_tokens: float | None) -> list[list[WorkItem]]:
         """``rows`` cut into forwards of this method (every row once; shared-prefix sets
-        are never split). ``padded_to_edge`` cuts like :func:`split_by_length` with each
-        group costing its edge's width; the others group by key."""
+        are never split). ``padded_to_edge`` cuts the rows whose edge is at most
+        :attr:`padded_up_to` like :func:`split_by_length`, each group costing its edge's
+        width, and groups the longer ones by edge; the others group by key."""
         if self.method == "padded_to_edge":
-            return split_by_length(rows, overhead_tokens, width=self.edges.edge)
+            short = [r for r in rows if self.edges.edge(r.tokens) <= self.padded_up_to]
+            long = [r for r in rows if self.edges.edge(r.tokens) > self.padded_up_to]
+            cut = split_by_length(short, overhead_tokens, width=self.edges.edge)
+            return cut + ExactShapes("same_bucket", self.edges).groups(long, overhead_tokens)
         same: dict[tuple[int, tuple[int, ...]], list[WorkItem]] = {}
         for row in rows:
             width = self.edges.edge(row.tokens) if self.padded else row.tokens

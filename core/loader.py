@@ -168,6 +168,7 @@ class ServedModel:
         return ExactShapes(
             method if method in ("padded_to_edge", "same_bucket") else "equal_length",
             LengthEdges(self.spec.token_limit),
+            padded_up_to=int(self.batch_invariance.get("padded_up_to") or 0),
         )
 
     def limits(self) -> SchedulerLimits:

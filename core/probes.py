@@ -88,31 +88,50 @@ def measure_batch_invariance(
     }
 
 
+PAD_ACROSS_MAX = 128
+"""The widest edge the ``exact`` probe checks rows padded across edges to (every pair of
+edges up to it); longer rows share forwards only with rows of their own edge. Measured on
+MiniLM (AVX2, oneDNN): rows padded from their edge to a wider one gave the same bits up to
+192 tokens, and differed from 208 on (rows of 210 to 240 tokens beside one of 256), while
+rows of one edge agree at every width; padding across edges pays most on short rows."""
+
+
 def _exact_invariance(
     loaded: LoadedModel[Any], items: list[WorkItem], edges: LengthEdges
 ) -> dict[str, Any]:
     """The ``exact`` probe (see :func:`measure_batch_invariance`).
 
     With a family whose ``run`` pads to a width (:attr:`LoadedModel.pads_to_width`),
-    the probe rows and a shortened copy of the longest row of each edge (another
-    length in the same bucket) run at their edge's width:
+    the probe rows, a shortened copy of the longest row of each edge they reach (another
+    length in that bucket), and one row per edge built from the longest probe row (one
+    token short of each edge up to :data:`PAD_ACROSS_MAX`, and two at the widest edge
+    the model reads, up to 512) run at their edge's width:
 
     1. each alone (a filled forward);
     2. the rows of each edge together, then again in reverse order (twice as many
        rows: other positions and another row count);
-    3. all of them together in reverse order, padded to the widest edge.
+    3. edge by edge upwards to :data:`PAD_ACROSS_MAX`: one row of every narrower edge
+       with the row of this edge, all padded to it.
 
-    Equal bits in 1 to 3: ``padded_to_edge``; in 1 and 2 only: ``same_bucket``.
-    Otherwise (or for a family that does not pad to a width) each probe row runs
-    alone and as every row of forwards of :data:`EQUAL_LENGTH_ROWS` copies of
-    itself: equal bits give ``equal_length``, any difference ``one_by_one``. Each
-    stage stops at its first difference (one decides; a decoder's forwards are
-    slow), so ``max_abs_deviation`` under ``one_by_one`` is the difference found.
+    Equal bits in 1 and 2, and in 3 up to at least the second edge: ``padded_to_edge``,
+    with ``padded_up_to`` the widest edge 3 held at (rows of wider edges share forwards
+    within their edge only); in 1 and 2 only: ``same_bucket``. Otherwise (or for a
+    family that does not pad to a width) each probe row runs alone and as every row of
+    forwards of :data:`EQUAL_LENGTH_ROWS` copies of itself: equal bits give
+    ``equal_length``, any difference ``one_by_one``. Each stage stops at its first
+    difference (one decides; a decoder's forwards are slow), so ``max_abs_deviation``
+    under ``one_by_one`` is the difference found.
     """
     if not items:
         return _exact_verdict("one_by_one", None, edges)
     if loaded.pads_to_width:
-        rows = [*items, *_other_lengths(items, edges)]
+        listed = edges.listed(up_to=512)
+        ladder = [e for e in listed if e <= PAD_ACROSS_MAX]
+        template = max(items, key=lambda row: row.tokens)
+        per_edge = {e: _row_of_length(template, max(e - 1, 2)) for e in ladder}
+        widest = listed[-1]
+        long_rows = [_row_of_length(template, widest), _row_of_length(template, widest - 2)]
+        rows = [*items, *_other_lengths(items, edges), *per_edge.values(), *long_rows]
         forward = exact_forward(loaded.run, ExactShapes("padded_to_edge", edges))
         alone: dict[int, Any] = {}
 
@@ -126,10 +145,31 @@ def _exact_invariance(
 
         buckets = ExactShapes("same_bucket", edges).groups(rows, None)
         if all(same_bits(group + group[::-1]) for group in buckets):  # stops at a difference
-            method = "padded_to_edge" if same_bits(rows[::-1]) else "same_bucket"
-            return _exact_verdict(method, 0.0, edges)
+            padded_up_to = 0
+            for k, edge in enumerate(ladder):
+                if not same_bits([per_edge[e] for e in ladder[: k + 1]]):
+                    break
+                padded_up_to = edge
+            if len(ladder) > 1 and padded_up_to >= ladder[1]:
+                return _exact_verdict("padded_to_edge", 0.0, edges, padded_up_to)
+            return _exact_verdict("same_bucket", 0.0, edges)
     return _equal_length_invariance(
         exact_forward(loaded.run, ExactShapes("equal_length", edges)), items, edges
+    )
+
+
+def _row_of_length(template: WorkItem, length: int) -> WorkItem:
+    """A probe row of ``length`` tokens from ``template``: its first token, its inner tokens
+    repeated, its last token (special tokens stay where the tokenizer put them)."""
+    ids = template.input_ids
+    inner = ids[1:-1] or ids
+    body = (inner * (length // max(len(inner), 1) + 1))[: max(length - 2, 0)]
+    made = (ids[:1] + body + ids[-1:])[:length]
+    types = None
+    if template.token_type_ids is not None:
+        types = (0,) * len(made)
+    return dataclasses.replace(
+        template, input_ids=made, token_type_ids=types, key=f"{template.key}-{length}"
     )
 
 
@@ -154,7 +194,9 @@ def _other_lengths(items: list[WorkItem], edges: LengthEdges) -> list[WorkItem]:
     return shorter
 
 
-def _exact_verdict(method: str, deviation: float | None, edges: LengthEdges) -> dict[str, Any]:
+def _exact_verdict(
+    method: str, deviation: float | None, edges: LengthEdges, padded_up_to: int = 0
+) -> dict[str, Any]:
     verdict: dict[str, Any] = {
         "max_abs_deviation": deviation,
         "tolerance": 0.0,
@@ -163,6 +205,8 @@ def _exact_verdict(method: str, deviation: float | None, edges: LengthEdges) -> 
     }
     if method in ("padded_to_edge", "same_bucket"):
         verdict["edges"] = edges.listed()
+    if method == "padded_to_edge":
+        verdict["padded_up_to"] = padded_up_to
     if method != "one_by_one":
         verdict["min_forward_tokens"] = MIN_FORWARD_TOKENS
     return verdict
@@ -278,6 +322,7 @@ __all__ = [
     "FORWARD_COST_MIN_MS",
     "FORWARD_COST_REPEATS",
     "FORWARD_COST_TOKENS",
+    "PAD_ACROSS_MAX",
     "measure_batch_invariance",
     "measure_forward_cost",
     "release_freed_heap",

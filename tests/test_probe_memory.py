@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from vllm_srun import probes
+from vllm_srun.batching import LengthEdges
 from vllm_srun.plugins.spec import WorkItem
 from vllm_srun.probes import EQUAL_LENGTH_ROWS, measure_batch_invariance, release_freed_heap
 
@@ -109,10 +110,13 @@ def test_the_exact_probe_pads_rows_to_edges_and_names_the_widest_sharing_that_ho
 
 def test_the_padded_probe_runs_each_edge_and_a_second_length_in_it():
     model = Widths((3, 18, 20, 41))
-    measure_batch_invariance(model, 0.0)
-    widths = [width for _, width in model.shapes]
-    assert set(widths) == {16, 32, 48}  # every row at its edge, never its own length
-    # 18 and 20 share edge 32, with 19 (20 shortened, its last token kept): 3 rows, twice
-    assert (6, 32) in model.shapes
-    # all of them (19 and 40 added: 41 shortened; 3 is too short to shorten), at the widest edge
-    assert (6, 48) in model.shapes
+    verdict = measure_batch_invariance(model, 0.0)
+    assert verdict["padded_up_to"] == 128
+    widths = {width for _, width in model.shapes}
+    assert widths <= set(LengthEdges().listed(up_to=512))  # every row at an edge
+    # 18 and 20 share edge 32 with 19 (20 shortened) and the ladder's 31: 4 rows, twice
+    assert (8, 32) in model.shapes
+    # the ladder's last step: one row of each edge from 16 to 128, all padded to 128
+    assert (8, 128) in model.shapes
+    # the widest edge read (512 without a known limit): two lengths in it, twice
+    assert (4, 512) in model.shapes

@@ -86,10 +86,13 @@ def test_an_exact_card_says_how_rows_are_batched(minilm, minilm_onnx, rampart, d
     invariance = minilm.card()["batch_invariance"]
     assert invariance["max_abs_deviation"] == 0.0
     assert invariance["min_forward_tokens"] == 32
+    assert invariance["padded_up_to"] == 128  # padded across edges only up to 128 tokens
     # MiniLM reads 256 tokens: edges 16 apart up to its limit
     assert invariance["edges"] == list(range(16, 257, 16))
     assert decoder.limits().max_num_seqs == 1
-    assert minilm.limits().exact == ExactShapes("padded_to_edge", LengthEdges(256))
+    assert minilm.limits().exact == ExactShapes(
+        "padded_to_edge", LengthEdges(256), padded_up_to=128
+    )
 
 
 @pytest.mark.parametrize("engine", ["native", "onnxruntime"])
@@ -179,9 +182,16 @@ def test_padded_forwards_run_at_the_edge_of_their_longest_row():
         seen.append(([r.key for r in batch], width))
         return [r.key for r in batch]
 
-    padded = ExactShapes("padded_to_edge", LengthEdges(512))
+    padded = ExactShapes("padded_to_edge", LengthEdges(512), padded_up_to=512)
     # no measured forward cost: one forward, at the edge of its longest row (300 -> 320)
     assert padded.groups(rows, None) == [rows]
+    # rows whose edge is above padded_up_to share forwards with their own edge only
+    capped = ExactShapes("padded_to_edge", LengthEdges(512), padded_up_to=32)
+    assert [[r.tokens for r in g] for g in capped.groups(rows, None)] == [
+        [3, 17, 20],
+        [33],
+        [300],
+    ]
     assert exact_forward(run, padded)(rows[:4]) == ["k3", "k17", "k20", "k33"]
     assert exact_forward(run, padded)(rows[:1]) == ["k3"]  # 16 wide, 2 rows: 32 tokens
     assert seen == [(["k3", "k17", "k20", "k33"], 48), (["k3", "k3"], 16)]
@@ -286,3 +296,16 @@ def _read(surface: str, texts: list[str]) -> Any:
     from vllm_srun.plugins.requests import read_request
 
     return read_request(surface, {"input": texts})
+
+
+def test_long_rows_beside_longer_ones_keep_their_bits(minilm):
+    """Rows of 210 to 240 tokens beside rows of 256 (a breaker's find: padded across edges
+    at these widths, oneDNN rounds them differently); above ``padded_up_to`` a row
+    shares forwards only with rows of its own edge."""
+    words = "the picks a model for each request and answers with scores spans decisions"
+    text = lambda n: " ".join((words.split() * 40)[:n])  # noqa: E731  one token a word
+    for length in (200, 214, 230, 238):
+        alone = minilm.answer("embeddings", {"input": [text(length)]})["data"][0]["embedding"]
+        for beside in (254, 230):
+            together = minilm.answer("embeddings", {"input": [text(length), text(beside)]})
+            assert together["data"][0]["embedding"] == alone, (length, beside)
