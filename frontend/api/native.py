@@ -498,6 +498,15 @@ class Listener:
                 or not isinstance(task[surfaces[0]], dict)
             ):
                 raise Refusal(400, "invalid_request", RUNTIME)
+            if not _encodable(task["id"]):
+                raise Refusal(
+                    400,
+                    "invalid_request",
+                    RUNTIME,
+                    message=f"tasks[{index}].id holds a lone surrogate (\\ud800 to \\udfff "
+                    "without its pair), which is not text; send the id as valid Unicode",
+                    param=f"tasks.{index}.id",
+                )
             try:
                 pool = published.pool(task[surfaces[0]].get("model"), granted, RUNTIME)
             except Refusal as refusal:
@@ -604,6 +613,15 @@ def _error_code(body: Any) -> str:
     error = body.get("error") if isinstance(body, dict) else None
     code = error.get("code") if isinstance(error, dict) else None
     return code if isinstance(code, str) else ""
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (no lone surrogate from a ``\\ud800`` escape)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _task_error(task_id: str, refusal: Refusal) -> str:

@@ -672,8 +672,10 @@ class ReplicaPool:
         self, replica: _Replica, send: asyncio.Future[Reply], attempt: int
     ) -> bool:
         """Wait for ``send`` to end (``True``), or until ``replica`` is stalled while
-        another replica answers and the exchange may go there (``False``). Becoming
-        suspect asks the health poller for a probe."""
+        another replica answers and the exchange may go there, or is suspect and its
+        probe failed (``False``: another replica takes it, or the caller hears 503 now
+        rather than at its deadline). Becoming suspect asks the health poller for a
+        probe."""
         liveness, asked = replica.worker.liveness, False
         while True:
             wait = liveness.until_suspect()
@@ -685,6 +687,8 @@ class ReplicaPool:
             if not asked:
                 replica.worker.request_probe()
                 asked = True
+            if replica.worker.state == "unreachable":
+                return False  # its probe failed too: another replica, or 503 at once
             if attempt < 2 * len(self._replicas) and self._stalled(replica, self.clock()):
                 return False
 

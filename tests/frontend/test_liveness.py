@@ -214,13 +214,20 @@ def test_every_replica_stopped_makes_the_pool_unready_within_two_seconds():
                 assert time.monotonic() - frozen_at < 2.0, pool.inventory()["replicas"]
                 await asyncio.sleep(0.02)
             assert {w.state for w in workers} == {"unreachable"}
+            # the requests already waiting on them end now (503), not at their deadline
+            stop.set()
+            started = time.monotonic()
+            try:
+                await asyncio.wait_for(asyncio.shield(clients), 3.0)
+            except Exception as err:  # the clients end on the pool's Unavailable
+                assert type(err).__name__ == "Unavailable", repr(err)
+            assert time.monotonic() - started < 3.0
             reason = workers[0].reason
             assert reason.startswith(
                 f"the runtime did not answer within {SUSPECT_PROBE_TIMEOUT:g} s; no answer for"
             )
             for poller in pollers:
                 poller.cancel()
-            stop.set()
             clients.cancel()
             await asyncio.gather(clients, *pollers, return_exceptions=True)
             await close_all(*workers)

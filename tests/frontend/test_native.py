@@ -815,3 +815,24 @@ def test_the_openai_sdk_reads_code_type_and_param_from_a_listener():
         "message": WORDED["runtime_not_published"],
         "param": None,
     }
+
+
+def test_a_bundle_task_id_with_a_lone_surrogate_is_a_400_not_a_crash():
+    """A breaker's find: ``"id": "\\ud800"`` made the listener answer a plain-text 500
+    and close the connection; the runtime itself answers 400."""
+
+    async def scenario():
+        async with served(Grant("http", runtime=("pub-a",)), ("a",)) as (client, fakes, *_):
+            raw = b'{"tasks":[{"id":"\\ud800","embeddings":{"model":"pub-a","input":"x"}}]}'
+            response = await client.post(
+                "/v1/bundle", content=raw, headers={"content-type": "application/json"}
+            )
+            assert response.status_code == 400
+            error = response.json()["error"]
+            assert (error["code"], error["param"]) == ("invalid_request", "tasks.0.id")
+            assert error["message"].startswith("tasks[0].id holds a lone surrogate")
+            assert fakes[0].received == []
+            after = await client.post("/v1/embeddings", json={"model": "pub-a", "input": "x"})
+            assert after.status_code == 200
+
+    run(scenario())
