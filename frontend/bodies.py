@@ -1,5 +1,6 @@
 """Request bodies read within a size limit (a listener's routes, Chat, the configuration
-API): nothing past the limit is read into memory."""
+API): nothing past the limit is read into memory; and whether a text they carried can be
+written on as UTF-8."""
 
 from __future__ import annotations
 
@@ -29,3 +30,14 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise BodyTooLarge(f"the body is over {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8: a JSON ``\\ud800`` escape without its
+    pair parses into a lone surrogate, which no UTF-8 text (an answer, a metrics label)
+    can carry."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -61,7 +61,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..bodies import BodyTooLarge, read_body
+from ..bodies import BodyTooLarge, is_utf8, read_body
 from ..pool import jsontext
 from ..pool.pool import BadReply, Overloaded, PoolError, ReplicaPool, TooLarge
 from ..pool.transport import TASK_SURFACES, Reply
@@ -498,7 +498,7 @@ class Listener:
                 or not isinstance(task[surfaces[0]], dict)
             ):
                 raise Refusal(400, "invalid_request", RUNTIME)
-            if not _encodable(task["id"]):
+            if not is_utf8(task["id"]):
                 raise Refusal(
                     400,
                     "invalid_request",
@@ -613,15 +613,6 @@ def _error_code(body: Any) -> str:
     error = body.get("error") if isinstance(body, dict) else None
     code = error.get("code") if isinstance(error, dict) else None
     return code if isinstance(code, str) else ""
-
-
-def _encodable(text: str) -> bool:
-    """Whether ``text`` encodes as UTF-8 (no lone surrogate from a ``\\ud800`` escape)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _task_error(task_id: str, refusal: Refusal) -> str:

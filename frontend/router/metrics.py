@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from ..bodies import is_utf8
+
 if TYPE_CHECKING:
     from .forward import Answer
     from .route import Routed
@@ -175,7 +177,7 @@ class RoutingMetrics:
     def unserved(self, model: str) -> None:
         """A request for a model this router does not serve (``model_not_found``)."""
         if model not in self._unserved:
-            if len(self._unserved) >= UNSERVED_NAMES or len(model) > 200 or not _utf8(model):
+            if len(self._unserved) >= UNSERVED_NAMES or len(model) > 200 or not is_utf8(model):
                 model = OTHER_MODEL
             else:
                 self._unserved.add(model)
@@ -210,16 +212,6 @@ class RoutingMetrics:
 
 
 _DECODER = json.JSONDecoder()
-
-
-def _utf8(text: str) -> bool:
-    """Whether ``text`` can be written as UTF-8 (a JSON ``\\ud800`` escape makes a lone
-    surrogate, which the metrics page could not show)."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def usage_of(body: bytes) -> dict[str, Any]:
