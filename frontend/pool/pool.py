@@ -167,6 +167,36 @@ class _Replica:
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+@dataclass
+class _Exchange:
+    """One exchange sent to a replica: what its end settles."""
+
+    replica: _Replica
+    cost: int
+    surface: str
+    token: int = 0
+    started: float = field(default_factory=time.perf_counter)
+
+
+def _status_outcome(status: int) -> str:
+    """An answered exchange's outcome by its HTTP status."""
+    return "ok" if status < 400 else "rejected" if status < 500 else "failed"
+
+
+def _ended_as(send: asyncio.Future[Reply]) -> tuple[str, Reply | None, bool]:
+    """How an ended exchange went: its outcome, its reply, and whether the worker answered
+    (any status, or an answer that could not be read)."""
+    if send.cancelled():
+        return "canceled", None, False
+    error = send.exception()
+    if error is None:
+        reply = send.result()
+        return _status_outcome(reply.status), reply, True
+    if isinstance(error, transport.ExchangeTimeout):
+        return "timeout", None, False
+    return "failed", None, isinstance(error, transport.InvalidReply)
+
+
 def _comparable(card: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in card.items() if k not in IGNORED_CARD_KEYS}
 
@@ -619,8 +649,7 @@ class ReplicaPool:
         replica.idle.clear()
         replica.outstanding += cost
         replica.assigned = next_assignment()
-        token = replica.worker.liveness.sent()
-        started = time.perf_counter()
+        exchange = _Exchange(replica, cost, surface, replica.worker.liveness.sent())
         send = asyncio.ensure_future(
             transport.send(
                 replica.worker,
@@ -631,21 +660,14 @@ class ReplicaPool:
                 timeout=max(0.0, deadline - time.perf_counter()),
             )
         )
-        outcome, reply, answered, retried = "failed", None, False, False
+        resent = retried = cancelled = False
         try:
             if not await self._answered_or_stalled(replica, send, attempt):
-                outcome = "resent"  # the first exchange finishes on its own (_settle)
-                send.add_done_callback(
-                    lambda done: self._settle(replica, cost, token, surface, started, done)
-                )
+                resent = True  # the first exchange finishes on its own
+                send.add_done_callback(lambda done: self._ended(exchange, *_ended_as(done)))
                 return None
-            reply = send.result()
-            answered = True
-            status = reply.status
-            outcome = "ok" if status < 400 else "rejected" if status < 500 else "failed"
-            return reply
+            return send.result()
         except transport.ExchangeTimeout as err:
-            outcome = "timeout"
             raise TimedOut(str(err), RETRY_AFTER_SECONDS) from err
         except transport.TransportError as err:
             others = [r for r in self._usable(self.clock()) if r is not replica]
@@ -654,19 +676,20 @@ class ReplicaPool:
                 return None
             raise Unavailable(str(err), RETRY_AFTER_SECONDS) from err
         except transport.InvalidReply as err:
-            answered = True
             raise BadReply(str(err)) from err
         except asyncio.CancelledError:
-            outcome = "canceled"
+            cancelled = True
             send.cancel()
             raise
         finally:
-            if outcome != "resent":
-                self._ended(replica, cost, token, surface, started, outcome, reply, answered)
-            if self.metrics is not None and outcome != "resent" and not retried:
-                self.metrics.request(
-                    self.deployment, "cancelled" if outcome == "canceled" else outcome
-                )
+            if not resent:
+                ended = ("canceled", None, False) if cancelled else _ended_as(send)
+                self._ended(exchange, *ended)
+                if self.metrics is not None and not retried:
+                    outcome = ended[0]
+                    self.metrics.request(
+                        self.deployment, "cancelled" if outcome == "canceled" else outcome
+                    )
 
     async def _answered_or_stalled(
         self, replica: _Replica, send: asyncio.Future[Reply], attempt: int
@@ -692,53 +715,23 @@ class ReplicaPool:
             if attempt < 2 * len(self._replicas) and self._stalled(replica, self.clock()):
                 return False
 
-    def _settle(
-        self,
-        replica: _Replica,
-        cost: int,
-        token: int,
-        surface: str,
-        started: float,
-        send: asyncio.Future[Reply],
-    ) -> None:
-        """The end of an exchange left to finish after a resend (its future's callback)."""
-        reply: Reply | None = None
-        error = None if send.cancelled() else send.exception()
-        if send.cancelled():
-            outcome = "canceled"
-        elif isinstance(error, transport.ExchangeTimeout):
-            outcome = "timeout"
-        elif error is not None:
-            outcome = "failed"
-        else:
-            reply = send.result()
-            outcome = "ok" if reply.status < 400 else "rejected" if reply.status < 500 else "failed"
-        answered = reply is not None or isinstance(error, transport.InvalidReply)
-        self._ended(replica, cost, token, surface, started, outcome, reply, answered)
-
     def _ended(
-        self,
-        replica: _Replica,
-        cost: int,
-        token: int,
-        surface: str,
-        started: float,
-        outcome: str,
-        reply: Reply | None,
-        answered: bool,
+        self, exchange: _Exchange, outcome: str, reply: Reply | None, answered: bool
     ) -> None:
-        """One exchange's end: the replica's bookkeeping and liveness (``answered``: the
-        worker sent an answer, whatever its status), back-off and the exchange's metrics."""
+        """One exchange's end, awaited or left to finish after a resend: the replica's
+        bookkeeping and liveness (``answered``: the worker sent an answer, whatever its
+        status), back-off and the exchange's metrics."""
+        replica, started = exchange.replica, exchange.started
         if answered:
-            replica.worker.liveness.answered(token)
+            replica.worker.liveness.answered(exchange.token)
         else:
-            replica.worker.liveness.abandoned(token)
-        self._release(replica, cost, outcome)
+            replica.worker.liveness.abandoned(exchange.token)
+        self._release(replica, exchange.cost, outcome)
         if self.metrics is not None:
             self.metrics.exchanged(
                 self.deployment,
                 replica.worker.replica_id,
-                surface,
+                exchange.surface,
                 outcome,
                 reply.seconds if reply is not None else time.perf_counter() - started,
                 reply.server_ms if reply is not None else None,
