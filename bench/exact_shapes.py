@@ -29,7 +29,6 @@ import argparse
 import json
 import random
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,20 +37,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import corpus  # noqa: E402
+import long_inputs  # noqa: E402
 from machine import machine  # noqa: E402
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 
-def fastest(run: Callable[[], Any], repeats: int) -> float:
-    """The fastest of ``repeats`` timed calls of ``run``, in milliseconds (after a warm call)."""
-    run()
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - started)
-    return best * 1000
+def fastest_ms(run: Callable[[], Any], repeats: int) -> float:
+    """:func:`long_inputs.fastest` in milliseconds."""
+    return long_inputs.fastest(run, repeats) * 1000
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, (shapes, groups) in ways.items():
             run = loaded.run if shapes is None else exact_forward(loaded.run, shapes)
             planned = groups(batch)
-            totals[name] += fastest(lambda p=planned, r=run: [r(g) for g in p], args.repeats)
+            totals[name] += fastest_ms(lambda p=planned, r=run: [r(g) for g in p], args.repeats)
             forwards[name] += len(planned)
     lone_rows = rng.sample(rows.items, args.lone)
     lone = {}
@@ -106,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         ("padded_to_edge (exact)", ExactShapes("padded_to_edge", grid(16))),
     ):
         run = loaded.run if shapes is None else exact_forward(loaded.run, shapes)
-        times = [fastest(lambda r=row, f=run: f([r]), args.repeats) for row in lone_rows]
+        times = [fastest_ms(lambda r=row, f=run: f([r]), args.repeats) for row in lone_rows]
         lone[name] = round(sum(times) / len(times), 2)
     base = totals["batching"]
     figures = {

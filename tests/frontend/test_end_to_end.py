@@ -10,8 +10,10 @@ exit 0 and no worker left."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,12 +89,10 @@ class Burst:
             )
 
 
-@pytest.fixture(scope="module")
-def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_task_package(tmp_path_factory.mktemp("e2e-packages"), "bert", "pooled")
-
-
-def test_a_worker_killed_during_a_burst(package: Path, tmp_path: Path) -> None:
+@contextlib.contextmanager
+def two_workers(package: Path, tmp_path: Path) -> Iterator[tuple[Served, str, Path]]:
+    """``vllm-sr serve -e --config ... -dp 2`` over ``package`` with a socket directory of
+    its own: the frontend, its listener's URL and the directory; both gone afterwards."""
     config = config_file(tmp_path, package)
     rundir = Path(tempfile.mkdtemp(prefix="vsrt-", dir="/tmp"))
     server = Served(
@@ -100,8 +100,22 @@ def test_a_worker_killed_during_a_burst(package: Path, tmp_path: Path) -> None:
         ["--config", str(config), "-dp", "2"],
         {"VLLM_SRUN_DIR": str(rundir), "VLLM_SRUN_COMMAND": VLLM_SRUN},
     )
-    listener = f"http://127.0.0.1:{8899 + server.offset}"
     try:
+        yield server, f"http://127.0.0.1:{8899 + server.offset}", rundir
+    finally:
+        server.close()
+        for path in rundir.iterdir():
+            path.unlink()
+        rundir.rmdir()
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_task_package(tmp_path_factory.mktemp("e2e-packages"), "bert", "pooled")
+
+
+def test_a_worker_killed_during_a_burst(package: Path, tmp_path: Path) -> None:
+    with two_workers(package, tmp_path) as (server, listener, rundir):
         server.wait_ready()
         # What a curl to the listener gets: the Choice question answered under the public id.
         asked = httpx.post(f"{listener}/v1/systemone", json=question(0), timeout=30)
@@ -182,11 +196,6 @@ def test_a_worker_killed_during_a_burst(package: Path, tmp_path: Path) -> None:
             )
             + f"; states seen {sorted(seen)}"
         )
-    finally:
-        server.close()
-        for path in rundir.iterdir():
-            path.unlink()
-        rundir.rmdir()
 
 
 def test_the_builtin_minilm_answers_a_choice_question(tmp_path: Path, rundir: Path) -> None:
@@ -239,97 +248,88 @@ def test_workers_stopped_during_a_burst_are_left_then_make_ready_503(
     after the stop waits more than 1.5 s longer than the p99 before it; the replica reads
     not ready within 2 s. Then the other stops too: ``/ready`` is 503 within 2 s. Both
     continue (SIGCONT) and the deployment is ready again."""
-    config = config_file(tmp_path, package)
-    rundir = Path(tempfile.mkdtemp(prefix="vsrt-", dir="/tmp"))
-    server = Served(
-        tmp_path,
-        ["--config", str(config), "-dp", "2"],
-        {"VLLM_SRUN_DIR": str(rundir), "VLLM_SRUN_COMMAND": VLLM_SRUN},
-    )
-    listener = f"http://127.0.0.1:{8899 + server.offset}"
     stopped: list[psutil.Process] = []
-    try:
-        server.wait_ready()
-        first, second = server.workers()
+    with two_workers(package, tmp_path) as (server, listener, _):
+        try:
+            server.wait_ready()
+            first, second = server.workers()
 
-        async def scenario() -> dict[str, Any]:
-            times: list[tuple[float, float, int]] = []
-            done = asyncio.Event()
-            loop = asyncio.get_running_loop()
+            async def scenario() -> dict[str, Any]:
+                times: list[tuple[float, float, int]] = []
+                done = asyncio.Event()
+                loop = asyncio.get_running_loop()
 
-            async def client(number: int) -> None:
-                async with httpx.AsyncClient(base_url=listener, timeout=30) as http:
-                    index = number * 100_000
-                    while not done.is_set():
-                        sent = loop.time()
-                        response = await http.post("/v1/systemone", json=question(index))
-                        times.append((sent, loop.time() - sent, response.status_code))
-                        index += 1
+                async def client(number: int) -> None:
+                    async with httpx.AsyncClient(base_url=listener, timeout=30) as http:
+                        index = number * 100_000
+                        while not done.is_set():
+                            sent = loop.time()
+                            response = await http.post("/v1/systemone", json=question(index))
+                            times.append((sent, loop.time() - sent, response.status_code))
+                            index += 1
 
-            clients = [asyncio.create_task(client(n)) for n in range(CONCURRENCY)]
-            async with httpx.AsyncClient(base_url=server.mgmt.base_url, timeout=5) as mgmt:
-                while len(times) < 64:
-                    await asyncio.sleep(0.05)
-                first.suspend()
-                stopped.append(first)
-                frozen_at = loop.time()
-                while await _every_replica_ready(mgmt):
-                    assert loop.time() - frozen_at < 2.0, "the stopped replica still reads ready"
-                    await asyncio.sleep(0.05)
-                noticed = loop.time() - frozen_at
-                while loop.time() - frozen_at < 4:  # requests after the stop, on the other
-                    await asyncio.sleep(0.1)
-                second.suspend()
-                stopped.append(second)
-                both_at = loop.time()
-                while (await mgmt.get("/ready")).status_code == 200:
-                    assert loop.time() - both_at < 2.0, "/ready still 200 with both stopped"
-                    await asyncio.sleep(0.05)
-                unready = loop.time() - both_at
-                ready_body = (await mgmt.get("/ready")).json()
-                done.set()
-                for process in stopped:
-                    process.resume()
-                stopped.clear()
-                await asyncio.gather(*clients)
-                back_at = loop.time()
-                while (await mgmt.get("/ready")).status_code != 200:
-                    assert loop.time() - back_at < 30, "not ready again after SIGCONT"
-                    await asyncio.sleep(0.1)
-            return {
-                "times": times,
-                "frozen_at": frozen_at,
-                "both_at": both_at,
-                "noticed": noticed,
-                "unready": unready,
-                "ready_body": ready_body,
-            }
+                clients = [asyncio.create_task(client(n)) for n in range(CONCURRENCY)]
+                async with httpx.AsyncClient(base_url=server.mgmt.base_url, timeout=5) as mgmt:
+                    while len(times) < 64:
+                        await asyncio.sleep(0.05)
+                    first.suspend()
+                    stopped.append(first)
+                    frozen_at = loop.time()
+                    while await _every_replica_ready(mgmt):
+                        assert loop.time() - frozen_at < 2.0, (
+                            "the stopped replica still reads ready"
+                        )
+                        await asyncio.sleep(0.05)
+                    noticed = loop.time() - frozen_at
+                    while loop.time() - frozen_at < 4:  # requests after the stop, on the other
+                        await asyncio.sleep(0.1)
+                    second.suspend()
+                    stopped.append(second)
+                    both_at = loop.time()
+                    while (await mgmt.get("/ready")).status_code == 200:
+                        assert loop.time() - both_at < 2.0, "/ready still 200 with both stopped"
+                        await asyncio.sleep(0.05)
+                    unready = loop.time() - both_at
+                    ready_body = (await mgmt.get("/ready")).json()
+                    done.set()
+                    for process in stopped:
+                        process.resume()
+                    stopped.clear()
+                    await asyncio.gather(*clients)
+                    back_at = loop.time()
+                    while (await mgmt.get("/ready")).status_code != 200:
+                        assert loop.time() - back_at < 30, "not ready again after SIGCONT"
+                        await asyncio.sleep(0.1)
+                return {
+                    "times": times,
+                    "frozen_at": frozen_at,
+                    "both_at": both_at,
+                    "noticed": noticed,
+                    "unready": unready,
+                    "ready_body": ready_body,
+                }
 
-        found = asyncio.run(scenario())
-        before = [s for sent, s, status in found["times"] if sent < found["frozen_at"]]
-        after = [
-            s
-            for sent, s, status in found["times"]
-            if found["frozen_at"] <= sent < found["both_at"] - 2.0
-        ]
-        p99 = sorted(before)[int(0.99 * (len(before) - 1))]
-        assert after and max(after) <= p99 + 1.5, (max(after), p99, len(after))
-        assert found["noticed"] <= 2.0 and found["unready"] <= 2.0
-        assert found["ready_body"]["message"].startswith(
-            'model_runtime deployment "primary" has no ready replica'
-        )
-        print(
-            f"\nstopped replica left after {found['noticed']:.2f} s; requests after it: "
-            f"{len(after)}, slowest {max(after):.2f} s (p99 before {p99:.2f} s); "
-            f"/ready 503 {found['unready']:.2f} s after both stopped"
-        )
-    finally:
-        for process in stopped:
-            process.resume()
-        server.close()
-        for path in rundir.iterdir():
-            path.unlink()
-        rundir.rmdir()
+            found = asyncio.run(scenario())
+            before = [s for sent, s, status in found["times"] if sent < found["frozen_at"]]
+            after = [
+                s
+                for sent, s, status in found["times"]
+                if found["frozen_at"] <= sent < found["both_at"] - 2.0
+            ]
+            p99 = sorted(before)[int(0.99 * (len(before) - 1))]
+            assert after and max(after) <= p99 + 1.5, (max(after), p99, len(after))
+            assert found["noticed"] <= 2.0 and found["unready"] <= 2.0
+            assert found["ready_body"]["message"].startswith(
+                'model_runtime deployment "primary" has no ready replica'
+            )
+            print(
+                f"\nstopped replica left after {found['noticed']:.2f} s; requests after it: "
+                f"{len(after)}, slowest {max(after):.2f} s (p99 before {p99:.2f} s); "
+                f"/ready 503 {found['unready']:.2f} s after both stopped"
+            )
+        finally:
+            for process in stopped:
+                process.resume()
 
 
 async def _every_replica_ready(mgmt: httpx.AsyncClient) -> bool:
