@@ -63,6 +63,7 @@ class Liveness:
         self._outstanding: dict[int, float] = {}
         self._tokens = itertools.count()
         self._answers: collections.deque[float] = collections.deque(maxlen=STALL_SAMPLES)
+        self._worst: float | None = None  # the p99, computed once per new answer
 
     # -- what the pool reports ------------------------------------------------------------
     def sent(self) -> int:
@@ -77,6 +78,7 @@ class Liveness:
         started = self._outstanding.pop(token, None)
         if started is not None:
             self._answers.append(now - started)
+            self._worst = None
         self.answered_at = now
 
     def abandoned(self, token: int) -> None:
@@ -93,7 +95,9 @@ class Liveness:
         """The p99 of its recent answer times in seconds, once it has enough of them."""
         if len(self._answers) < STALL_MIN_SAMPLES:
             return None
-        return statistics.quantiles(self._answers, n=100, method="inclusive")[98]
+        if self._worst is None:  # every pool's choice asks: once per new answer, not per ask
+            self._worst = statistics.quantiles(self._answers, n=100, method="inclusive")[98]
+        return self._worst
 
     def stall_after(self) -> float:
         """Seconds of silence, with work outstanding, that make it suspect."""
@@ -112,7 +116,7 @@ class Liveness:
 
     def suspect(self, now: float | None = None) -> bool:
         """Work outstanding and silent past :meth:`stall_after` (the module's rule)."""
-        return self.silent_for(now) > self.stall_after()
+        return bool(self._outstanding) and self.silent_for(now) > self.stall_after()
 
     def until_suspect(self, now: float | None = None) -> float:
         """Seconds until it would be suspect if nothing is answered (0: it is)."""
