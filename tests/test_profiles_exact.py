@@ -133,13 +133,13 @@ def test_decoder_answers_are_the_same_bits_alone_and_beside_a_long_state(decoder
 def test_rows_of_other_requests_in_one_scheduler_forward_leave_the_bits_alone(minilm):
     """Through the worker: two requests queued together share its forwards."""
     host = minilm.loaded
-    short_plan = host.plan("embeddings", _request(SHORT))
+    short_plan = host.plan("embeddings", _read("embeddings", [SHORT]))
     [alone] = minilm.run_rows(short_plan.items)
     done = threading.Event()
     outputs: dict[str, Any] = {}
     scheduler = ModelScheduler("minilm", minilm.run_rows, minilm.limits())
     try:
-        long_plan = host.plan("embeddings", _request(LONG))
+        long_plan = host.plan("embeddings", _read("embeddings", [LONG]))
         jobs = [
             Job(long_plan.items, lambda out: outputs.__setitem__("long", out)),
             Job(short_plan.items, lambda out: (outputs.__setitem__("short", out), done.set())),
@@ -149,12 +149,6 @@ def test_rows_of_other_requests_in_one_scheduler_forward_leave_the_bits_alone(mi
     finally:
         scheduler.stop(grace_seconds=10)
     assert outputs["short"][0].numpy().tobytes() == alone.numpy().tobytes()
-
-
-def _request(text: str) -> Any:
-    from vllm_srun.plugins.requests import read_request
-
-    return read_request("embeddings", {"input": [text]})
 
 
 def test_equal_length_forwards_hold_one_length_and_are_filled_to_the_shape_a_lone_row_gets():
@@ -216,7 +210,7 @@ def test_length_edges_are_a_grid_of_the_row_alone_and_stop_at_the_limit():
 def test_exact_answers_do_not_depend_on_the_fill(minilm: ServedModel, tmp_path: Path):
     """A short row run as a filled forward answers what it answers among equals."""
     host = minilm.loaded
-    [row] = host.plan("embeddings", _request("a")).items
+    [row] = host.plan("embeddings", _read("embeddings", ["a"])).items
     [filled] = minilm.run_rows([row])
     for copies in (2, 5, 17):
         for output in minilm.run_rows([row] * copies):
