@@ -9,6 +9,7 @@
 # into the environment), runtime (the environment on a clean base, non-root).
 # docs/deploy.md has the rest.
 
+# PYTHON_IMAGE: any Debian-like image with python and venv (deploy/image-check.sh builds one).
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 ARG ACCELERATOR=cpu
 
@@ -20,8 +21,15 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN python -m venv /opt/venv
 
 # The same torch version as pyproject.toml's pin, from the build's own index.
+# TORCH_FIND_LINKS adds a wheel folder (or page) pip also searches, e.g. one mounted into
+# the build (deploy/image-check.sh does this; a local +cpu wheel wins over the index's):
+#   podman build -v /opt/wheels:/wheels:ro --build-arg TORCH_FIND_LINKS=/wheels \
+#     --build-arg TORCH_INDEX_CPU=https://pypi.org/simple ...
 FROM python-base AS torch-cpu
-RUN pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
+ARG TORCH_INDEX_CPU=https://download.pytorch.org/whl/cpu
+ARG TORCH_FIND_LINKS=
+RUN PIP_FIND_LINKS="${TORCH_FIND_LINKS}" \
+    pip install --no-cache-dir --index-url ${TORCH_INDEX_CPU} torch==2.13.0
 
 FROM python-base AS torch-rocm
 ARG TORCH_INDEX_ROCM=https://download.pytorch.org/whl/rocm7.2

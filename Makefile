@@ -107,6 +107,15 @@ bench-router: install
 bench-startup: install
 	$(PY) bench/startup.py
 
+# The image check (deploy/image-check.sh, docs/deploy.md): builds the CPU image with Podman
+# from a local Debian base, answers the README's embeddings call from `vllm-srun serve` in it
+# and from `vllm-sr serve MODEL --container-runtime podman`, then removes what it made. Root,
+# podman and about 10 minutes on 2 cores: not part of `make test`. IMAGE_CHECK_ARGS=--keep
+# keeps the image.
+.PHONY: image-check
+image-check: install
+	deploy/image-check.sh $(IMAGE_CHECK_ARGS)
+
 # Mutation testing (bench/mutate.py): slow on 2 cores, so not part of `make test`.
 # `make mutate` runs every module; `make mutate MODULES="spans windows"` some.
 # The report is bench/results/mutation.md.

@@ -65,10 +65,13 @@ def test_the_image_promises():
         "runtime",
     ]
     assert "FROM torch-${ACCELERATOR} AS build" in text
-    # The CPU build: the pinned torch from PyTorch's CPU index, as pyproject.toml pins it.
+    # The CPU build: the pinned torch, as pyproject.toml pins it, from PyTorch's CPU index
+    # unless the build arguments name another index or a wheel folder (deploy/image-check.sh).
+    assert "ARG TORCH_INDEX_CPU=https://download.pytorch.org/whl/cpu" in text
+    assert "ARG TORCH_FIND_LINKS=\n" in text
     assert (
-        "pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu "
-        "torch==2.13.0" in text
+        'RUN PIP_FIND_LINKS="${TORCH_FIND_LINKS}" \\\n'
+        "    pip install --no-cache-dir --index-url ${TORCH_INDEX_CPU} torch==2.13.0" in text
     )
     assert '"torch==2.13.0"' in (ROOT / "pyproject.toml").read_text()
     assert "USER 65532:65532" in text
@@ -90,3 +93,16 @@ def test_dockerignore_keeps_the_context_small():
         assert path in ignored
     for needed in ("core", "frontend", "plugins", "pyproject.toml", "README.md"):
         assert needed not in ignored
+
+
+def test_the_image_check_script_passes_build_args_the_dockerfile_declares():
+    """deploy/image-check.sh (make image-check; too slow for make test) parses, and every
+    --build-arg it passes is an ARG of the Dockerfile."""
+    script = ROOT / "deploy" / "image-check.sh"
+    assert script.stat().st_mode & 0o111
+    subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)
+    passed = set(re.findall(r'--build-arg "?([A-Z_]+)=', script.read_text()))
+    declared = set(re.findall(r"^ARG ([A-Z_]+)", DOCKERFILE.read_text(), re.M))
+    assert passed == {"PYTHON_IMAGE", "TORCH_INDEX_CPU", "TORCH_FIND_LINKS"}
+    assert passed <= declared
+    assert "image-check:" in (ROOT / "Makefile").read_text()

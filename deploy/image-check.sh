@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# The image check (docs/deploy.md, "The image check"): build the CPU image with Podman
+# from a local Debian base (no registry but PyPI and Debian's), answer the README's
+# embeddings call from it twice, then remove what it made:
+#   1. `vllm-srun serve` by the image's own command (MiniLM and Rampart, from the
+#      mirror distributions inside it);
+#   2. `vllm-sr serve MODEL --container-runtime podman` (the foreground engine container).
+#
+#   deploy/image-check.sh          # or: make image-check
+#   deploy/image-check.sh --keep   # keep the built image
+#
+# Settings (environment), defaults in brackets:
+#   IMAGE_CHECK_TAG         the image built [localhost/vllm-sr:image-check]
+#   IMAGE_CHECK_BASE        the local base, passed as PYTHON_IMAGE; debootstrap makes it
+#                           once and it is kept [localhost/vllm-sr-base:bookworm]
+#   IMAGE_CHECK_WHEELS      a folder holding the torch wheel, mounted into the build
+#                           (empty: none) [/opt/wheels]
+#   IMAGE_CHECK_TORCH_INDEX PyTorch's index for the build [https://pypi.org/simple]
+#   IMAGE_CHECK_PORT        the host port both runs publish [18100]
+#   IMAGE_CHECK_HEALTH_S    bound of each wait for /health 200, in seconds [600]
+#   IMAGE_CHECK_MIRROR      the Debian mirror [http://deb.debian.org/debian]
+#   VLLM_SR                 the vllm-sr command [.venv/bin/vllm-sr]
+# Runs as root (debootstrap, rootful Podman) with podman, runc and curl installed.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TAG=${IMAGE_CHECK_TAG:-localhost/vllm-sr:image-check}
+BASE=${IMAGE_CHECK_BASE:-localhost/vllm-sr-base:bookworm}
+WHEELS=${IMAGE_CHECK_WHEELS-/opt/wheels}
+TORCH_INDEX=${IMAGE_CHECK_TORCH_INDEX:-https://pypi.org/simple}
+PORT=${IMAGE_CHECK_PORT:-18100}
+HEALTH_S=${IMAGE_CHECK_HEALTH_S:-600}
+MIRROR=${IMAGE_CHECK_MIRROR:-http://deb.debian.org/debian}
+VLLM_SR=${VLLM_SR:-$ROOT/.venv/bin/vllm-sr}
+MODEL=sentence-transformers/all-MiniLM-L6-v2
+NAME=vllm-sr-image-check-$PORT      # step 1's container
+ENGINE=vllm-sr-engine-$PORT         # the container vllm-sr names (frontend/container)
+KEEP=0
+
+case "${1:-}" in
+    "") ;;
+    --keep) KEEP=1 ;;
+    *) echo "usage: $0 [--keep]" >&2; exit 2 ;;
+esac
+
+say() { printf 'image-check: %s\n' "$*"; }
+fail() { printf 'image-check: FAILED: %s\n' "$*" >&2; exit 1; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# --- Preflight -------------------------------------------------------------------------
+[ "$(id -u)" = 0 ] || fail "run as root: debootstrap and rootful Podman need it (sudo $0)"
+for tool in podman curl python3; do
+    command -v "$tool" >/dev/null || fail "$tool is not installed (apt-get install $tool)"
+done
+[ -x "$VLLM_SR" ] || fail "no vllm-sr at $VLLM_SR: run make install, or set VLLM_SR"
+if [ -n "$WHEELS" ] && [ ! -d "$WHEELS" ]; then
+    fail "IMAGE_CHECK_WHEELS=$WHEELS is not a folder (set it empty to use the index only)"
+fi
+if curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$PORT/"; then
+    fail "something already answers on 127.0.0.1:$PORT: stop it or set IMAGE_CHECK_PORT"
+fi
+
+WORK=$(mktemp -d /tmp/vllm-sr-image-check.XXXXXX)
+VLLM_SR_PID=
+ENGINE_STARTED=0
+IMAGES_BEFORE=
+
+cleanup() {
+    local status=$?
+    trap - EXIT INT TERM
+    if [ -n "$VLLM_SR_PID" ] && kill -0 "$VLLM_SR_PID" 2>/dev/null; then
+        kill -TERM "$VLLM_SR_PID" 2>/dev/null || true
+        for _ in $(seq 30); do kill -0 "$VLLM_SR_PID" 2>/dev/null || break; sleep 1; done
+        kill -KILL "$VLLM_SR_PID" 2>/dev/null || true
+    fi
+    podman rm -f --ignore "$NAME" >/dev/null 2>&1 || true
+    if [ "$ENGINE_STARTED" = 1 ]; then podman rm -f --ignore "$ENGINE" >/dev/null 2>&1 || true; fi
+    if [ "$KEEP" = 1 ]; then
+        podman image exists "$TAG" && say "kept the image $TAG (podman rmi $TAG removes it)"
+    elif [ -n "$IMAGES_BEFORE" ]; then
+        # The image and the untagged stage images this build added (not the kept base).
+        podman rmi -f "$TAG" >/dev/null 2>&1 || true
+        local id
+        for id in $(podman images -a -q --no-trunc --filter dangling=true); do
+            grep -qx "$id" "$IMAGES_BEFORE" || podman rmi -f "$id" >/dev/null 2>&1 || true
+        done
+    fi
+    rm -rf "$WORK"
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Podman's settings for this script's builds and runs (vllm-sr's included): runc
+# (crun refuses cgroups in hybrid mode) and rlimits within this host's hard limits
+# (raising them needs CAP_SYS_RESOURCE).
+limit() { local hard; hard=$(ulimit "$1"); [ "$hard" = unlimited ] && hard=$2; echo $((hard < $2 ? hard : $2)); }
+NOFILE=$(limit -Hn 65536)
+NPROC=$(limit -Hu 65536)
+export CONTAINERS_CONF=$WORK/containers.conf
+{
+    echo '[containers]'
+    echo "default_ulimits = [\"nofile=$NOFILE:$NOFILE\", \"nproc=$NPROC:$NPROC\"]"
+    echo '[engine]'
+    command -v runc >/dev/null && echo 'runtime = "runc"'
+} >"$CONTAINERS_CONF"
+
+# Waits for /health 200 on the port while `$2` (a command) says the server lives;
+# `$3` (a command) shows its log on failure.
+wait_healthy() {
+    local what=$1 alive=$2 show_log=$3 started
+    started=$(now)
+    while :; do
+        if [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 \
+            "http://127.0.0.1:$PORT/health" || true)" = 200 ]; then
+            say "$what: healthy $(since "$started") s after the start"
+            return
+        fi
+        if ! $alive; then
+            $show_log >&2 || true
+            fail "$what ended before /health answered 200 (its log above)"
+        fi
+        if awk -v s="$(since "$started")" -v m="$HEALTH_S" 'BEGIN { exit !(s > m) }'; then
+            $show_log >&2 || true
+            fail "$what: /health not 200 within ${HEALTH_S}s (log above; IMAGE_CHECK_HEALTH_S raises the bound)"
+        fi
+        sleep 1
+    done
+}
+
+# The README's first call; the answer must hold one embedding of 8 floats.
+embed() {
+    local what=$1 answer seconds
+    answer=$WORK/answer.json
+    seconds=$(curl -s -o "$answer" -w '%{time_total}' --max-time 120 \
+        "http://127.0.0.1:$PORT/v1/embeddings" -H 'content-type: application/json' \
+        -d "{\"model\": \"$MODEL\", \"input\": \"A semantic router picks the model\", \"dimensions\": 8}") ||
+        fail "$what: the embeddings call failed (curl exit $?)"
+    python3 - "$answer" <<'EOF' || fail "$what: the embeddings answer is not 8 floats: $(head -c 600 "$answer")"
+import json, sys
+vector = json.load(open(sys.argv[1]))["data"][0]["embedding"]
+assert len(vector) == 8 and all(isinstance(x, float) for x in vector), vector
+print("image-check:   embedding[:3] =", [round(x, 4) for x in vector[:3]])
+EOF
+    say "$what: first answer in ${seconds} s (8 floats)"
+}
+
+# --- 1. The base image: Debian bookworm's Python 3.11 (the torch wheel is cp311) --------
+if podman image exists "$BASE"; then
+    say "base $BASE: present (podman rmi $BASE makes it again)"
+else
+    command -v debootstrap >/dev/null || fail "debootstrap is not installed (apt-get install debootstrap)"
+    say "base $BASE: debootstrap bookworm from $MIRROR"
+    t=$(now)
+    debootstrap --variant=minbase --include=python3,python3-venv,python-is-python3,ca-certificates \
+        bookworm "$WORK/rootfs" "$MIRROR" >"$WORK/debootstrap.log" 2>&1 || {
+        tail -n 20 "$WORK/debootstrap.log" >&2
+        fail "debootstrap failed (log above): check that $MIRROR is reachable (IMAGE_CHECK_MIRROR)"
+    }
+    rm -rf "$WORK"/rootfs/var/cache/apt/archives/*.deb "$WORK"/rootfs/var/lib/apt/lists/*
+    tar -C "$WORK/rootfs" -c . | podman import --change 'ENV LANG=C.UTF-8' \
+        --change 'CMD ["python3"]' - "$BASE" >/dev/null || fail "podman import of the base failed"
+    rm -rf "$WORK/rootfs"
+    say "base $BASE: made in $(since "$t") s"
+fi
+
+# --- 2. The CPU image ------------------------------------------------------------------
+IMAGES_BEFORE=$WORK/images-before
+podman images -a -q --no-trunc >"$IMAGES_BEFORE"
+build_args=(--build-arg "PYTHON_IMAGE=$BASE" --build-arg "TORCH_INDEX_CPU=$TORCH_INDEX")
+if [ -n "$WHEELS" ]; then
+    build_args+=(-v "$WHEELS:/wheels:ro" --build-arg TORCH_FIND_LINKS=/wheels)
+fi
+say "build $TAG (steps below; the whole log is kept only on failure)"
+t=$(now)
+# The host's network: pip reaches PyPI as this machine does.
+if ! podman build --network host "${build_args[@]}" -t "$TAG" -f "$ROOT/Dockerfile" "$ROOT" 2>&1 |
+    tee "$WORK/build.log" | grep --line-buffered -E '^(STEP [0-9]+/[0-9]+: (FROM|RUN)|COMMIT)'; then
+    cp "$WORK/build.log" /tmp/vllm-sr-image-check-build.log
+    tail -n 30 "$WORK/build.log" >&2
+    fail "podman build failed (log above; whole log in /tmp/vllm-sr-image-check-build.log)"
+fi
+grep -o 'Successfully installed torch-[^ ]*' "$WORK/build.log" | sed 's/^/image-check:   /' || true
+say "build: $(since "$t") s, $(podman image inspect --format '{{.Size}}' "$TAG" |
+    awk '{ printf "%.2f GB", $1 / 1e9 }')"
+
+# --- 3. vllm-srun serve, the image's own command ----------------------------------------
+say "run $TAG (its CMD: vllm-srun serve MiniLM and Rampart) on 127.0.0.1:$PORT"
+podman run -d --name "$NAME" -p "127.0.0.1:$PORT:8100" "$TAG" >/dev/null ||
+    fail "podman run $TAG failed (is port $PORT free? IMAGE_CHECK_PORT picks another)"
+image_alive() { [ "$(podman container inspect -f '{{.State.Running}}' "$NAME" 2>/dev/null)" = true ]; }
+image_log() { podman logs --tail 40 "$NAME"; }
+wait_healthy "vllm-srun serve (image CMD)" image_alive image_log
+embed "vllm-srun serve (image CMD)"
+t=$(now)
+podman stop -t 30 "$NAME" >/dev/null || fail "podman stop $NAME failed"
+podman rm "$NAME" >/dev/null || fail "podman rm $NAME failed"
+say "vllm-srun serve (image CMD): stopped and removed in $(since "$t") s"
+
+# --- 4. vllm-sr serve MODEL: the engine container, in the foreground ---------------------
+mkdir -p "$WORK/cache"
+say "run $VLLM_SR serve $MODEL --container-runtime podman --image $TAG --image-pull-policy never --port $PORT"
+VLLM_SR_ENGINE_CACHE_DIR=$WORK/cache "$VLLM_SR" serve "$MODEL" --container-runtime podman \
+    --image "$TAG" --image-pull-policy never --port "$PORT" >"$WORK/vllm-sr.log" 2>&1 &
+VLLM_SR_PID=$!
+ENGINE_STARTED=1
+engine_alive() { kill -0 "$VLLM_SR_PID" 2>/dev/null; }
+engine_log() { tail -n 40 "$WORK/vllm-sr.log"; }
+wait_healthy "vllm-sr serve (engine container)" engine_alive engine_log
+embed "vllm-sr serve (engine container)"
+t=$(now)
+kill -TERM "$VLLM_SR_PID"
+for _ in $(seq 60); do engine_alive || break; sleep 1; done
+engine_alive && fail "vllm-sr did not stop within 60 s of SIGTERM"
+code=0
+wait "$VLLM_SR_PID" || code=$?
+VLLM_SR_PID=
+[ "$code" = 0 ] || { engine_log >&2; fail "vllm-sr exited $code after SIGTERM (expected 0; log above)"; }
+left=$(podman ps -a -q --filter "name=^$ENGINE\$")
+[ -z "$left" ] || fail "container $ENGINE remains after vllm-sr stopped (podman rm -f $ENGINE)"
+say "vllm-sr serve (engine container): SIGTERM, exit 0, no container left, in $(since "$t") s"
+grep -m1 '^vllm-sr: engine container on' "$WORK/vllm-sr.log" | sed 's/^/image-check:   /' || true
+
+say "PASSED"
