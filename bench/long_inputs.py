@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from vllm_srun.loader import LoadOptions, load_model
+    from vllm_srun.compose.loader import LoadOptions, load_model
     from vllm_srun.plugins.spec import EncoderBatch
 
     torch.set_num_threads(args.threads)

@@ -133,17 +133,17 @@ MODULES: dict[str, tuple[tuple[str, ...], str, list[str]]] = {
         ["tests/families/test_causal_readout.py", "tests/engines/test_native_decoder.py"],
     ),
     "scheduler": (
-        ("core/batching.py", "core/scheduler.py"),
+        ("core/compose/batching.py", "core/scheduler.py"),
         "admission, batching, deadlines, result cache",
         ["tests/test_scheduler.py", "tests/serve/test_scheduling.py"],
     ),
     "registry_verify": (
-        ("core/registry/verify.py",),
+        ("core/compose/registry/verify.py",),
         "registry verification (digests, links)",
         ["tests/registry"],
     ),
     "golden": (
-        ("core/golden.py",),
+        ("core/compose/golden.py",),
         "golden self-checks and tolerances",
         [
             "tests/test_golden.py",

@@ -304,7 +304,7 @@ def render(figures: dict[str, Any]) -> str:
         "(`$VLLM_SRUN_CACHE_DIR/digests.json`) instead of hashing them; the first start "
         "hashes every file, as before.",
         "- transformers' model base is imported without scikit-learn and SciPy "
-        "(`vllm_srun.loader.import_transformers_lean`), which it would otherwise import "
+        "(`vllm_srun.compose.loader.import_transformers_lean`), which it would otherwise import "
         "whenever they are installed (sentence-transformers installs them).",
         "- The forward-cost probe's larger forward grows only until it takes 50 ms "
         "(it was always about 1024 padded tokens).",

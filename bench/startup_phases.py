@@ -2,7 +2,7 @@
 
 Run by bench/startup.py in a fresh process (imports are paid once per process):
 ``python bench/startup_phases.py MODEL``. Each phase is what the serve command
-and :func:`vllm_srun.loader.load_model` do, in their order, called one by one:
+and :func:`vllm_srun.compose.loader.load_model` do, in their order, called one by one:
 imports, plugin discovery, resolution and verification (digests from the
 runtime cache when it has them), the family and engine loads, the load-time
 probes and the golden self-check. Prints one JSON object: ``phases`` (name,
@@ -61,7 +61,7 @@ def main(model: str) -> dict[str, Any]:
 
     catalog = load_catalog()
     clock.done("plugin discovery and composition")
-    from vllm_srun import loader, registry
+    from vllm_srun.compose import loader, registry
 
     if hasattr(registry, "DigestCache"):
         digests = registry.DigestCache.default()
@@ -78,8 +78,8 @@ def main(model: str) -> dict[str, Any]:
         import transformers.generation.utils
         import transformers.modeling_utils  # noqa: F401
     clock.done("import transformers' model base")
-    from vllm_srun.extended import attach_extensions
-    from vllm_srun.placement import place, required_bytes
+    from vllm_srun.compose.extended import attach_extensions
+    from vllm_srun.compose.placement import place, required_bytes
 
     package = prepared.source.path
     assert prepared.entry is not None
@@ -104,21 +104,21 @@ def main(model: str) -> dict[str, Any]:
     clock.done("engine load (weights)")
     loaded = attach_extensions(catalog, family.load(package, spec, engine_model))
     clock.done("family load (tokenizer, heads)")
-    from vllm_srun.probes import measure_batch_invariance, measure_forward_cost
+    from vllm_srun.compose.probes import measure_batch_invariance, measure_forward_cost
 
     if exact is not None:  # as load_model runs it under the default profile, exact
-        from vllm_srun.batching import fill_forward
+        from vllm_srun.compose.batching import fill_forward
 
         measure_batch_invariance(loaded, 0.0, fill_forward(loaded.run))
     else:
         measure_batch_invariance(loaded)
     clock.done("batch-invariance probe (exact)" if exact is not None else "batch-invariance probe")
-    release = getattr(import_module("vllm_srun.probes"), "release_freed_heap", None)
+    release = getattr(import_module("vllm_srun.compose.probes"), "release_freed_heap", None)
     if release is not None:
         release()
     measure_forward_cost(loaded)
     clock.done("forward-cost probe (measured; a restart reads it from the runtime cache)")
-    from vllm_srun.golden import check
+    from vllm_srun.compose.golden import check
 
     served = loader.ServedModel(
         name=model,

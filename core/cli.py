@@ -181,8 +181,8 @@ def run_golden_record(args: argparse.Namespace, catalog: Catalog, out: TextIO) -
     Returns 0 and prints what was written; 1 with the reason on stderr when
     the model does not load, names no golden reference, or answers badly.
     """
-    from vllm_srun.golden import GoldenError, record
-    from vllm_srun.loader import LoadError, LoadOptions, load_model
+    from vllm_srun.compose.golden import GoldenError, record
+    from vllm_srun.compose.loader import LoadError, LoadOptions, load_model
     from vllm_srun.plugins import ReferenceFileError
 
     try:
@@ -264,10 +264,10 @@ def run_models(catalog: Catalog, *, as_json: bool, out: TextIO) -> int:
     """Print the built-in models (the catalog's ``models`` layer) as a table or as JSON.
 
     JSON is a list of ``{name, family, revision, licence, licence_restricted,
-    parameters, description, files, mirrors}`` (:func:`vllm_srun.registry.entry_json`),
+    parameters, description, files, mirrors}`` (:func:`vllm_srun.compose.registry.entry_json`),
     sorted by name; ``revision`` is ``null`` for a model that lives only in mirrors.
     """
-    from vllm_srun.registry import table
+    from vllm_srun.compose.registry import table
 
     models = table(catalog.layer("models"))
     if as_json:
@@ -333,7 +333,7 @@ def devices_json(catalog: Catalog) -> dict[str, Any]:
     An accelerator whose probes raise or return malformed data is listed with
     an ``error`` and contributes no device; the document stays valid JSON.
     """
-    from vllm_srun.placement import auto_accelerators
+    from vllm_srun.compose.placement import auto_accelerators
 
     devices: list[dict[str, Any]] = []
     accelerators = []

@@ -30,7 +30,7 @@ request, so the event loop never runs a forward:
 
 The bounds and the planning of forwards (:class:`SchedulerLimits`,
 :func:`plan_forwards`, :func:`split_by_length`) are pure functions in
-:mod:`vllm_srun.batching`, re-exported here; this module is the running part:
+:mod:`vllm_srun.compose.batching`, re-exported here; this module is the running part:
 the queue, the worker thread and the cache.
 
 Why this module is about 400 lines: :class:`ModelScheduler` is one piece of
@@ -49,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_srun.batching import ExactShapes, SchedulerLimits, plan_forwards, split_by_length
+from vllm_srun.compose.batching import ExactShapes, SchedulerLimits, plan_forwards, split_by_length
 from vllm_srun.plugins.spec import RowError, RowOutput, WorkItem
 
 log = logging.getLogger(__name__)

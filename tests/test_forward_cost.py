@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from vllm_srun import probes
+from vllm_srun.compose import probes
+from vllm_srun.compose.probes import measure_forward_cost
 from vllm_srun.plugins.spec import WorkItem
-from vllm_srun.probes import measure_forward_cost
 
 
 class Timed:

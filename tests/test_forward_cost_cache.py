@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from tests.fixtures import write_task_package
-from vllm_srun import loader
-from vllm_srun.loader import LoadOptions, load_model
-from vllm_srun.probe_cache import (
+from vllm_srun.compose import loader
+from vllm_srun.compose.loader import LoadOptions, load_model
+from vllm_srun.compose.probe_cache import (
     CACHE_FOLDER,
     ForwardCostCache,
     ForwardCostKey,
@@ -97,7 +97,7 @@ def test_a_corrupt_cache_file_is_measured_again_and_rewritten(
     load_model(str(bert), LoadOptions(engine="native"))
     [file] = cost_files(tmp_path)
     file.write_bytes(garbage)
-    with caplog.at_level(logging.WARNING, logger="vllm_srun.probe_cache"):
+    with caplog.at_level(logging.WARNING, logger="vllm_srun.compose.probe_cache"):
         again = load_model(str(bert), LoadOptions(engine="native"))
     assert again.forward_cost == {**FIGURES, "source": "measured"}
     assert "is ignored" in caplog.text
@@ -152,7 +152,7 @@ def test_an_unwritable_cache_warns_and_still_answers(tmp_path, caplog):
     blocker = tmp_path / "file"
     blocker.write_text("")
     cache = ForwardCostCache(blocker / "sub")
-    with caplog.at_level(logging.WARNING, logger="vllm_srun.probe_cache"):
+    with caplog.at_level(logging.WARNING, logger="vllm_srun.compose.probe_cache"):
         assert cache.measured(key(), lambda: dict(FIGURES)) == {**FIGURES, "source": "measured"}
     assert "cannot write the forward-cost cache" in caplog.text
 
@@ -185,7 +185,7 @@ def test_a_key_needs_the_model_identity_and_the_hardware_name():
 def test_the_key_names_the_libraries_the_engine_model_runs_on():
     import decimal
 
-    from vllm_srun.probe_cache import runtime_libraries
+    from vllm_srun.compose.probe_cache import runtime_libraries
 
     class EngineModel:
         def __init__(self) -> None:

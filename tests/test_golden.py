@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from vllm_srun import cli
-from vllm_srun.golden import (
+from vllm_srun.compose.golden import (
     GoldenError,
     GoldenResult,
     check,
@@ -23,7 +23,7 @@ from vllm_srun.golden import (
     run_requests,
     select_key,
 )
-from vllm_srun.loader import LoadOptions, load_model
+from vllm_srun.compose.loader import LoadOptions, load_model
 from vllm_srun.plugins import Catalog, GoldenReference, load_catalog, read_reference_file
 from vllm_srun.plugins.golden import write_reference_answers
 
@@ -561,7 +561,7 @@ def test_the_built_in_models_match_their_golden_answers_here(name, catalog):
 def test_the_golden_dtype_is_the_released_one_unless_an_exact_model_runs_another():
     from types import SimpleNamespace
 
-    from vllm_srun.golden import golden_dtype
+    from vllm_srun.compose.golden import golden_dtype
     from vllm_srun.plugins import EXACT, MAX_SPEED
 
     def served(dtype: str, profile: object, released: str = "float32") -> SimpleNamespace:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from vllm_srun.golden import check, record
-from vllm_srun.loader import LoadOptions, load_model
-from vllm_srun.placement import Placement
+from vllm_srun.compose.golden import check, record
+from vllm_srun.compose.loader import LoadOptions, load_model
+from vllm_srun.compose.placement import Placement
 from vllm_srun.plugins import (
     Accelerator,
     Catalog,

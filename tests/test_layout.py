@@ -112,7 +112,7 @@ def test_the_import_contracts_hold(tmp_path):
             "never import each other",
         ),
         ("core/serve/_leak.py", "import vllm_srun.engines.native\n", "never by import"),
-        ("core/registry/_leak.py", "import vllm_srun.loader\n", "No import cycles"),
+        ("core/compose/registry/_leak.py", "import vllm_srun.compose.loader\n", "No import cycles"),
         ("frontend/workers/_leak.py", "import vllm_srun.serve.app\n", "nothing of the runtime"),
         ("frontend/_leak.py", "from vllm_srun import errors\n", "nothing of the runtime"),
     ],

@@ -1,6 +1,6 @@
 import pytest
 
-from vllm_srun.placement import (
+from vllm_srun.compose.placement import (
     DeviceNotAvailable,
     NotEnoughMemory,
     auto_order,
@@ -152,7 +152,7 @@ def _package_with(tmp_path, config=None, dtype=None):
 
 
 def test_a_package_says_which_weight_formats_it_uses(tmp_path):
-    from vllm_srun.placement import weight_formats
+    from vllm_srun.compose.placement import weight_formats
 
     assert weight_formats(_package_with(tmp_path / "a", dtype="F8_E4M3")) == ["fp8"]
     assert weight_formats(_package_with(tmp_path / "b", dtype="BF16")) == []
@@ -200,7 +200,7 @@ def test_each_accelerator_says_which_weight_formats_its_devices_multiply(monkeyp
 def test_an_fp8_package_on_a_cpu_is_refused_with_the_guide_sentence(tmp_path):
     import json
 
-    from vllm_srun.loader import LoadError, LoadOptions, load_model
+    from vllm_srun.compose.loader import LoadError, LoadOptions, load_model
 
     from .fixtures import write_task_package
 

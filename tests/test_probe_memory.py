@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from vllm_srun import probes
-from vllm_srun.batching import LengthEdges
+from vllm_srun.compose import probes
+from vllm_srun.compose.batching import LengthEdges
+from vllm_srun.compose.probes import EQUAL_LENGTH_ROWS, measure_batch_invariance, release_freed_heap
 from vllm_srun.plugins.spec import WorkItem
-from vllm_srun.probes import EQUAL_LENGTH_ROWS, measure_batch_invariance, release_freed_heap
 
 
 class Recorded:

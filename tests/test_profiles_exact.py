@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from vllm_srun.batching import ExactShapes, LengthEdges, exact_forward
+from vllm_srun.compose.batching import ExactShapes, LengthEdges, exact_forward
+from vllm_srun.compose.loader import LoadOptions, ServedModel, load_model
 from vllm_srun.families.causal_readout.fixture import FIXTURE_REQUEST, write_fixture
-from vllm_srun.loader import LoadOptions, ServedModel, load_model
 from vllm_srun.plugins.spec import WorkItem
 from vllm_srun.scheduler import Job, ModelScheduler
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from tests.fixtures import write_task_package
+from vllm_srun.compose.loader import LoadOptions, load_model
 from vllm_srun.errors import LoadError
-from vllm_srun.loader import LoadOptions, load_model
 from vllm_srun.plugins import (
     BATCHING,
     EXACT,

@@ -13,7 +13,7 @@ import pytest
 
 LEAN = """
 import json, sys
-from vllm_srun.loader import import_transformers_lean
+from vllm_srun.compose.loader import import_transformers_lean
 import_transformers_lean()
 from transformers.utils import import_utils
 import transformers.models.bert.modeling_bert  # a model class, as the native engine loads

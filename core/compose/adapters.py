@@ -41,19 +41,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_srun.errors import LoadError
-from vllm_srun.plugins import ModelEntry, intact_build, runtime_cache_dir, sha256_file
-from vllm_srun.registry import prepare
-from vllm_srun.registry.resolve import looks_local
-from vllm_srun.registry.verify import (
+from vllm_srun.compose.registry import prepare
+from vllm_srun.compose.registry.resolve import looks_local
+from vllm_srun.compose.registry.verify import (
     WEIGHT_AND_CODE_SUFFIXES,
     identity,
     is_loadable,
     link_root,
     package_files,
 )
+from vllm_srun.errors import LoadError
+from vllm_srun.plugins import ModelEntry, intact_build, runtime_cache_dir, sha256_file
 
-log = logging.getLogger("vllm_srun.adapters")
+log = logging.getLogger("vllm_srun.compose.adapters")
 
 ADAPTER_CONFIG = "adapter_config.json"
 """The PEFT configuration that marks a folder as an adapter package."""
@@ -113,7 +113,7 @@ def read_base_record(adapter: Path) -> BaseRecord:
     path = adapter / BASE_RECORD
     shape = (
         f'{BASE_RECORD} must hold {{"repo": "owner/name", "revision": "<40-hex commit>", '
-        '"files": {"<path>": "<sha256>", ...}} (vllm_srun.adapters.write_base_record '
+        '"files": {"<path>": "<sha256>", ...}} (vllm_srun.compose.adapters.write_base_record '
         "writes it from a local copy of the base)"
     )
     if not path.is_file():

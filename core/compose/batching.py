@@ -2,7 +2,7 @@
 
 Pure functions of the rows and the limits, shared by the scheduler's worker
 (:class:`vllm_srun.scheduler.ModelScheduler`) and the synchronous Python API
-(:meth:`vllm_srun.loader.ServedModel.run_items`):
+(:meth:`vllm_srun.compose.loader.ServedModel.run_items`):
 
 - :class:`SchedulerLimits`: the bounds of a model's queue and of one forward
   (``--max-num-seqs`` rows, ``--max-num-batched-tokens`` padded tokens), with
@@ -150,7 +150,7 @@ class LengthEdges:
 SHAPE_METHODS = ("padded_to_edge", "same_bucket", "equal_length")
 """How ``exact`` forms its forwards, most sharing first; the load-time probe picks the
 first under which the model's answers are the same bits
-(:func:`vllm_srun.probes.measure_batch_invariance`):
+(:func:`vllm_srun.compose.probes.measure_batch_invariance`):
 
 - ``padded_to_edge``: rows of any length share a forward padded to the edge of its
   longest row (:class:`LengthEdges`); the forwards are cut where padding costs more
@@ -238,7 +238,7 @@ def plan_forwards(rows: list[WorkItem], limits: SchedulerLimits) -> list[list[Wo
     """The forwards a model's worker runs for ``rows`` of one request with nothing else
     queued: taken in order within the batch bounds (:meth:`SchedulerLimits.fits`), each
     split by length (:meth:`SchedulerLimits.groups`). The synchronous Python API
-    (:meth:`vllm_srun.loader.ServedModel.answer`) runs its rows this way.
+    (:meth:`vllm_srun.compose.loader.ServedModel.answer`) runs its rows this way.
 
     Returns:
         The forwards in the order they run; together they hold every row once.
@@ -267,7 +267,7 @@ def split_by_length(
     A forward of ``n`` rows whose longest row has ``L`` tokens costs ``n * width(L)``
     padded tokens (``width``: the identity, or the ``exact`` profile's
     :meth:`LengthEdges.edge`) plus ``overhead_tokens`` (the fixed cost of a
-    forward, measured at load by :func:`vllm_srun.probes.measure_forward_cost`).
+    forward, measured at load by :func:`vllm_srun.compose.probes.measure_forward_cost`).
     The rows are sorted by length and cut into the consecutive groups of least
     total cost (dynamic programming over the distinct lengths; an optimal
     grouping of sorted lengths is always consecutive, ``width`` being

@@ -3,7 +3,7 @@
 During ``warming`` the runtime runs :func:`check` on each loaded model:
 
 - the golden requests go through the model's real surfaces
-  (:meth:`ServedModel.answer <vllm_srun.loader.ServedModel.answer>`);
+  (:meth:`ServedModel.answer <vllm_srun.compose.loader.ServedModel.answer>`);
 - the reference is the model identity's :class:`GoldenReference` (the
   ``golden_references`` layer, keyed by built-in model name) and, of the
   device's reference keys (most specific first; with a ``--dtype`` other
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_srun.loader import ServedModel
+from vllm_srun.compose.loader import ServedModel
 from vllm_srun.plugins import Accelerator, Catalog, GoldenReference, read_reference_file
 from vllm_srun.plugins.golden import write_reference_answers
 from vllm_srun.plugins.loaded import LoadedModel

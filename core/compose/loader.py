@@ -2,7 +2,7 @@
 
 This is the Python API the serving layer puts behind HTTP::
 
-    from vllm_srun.loader import load_model
+    from vllm_srun.compose.loader import load_model
 
     model = load_model("/path/to/package")
     model.answer("embeddings", {"input": ["hello"]})
@@ -33,18 +33,16 @@ from typing import Any
 
 import torch
 
-from vllm_srun.adapters import AdapterModel, prepare_adapter
-from vllm_srun.batching import (
+from vllm_srun.compose.adapters import AdapterModel, prepare_adapter
+from vllm_srun.compose.batching import (
     ExactShapes,
     LengthEdges,
     SchedulerLimits,
     exact_forward,
     plan_forwards,
 )
-from vllm_srun.engine_args import EngineArgs
-from vllm_srun.errors import LoadError, is_retryable
-from vllm_srun.extended import attach_extensions
-from vllm_srun.placement import (
+from vllm_srun.compose.extended import attach_extensions
+from vllm_srun.compose.placement import (
     GIB,
     DeviceNotAvailable,
     NotEnoughMemory,
@@ -57,14 +55,20 @@ from vllm_srun.placement import (
     refuse_weight_formats,
     required_bytes,
 )
+from vllm_srun.compose.probe_cache import ForwardCostCache, forward_cost_key
+from vllm_srun.compose.probes import (
+    measure_batch_invariance,
+    measure_forward_cost,
+    release_freed_heap,
+)
+from vllm_srun.compose.registry import prepare
+from vllm_srun.engine_args import EngineArgs
+from vllm_srun.errors import LoadError, is_retryable
 from vllm_srun.plugins import Catalog, Engine, Family, load_catalog
 from vllm_srun.plugins.loaded import LoadedModel
 from vllm_srun.plugins.profiles import EXACT, Profile
 from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.spec import ModelSpec, RequestError, RowOutput, WorkItem
-from vllm_srun.probe_cache import ForwardCostCache, forward_cost_key
-from vllm_srun.probes import measure_batch_invariance, measure_forward_cost, release_freed_heap
-from vllm_srun.registry import prepare
 
 
 @dataclass(kw_only=True)
@@ -110,7 +114,7 @@ class ServedModel:
         forward_cost: the load-time measurement of a forward's fixed cost
             (:func:`measure_forward_cost`), which the scheduler's length split uses.
         prepared: how the registry resolved and verified the package
-            (:class:`vllm_srun.registry.PreparedModel`): repo, revision,
+            (:class:`vllm_srun.compose.registry.PreparedModel`): repo, revision,
             ``model_sha256``, verification, licence, parameters, files.
         compute_dtype: the dtype the engine model says it runs at (its
             ``compute_dtype``), the card's ``dtype``; ``None``: the requested ``--dtype``.
@@ -189,7 +193,7 @@ class ServedModel:
 
     def run_rows(self, rows: list[WorkItem]) -> list[Any]:
         """One forward of ``rows`` through the family's ``run``; under ``exact`` at the
-        shape the probe verified (:func:`~vllm_srun.batching.exact_forward`: padded to
+        shape the probe verified (:func:`~vllm_srun.compose.batching.exact_forward`: padded to
         the edge of its longest row, a forward of few tokens filled with copies of its
         last row). The scheduler and :meth:`run_items` run every forward through here."""
         shapes = self.exact_shapes()
@@ -384,12 +388,12 @@ def load_model(
 
     ``model`` is a local package directory, a built-in model name or a Hub
     repository ``owner/name`` at a 40-hex commit (``MODEL@REV`` or
-    ``revision``). :func:`vllm_srun.registry.prepare` resolves it (a built-in
+    ``revision``). :func:`vllm_srun.compose.registry.prepare` resolves it (a built-in
     model's installed mirror first, then the Hugging Face cache in
     ``cache_dir``, then a download unless ``offline``) and verifies its files
     before any weight loads; a built-in model is loaded by the family its
     table entry names unless ``family`` forces another. A local adapter package
-    (:mod:`vllm_srun.adapters`) is first merged into its recorded base
+    (:mod:`vllm_srun.compose.adapters`) is first merged into its recorded base
     (``base_path``, else the registry) and the merged package loads instead.
 
     Placement weighs the model at the dtype it will run at (:func:`model_bytes`)

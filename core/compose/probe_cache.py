@@ -1,6 +1,6 @@
 """The forward-cost measurement, kept per machine so that only the first start pays for it.
 
-:func:`vllm_srun.probes.measure_forward_cost` times a dozen forwards (about
+:func:`vllm_srun.compose.probes.measure_forward_cost` times a dozen forwards (about
 0.6 s for MiniLM on a 2-core CPU), and its figure depends only on what runs the
 forwards: the model's bytes, the family and engine that run them, the profile,
 dtype and kernels, the hardware, the thread count and the versions of the
@@ -13,7 +13,7 @@ a file whose key or figure does not match is treated as absent.
 A file that cannot be read or parsed never fails a load: the forward cost is
 measured again (with a warning) and the file rewritten, whole, to a temporary
 file renamed over the old one (as the digest cache writes,
-:mod:`vllm_srun.registry.digests`). The batch-invariance probe and the golden
+:mod:`vllm_srun.compose.registry.digests`). The batch-invariance probe and the golden
 self-check are verification and are never cached.
 """
 
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from vllm_srun.plugins import runtime_cache_dir, write_json_atomically
 
 if TYPE_CHECKING:
-    from vllm_srun.placement import Placement
+    from vllm_srun.compose.placement import Placement
     from vllm_srun.plugins import Engine, Family, Kernel
     from vllm_srun.plugins.loaded import LoadedModel
     from vllm_srun.plugins.profiles import Profile
@@ -46,7 +46,7 @@ CACHE_VERSION = 1
 """The files' ``version``; a file of another version is measured again and rewritten."""
 
 FIGURES = ("fixed_ms", "per_padded_token_ms", "overhead_tokens")
-"""The figures :func:`vllm_srun.probes.measure_forward_cost` returns (each a number or
+"""The figures :func:`vllm_srun.compose.probes.measure_forward_cost` returns (each a number or
 ``None``)."""
 
 LIBRARIES = ("vllm-srun", "torch", "transformers")
@@ -82,7 +82,7 @@ class ForwardCostKey:
 
     Attributes:
         model: the package's identity (the SHA-256 identity of its verified files,
-            :attr:`vllm_srun.registry.verify.Verification.identity`).
+            :attr:`vllm_srun.compose.registry.verify.Verification.identity`).
         family, engine, profile: the plugin names the model runs through.
         dtype: the dtype the engine model computes in (its ``compute_dtype``: under
             ``max_speed`` a ``--dtype auto`` may run bfloat16), else the one asked for.

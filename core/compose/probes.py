@@ -5,7 +5,7 @@ Both run the family's ``probe_items`` (rows of several lengths) through its
 requests may share a forward (DESIGN §6) and, under ``exact``, at which shapes;
 :func:`measure_forward_cost` gives
 the scheduler's length split its exchange rate between one more forward and
-padded tokens (:func:`vllm_srun.batching.split_by_length`).
+padded tokens (:func:`vllm_srun.compose.batching.split_by_length`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from vllm_srun.batching import MIN_FORWARD_TOKENS, ExactShapes, LengthEdges, exact_forward
+from vllm_srun.compose.batching import MIN_FORWARD_TOKENS, ExactShapes, LengthEdges, exact_forward
 from vllm_srun.plugins.loaded import LoadedModel
 from vllm_srun.plugins.spec import WorkItem
 
@@ -41,8 +41,8 @@ def measure_batch_invariance(
     ``tolerance`` is the profile's ``batch_tolerance``:
 
     - ``0.0`` (``exact``): the rows run at the shapes the profile serves
-      (:func:`vllm_srun.batching.exact_forward`) and must be the same bits alone and
-      in every forward; the first of :data:`~vllm_srun.batching.SHAPE_METHODS` that
+      (:func:`vllm_srun.compose.batching.exact_forward`) and must be the same bits alone and
+      in every forward; the first of :data:`~vllm_srun.compose.batching.SHAPE_METHODS` that
       holds is the ``method`` (:func:`_exact_invariance`), else ``one_by_one``.
     - a positive number (``batching``): the probe rows run alone and together
       (padded to the longest); cross-request batching is on when the largest
@@ -255,7 +255,7 @@ def measure_forward_cost(loaded: LoadedModel[Any]) -> dict[str, Any]:
     :data:`FORWARD_COST_TOKENS` padded tokens); the two shapes are timed in
     turn, :data:`FORWARD_COST_REPEATS` times each, and the fastest of each
     counts. The scheduler splits a batch by length when padding would cost
-    more than ``a / b`` padded tokens (:func:`vllm_srun.batching.split_by_length`).
+    more than ``a / b`` padded tokens (:func:`vllm_srun.compose.batching.split_by_length`).
 
     Returns:
         ``{"fixed_ms", "per_padded_token_ms", "overhead_tokens"}``; every

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vllm_srun.batching import SchedulerLimits
+from vllm_srun.compose.batching import SchedulerLimits
 from vllm_srun.engine_args import (
     EngineArgs,
     EntryValueError,
@@ -240,15 +240,16 @@ def _checked(entry: dict[str, Any], key: str, where: str) -> Any:
 
 
 def check_revision(revision: str, where: str) -> str:
-    """``revision`` as a lower-case 40-hex commit (:func:`vllm_srun.registry.check_revision`).
+    """``revision`` as a lower-case 40-hex commit
+    (:func:`vllm_srun.compose.registry.check_revision`).
 
     Raises:
         ConfigError: ``revision must be a 40-hex commit`` (a branch, tag or
             short hash), prefixed with ``where``.
     """
     # Imported here: the registry imports torch, which `vllm-srun --help` must not wait for.
+    from vllm_srun.compose.registry import check_revision as registry_check
     from vllm_srun.errors import LoadError
-    from vllm_srun.registry import check_revision as registry_check
 
     try:
         return registry_check(revision)

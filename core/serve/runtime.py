@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_srun.golden import PENDING, GoldenResult
-from vllm_srun.golden import check as check_golden
-from vllm_srun.loader import LoadError, LoadOptions, ServedModel, is_retryable, load_model
+from vllm_srun.compose.golden import PENDING, GoldenResult
+from vllm_srun.compose.golden import check as check_golden
+from vllm_srun.compose.loader import LoadError, LoadOptions, ServedModel, is_retryable, load_model
 from vllm_srun.plugins import Catalog, load_catalog
 from vllm_srun.plugins.decisions import DecisionsRequest
 from vllm_srun.plugins.requests import SurfaceBody, SurfaceRequest
@@ -72,7 +72,7 @@ class ModelState:
         served: the loaded model while it warms or serves.
         scheduler: its scheduler once ready.
         attempts: loads started so far.
-        golden: the golden self-check's result (:data:`vllm_srun.golden.PENDING`
+        golden: the golden self-check's result (:data:`vllm_srun.compose.golden.PENDING`
             until it ran).
         details: the card fields of a model that loaded and then failed its
             self-check (its weights are released, its card keeps them).

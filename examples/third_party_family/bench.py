@@ -53,7 +53,7 @@ def main() -> None:
     from nanoguard import NanoGuard  # the reference; never imported by the plugin
     from vllm_srun_nanoguard.locate import package_folder
 
-    from vllm_srun.loader import LoadOptions, load_model
+    from vllm_srun.compose.loader import LoadOptions, load_model
 
     prompts = json.loads((HERE / "tests" / "prompts.json").read_text())["prompts"]
     # Copies after the first get their number appended: the runtime computes equal rows

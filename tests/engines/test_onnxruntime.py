@@ -357,7 +357,7 @@ def test_weights_digest(tmp_path):
 def test_a_model_loads_and_answers_with_the_native_engine_disabled():
     """The core selects no kernel of its own: without ``native`` (and so without any
     registered kernel) the Rampart graph still loads on ``onnxruntime`` and answers."""
-    from vllm_srun.loader import LoadOptions, load_model
+    from vllm_srun.compose.loader import LoadOptions, load_model
     from vllm_srun.plugins import load_catalog
 
     catalog = load_catalog({"VLLM_SRUN_DISABLE_PLUGINS": "native"})

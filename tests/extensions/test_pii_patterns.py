@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.contract import wire23
+from vllm_srun.compose.loader import LoadOptions, load_model
 from vllm_srun.extensions.pii_patterns import PiiPatterns
 from vllm_srun.extensions.pii_patterns.merge import merged
 from vllm_srun.extensions.pii_patterns.recognizers import (
@@ -18,7 +19,6 @@ from vllm_srun.extensions.pii_patterns.recognizers import (
     shared_scanner,
 )
 from vllm_srun.extensions.pii_patterns.surface import PatternSpans
-from vllm_srun.loader import LoadOptions, load_model
 from vllm_srun.plugins import load_catalog
 from vllm_srun.plugins.extension import extension_violations
 from vllm_srun.plugins.loaded import Plan
@@ -246,7 +246,7 @@ def test_the_extension_satisfies_its_contract_and_skips_models_without_token_hea
 def test_the_golden_self_check_reads_the_familys_own_classify_answers():
     # The recorded golden spans are the family's (no source or recognizer): the check runs
     # an augmented surface on the family's model alone and matches.
-    from vllm_srun.golden import check
+    from vllm_srun.compose.golden import check
 
     catalog = load_catalog({})
     served = load_model(RAMPART, LoadOptions(name="arcjet/rampart-pii"), catalog=catalog)

@@ -15,10 +15,10 @@ import os
 import pytest
 import torch
 
-from vllm_srun.extended import ExtendedModel
+from vllm_srun.compose.extended import ExtendedModel
+from vllm_srun.compose.loader import LoadOptions, load_model
 from vllm_srun.extensions.similarity_readout import SimilarityReadout, calibrate
 from vllm_srun.extensions.similarity_readout.readout import CALIBRATION, read_calibration
-from vllm_srun.loader import LoadOptions, load_model
 from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.testing import check_plugin
 
@@ -310,9 +310,9 @@ def test_a_classifier_gets_no_decisions(tmp_path):
 
 
 def test_a_host_without_probe_rows_stays_unprobed_under_an_extension():
-    from vllm_srun.extended import ExtendedModel
+    from vllm_srun.compose.extended import ExtendedModel
+    from vllm_srun.compose.probes import measure_batch_invariance
     from vllm_srun.plugins import LoadedModel
-    from vllm_srun.probes import measure_batch_invariance
 
     class Host(LoadedModel):
         """A host that keeps LoadedModel's default: no probe rows."""

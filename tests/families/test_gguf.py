@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from vllm_srun.compose.registry.verify import sha256_file, verify_package
 from vllm_srun.errors import LoadError
 from vllm_srun.families.causal_readout import CausalReadoutFamily, gguf
 from vllm_srun.families.causal_readout.builtin import SMOLLM2
 from vllm_srun.plugins import Mirror, ModelEntry
 from vllm_srun.plugins.models import model_violations
-from vllm_srun.registry.verify import sha256_file, verify_package
 
 REVISION = "ab810cf68114990406fdf996510dd3d3c6adbdf5"
 

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
+from vllm_srun.compose.loader import LoadError, LoadOptions, load_model
 from vllm_srun.families.causal_readout import shipped_calibration
 from vllm_srun.families.causal_readout.readouts import option_message, option_texts
-from vllm_srun.loader import LoadError, LoadOptions, load_model
 from vllm_srun.plugins import load_catalog
 from vllm_srun.plugins.decisions import parse_request
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from vllm_srun.accelerators.cpu import bf16_support
-from vllm_srun.loader import LoadOptions, ServedModel, load_model
+from vllm_srun.compose.loader import LoadOptions, ServedModel, load_model
 
 HELD_OUT = (Path(__file__).parent.parent / "data" / "heldout_sentences.txt").read_text().split("\n")
 HELD_OUT = [line for line in HELD_OUT if line]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from vllm_srun.golden import check
-from vllm_srun.loader import LoadOptions, load_model
+from vllm_srun.compose.golden import check
+from vllm_srun.compose.loader import LoadOptions, load_model
 from vllm_srun.plugins import load_catalog
 from vllm_srun.serve.config import ModelConfig, ServeConfig
 from vllm_srun.serve.runtime import ModelState, Runtime

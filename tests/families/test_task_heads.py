@@ -8,13 +8,13 @@ import struct
 import pytest
 import torch
 
+from vllm_srun.compose.loader import LoadError, LoadOptions, load_model
 from vllm_srun.families.task_heads.exits import Exit, rerank_exits
 from vllm_srun.families.task_heads.package import (
     MATRYOSHKA_KEY,
     describe,
     embedding_dimensions,
 )
-from vllm_srun.loader import LoadError, LoadOptions, load_model
 from vllm_srun.plugins import PackageError, load_catalog
 from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.spec import RequestError

@@ -17,6 +17,7 @@ import shutil
 import pytest
 import torch
 
+from vllm_srun.compose.loader import load_model
 from vllm_srun.families.task_heads.inputs import row_key
 from vllm_srun.families.task_heads.readouts import (
     finish_embedding,
@@ -25,7 +26,6 @@ from vllm_srun.families.task_heads.readouts import (
     pool,
     token_probabilities,
 )
-from vllm_srun.loader import load_model
 from vllm_srun.plugins import load_catalog
 from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.spec import RequestError, RowError

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from vllm_srun.compose.loader import load_model
 from vllm_srun.families.task_heads.exits import (
     Exit,
     check_layer,
@@ -20,7 +21,6 @@ from vllm_srun.families.task_heads.exits import (
 from vllm_srun.families.task_heads.model import TaskModel
 from vllm_srun.families.task_heads.package import describe
 from vllm_srun.families.task_heads.readouts import label_probabilities
-from vllm_srun.loader import load_model
 from vllm_srun.plugins import load_catalog
 from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.spec import RequestError

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures import write_task_package
+from vllm_srun.compose.registry.verify import is_loadable
 from vllm_srun.plugins import Mirror, ModelEntry
-from vllm_srun.registry.verify import is_loadable
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 NAME = "acme/tiny-ner"

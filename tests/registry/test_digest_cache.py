@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from tests.registry.conftest import NAME
-from vllm_srun.loader import LoadError
-from vllm_srun.registry import DigestCache, prepare, verify_package
-from vllm_srun.registry import digests as digests_module
-from vllm_srun.registry.digests import CACHE_FILE, SETTLE_NS, runtime_cache_root
+from vllm_srun.compose.loader import LoadError
+from vllm_srun.compose.registry import DigestCache, prepare, verify_package
+from vllm_srun.compose.registry import digests as digests_module
+from vllm_srun.compose.registry.digests import CACHE_FILE, SETTLE_NS, runtime_cache_root
 
 HOUR_NS = 3600 * 10**9
-LOGGER = "vllm_srun.registry.digests"
+LOGGER = "vllm_srun.compose.registry.digests"
 
 
 def ahead() -> int:

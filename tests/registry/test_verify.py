@@ -9,9 +9,9 @@ import os
 import pytest
 
 from tests.registry.conftest import NAME, REVISION, digests, write_cache
-from vllm_srun.loader import LoadError
-from vllm_srun.registry import identity, prepare, verify_package
-from vllm_srun.registry.verify import count_parameters, is_loadable, link_root
+from vllm_srun.compose.loader import LoadError
+from vllm_srun.compose.registry import identity, prepare, verify_package
+from vllm_srun.compose.registry.verify import count_parameters, is_loadable, link_root
 
 
 def test_an_intact_package_is_pinned_with_its_weights_digest(package, entry):

@@ -32,7 +32,7 @@ with warnings.catch_warnings():  # starlette's notice about httpx2 is not ours t
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
-from vllm_srun.loader import LoadOptions, ServedModel, load_model
+from vllm_srun.compose.loader import LoadOptions, ServedModel, load_model
 from vllm_srun.plugins import Catalog, load_catalog
 from vllm_srun.serve.app import build_app
 from vllm_srun.serve.config import ModelConfig, ServeConfig

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from vllm_srun.loader import LoadOptions
+from vllm_srun.compose.loader import LoadOptions
 from vllm_srun.serve.config import ModelConfig
 
 from . import reference

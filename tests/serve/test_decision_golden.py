@@ -1,6 +1,6 @@
 """A fixture decision model's golden reference: recorded here, then checked at warm-up.
 
-The same path as the built-in encoders': ``vllm_srun.golden.record`` writes the
+The same path as the built-in encoders': ``vllm_srun.compose.golden.record`` writes the
 answers under this machine's first reference key, the runtime's warming step
 compares them at the device-class tolerance, and a changed answer fails the
 model with the operator reason.
@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from vllm_srun.golden import record, reference_keys
-from vllm_srun.loader import LoadOptions, load_model
+from vllm_srun.compose.golden import record, reference_keys
+from vllm_srun.compose.loader import LoadOptions, load_model
 from vllm_srun.plugins import read_reference_file
 
 from ..fixtures import write_decoder
@@ -117,7 +117,7 @@ def test_a_recorded_decision_reference_matches_at_warm_up_and_a_changed_one_fail
 
 
 def test_a_max_model_len_below_the_golden_questions_says_so(tmp_path, catalog):
-    from vllm_srun.golden import check
+    from vllm_srun.compose.golden import check
 
     package = write_decoder(tmp_path / "pkg", "qwen3", seed=3)
     served = load_model(package, LoadOptions(max_model_len=24), catalog=catalog)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from vllm_srun.loader import LoadError
+from vllm_srun.compose.loader import LoadError
 
 from .conftest import make_client, wait_until
 
@@ -147,7 +147,7 @@ def test_a_stopping_runtime_refuses_work_and_reports_it(make_runtime):
 
 
 def test_max_model_len_on_an_encoder_model_fails_it_with_the_operator_phrase(make_runtime, catalog):
-    from vllm_srun.loader import load_model
+    from vllm_srun.compose.loader import load_model
 
     def loader(path, options, **kwargs):  # the real loader: the check comes before any weight loads
         return load_model(path, options, catalog=catalog)

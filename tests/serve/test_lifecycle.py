@@ -6,8 +6,8 @@ import dataclasses
 import threading
 import time
 
-from vllm_srun.golden import reference_keys
-from vllm_srun.loader import LoadError, load_model
+from vllm_srun.compose.golden import reference_keys
+from vllm_srun.compose.loader import LoadError, load_model
 from vllm_srun.plugins import GoldenReference
 
 from .conftest import make_client, wait_until

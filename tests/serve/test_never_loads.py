@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from vllm_srun.loader import LoadError
+from vllm_srun.compose.loader import LoadError
 
 from .conftest import wait_until
 from .test_shutdown import Served, exits, free_port, vllm_srun
