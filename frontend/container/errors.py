@@ -7,9 +7,13 @@ class ContainerError(Exception):
     """The container cannot run as asked; the message says why and what to do.
 
     Attributes:
-        code: a stable short name of the failure (``no_container_runtime``,
-            ``image_not_present``, ``pull_failed``, ``port_in_use``, ``bad_flag``,
-            ``bad_models_file``, ``runtime_failed``), for scripts and tests.
+        code: a stable short name of the failure, for scripts and tests:
+            ``no_container_runtime`` (no docker or podman command),
+            ``daemon_unreachable`` (the daemon or Podman service down, its socket
+            refused), ``image_not_present`` (not here under ``--image-pull-policy never``,
+            or not in the registry), ``pull_refused`` (login, rate limit, network),
+            ``pull_failed`` (another failed pull), ``port_in_use``, ``bad_flag``,
+            ``bad_models_file``, ``runtime_failed``.
     """
 
     def __init__(self, message: str, code: str) -> None:

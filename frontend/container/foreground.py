@@ -7,10 +7,11 @@ import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import FrameType
 
 from .command import EngineContainer
+from .diagnose import Answer, daemon_error
 from .errors import ContainerError
 from .runtime import ContainerRuntime
 
@@ -34,20 +35,27 @@ def _quick(argv: list[str]) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(argv, 124, "", "timed out")
 
 
-def clear_leftover(runtime: ContainerRuntime, name: str, port: int) -> str:
+def clear_leftover(
+    runtime: ContainerRuntime, name: str, port: int, environ: Mapping[str, str] | None = None
+) -> str:
     """Refuse a running container of the same name; remove a stopped leftover.
 
     Returns:
         ``none`` (no such container) or ``removed`` (a stopped one was removed).
 
     Raises:
-        ContainerError: the container is running (code ``port_in_use``), or the
-            leftover cannot be removed (``runtime_failed``).
+        ContainerError: the daemon is not reachable (code ``daemon_unreachable``), the
+            container is running (``port_in_use``), or the leftover cannot be removed
+            (``runtime_failed``).
     """
     answer = _quick(
         [runtime.executable, "container", "inspect", "--format", "{{.State.Running}}", name]
     )
     if answer.returncode != 0:
+        failed = Answer(answer.returncode, answer.stdout, answer.stderr, answer.returncode == 124)
+        down = daemon_error(runtime, environ if environ is not None else {}, failed)
+        if down is not None:
+            raise down
         return "none"
     if answer.stdout.strip().lower() == "true":
         raise ContainerError(
@@ -121,7 +129,7 @@ def start(container: EngineContainer) -> int:
     Raises:
         ContainerError: see :func:`clear_leftover` and :func:`run_foreground`.
     """
-    clear_leftover(container.runtime, container.name, container.port)
+    clear_leftover(container.runtime, container.name, container.port, container.environ)
     argv = container.run_argv()
     print(
         f"vllm-sr: engine container on http://{container.host}:{container.port} "

@@ -14,6 +14,12 @@ from .errors import ContainerError
 RUNTIMES = ("docker", "podman")
 """The container CLIs ``--container-runtime`` and ``CONTAINER_RUNTIME`` accept."""
 
+INSTALL = {
+    "docker": "Docker (https://docs.docker.com/engine/install/)",
+    "podman": "Podman, which needs no daemon (sudo apt-get install podman, or dnf install podman)",
+}
+"""How each engine is installed, as a message says it."""
+
 PROBE_TIMEOUT_S = 10.0
 """Bound of the ``docker --version`` probe, in seconds."""
 
@@ -86,9 +92,15 @@ def detect_runtime(
             )
     if chosen is not None:
         if which(chosen) is None:
+            other = next(r for r in RUNTIMES if r != chosen)
+            choose = (
+                f"--container-runtime {other}"
+                if source == "--container-runtime"
+                else f"CONTAINER_RUNTIME={other}, or unset CONTAINER_RUNTIME"
+            )
             raise ContainerError(
-                f"{source} {chosen}: no {chosen} command on PATH; install it or choose the "
-                f"other runtime ({' or '.join(r for r in RUNTIMES if r != chosen)})",
+                f"{source} {chosen}: no {chosen} command on PATH\n"
+                f"  Install {INSTALL[chosen]}, or choose {other} ({choose})",
                 "no_container_runtime",
             )
         return ContainerRuntime(chosen, chosen == "podman" or says_podman(chosen))
@@ -97,7 +109,8 @@ def detect_runtime(
     if which("podman") is not None:
         return ContainerRuntime("podman", True)
     raise ContainerError(
-        "neither docker nor podman is on PATH: install one, or run the runtime without a "
-        "container from a source checkout (vllm-srun serve MODEL)",
+        "no container engine: neither docker nor podman is on PATH\n"
+        f"  Install {INSTALL['podman']} or {INSTALL['docker']}, or run the runtime without "
+        "a container from a source checkout (vllm-srun serve MODEL)",
         "no_container_runtime",
     )

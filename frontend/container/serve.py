@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from ..config.flags import ENGINE_FLAGS, PLATFORMS, FlagError, check_device
 from ..workers.plan import LOG_LEVELS
 from .command import IMAGES, EngineContainer
+from .diagnose import reach_engine
 from .errors import ContainerError
 from .foreground import start
 from .images import ensure_image
@@ -168,6 +169,7 @@ def serve_container(args: argparse.Namespace, environ: Mapping[str, str]) -> int
     """
     check_flags(args)
     runtime = detect_runtime(args.container_runtime, environ)
+    reach_engine(runtime, environ)
     getuid = getattr(os, "getuid", None)
     getgid = getattr(os, "getgid", None)
     # The models file's copy lives as long as the container: removed when it stops.
@@ -181,5 +183,11 @@ def serve_container(args: argparse.Namespace, environ: Mapping[str, str]) -> int
             workdir=workdir,
         )
         os.makedirs(container.cache, exist_ok=True)
-        ensure_image(runtime, container.image, args.image_pull_policy or "always")
+        ensure_image(
+            runtime,
+            container.image,
+            args.image_pull_policy or "always",
+            environ=environ,
+            accelerator=PLATFORMS[args.platform],
+        )
         return start(container)

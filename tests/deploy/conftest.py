@@ -80,6 +80,11 @@ def fake_runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeRuntime
         "FAKE_CONTAINER",
         "FAKE_DOCKER_IS_PODMAN",
         "FAKE_PULL_EXIT",
+        "FAKE_PULL_ERROR",
+        "FAKE_DAEMON_ERROR",
+        "DOCKER_HOST",
+        "DOCKER_CONTEXT",
+        "CONTAINER_HOST",
         "FAKE_RUN_EXIT",
     ):
         monkeypatch.delenv(name, raising=False)

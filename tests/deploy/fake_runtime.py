@@ -6,8 +6,13 @@ one JSON line ``{"argv": [...]}`` (the name called as first word) to
 
 - ``--version``: ``Docker version 27.3.1`` (``podman version 5.2.2`` when called as
   podman, or when ``FAKE_DOCKER_IS_PODMAN=1``);
-- ``image inspect IMAGE``: exit 0 when ``FAKE_IMAGE_PRESENT=1``, else 1;
-- ``pull IMAGE``: exit ``FAKE_PULL_EXIT`` (0);
+- with ``FAKE_DAEMON_ERROR=TEXT``, every other call prints TEXT on stderr and exits 1
+  (125 as podman), as the CLI does when its daemon or service is down;
+- ``version --format {{.Server.Version}}``: ``27.3.1`` (``5.2.2``);
+- ``image inspect IMAGE``: exit 0 when ``FAKE_IMAGE_PRESENT=1``, else 1 with
+  ``Error: No such image: IMAGE``;
+- ``pull IMAGE``: with ``FAKE_PULL_ERROR=TEXT`` prints TEXT on stderr and exits 1, else
+  exits ``FAKE_PULL_EXIT`` (0);
 - ``container inspect ... NAME``: ``FAKE_CONTAINER`` = ``none`` (exit 1, default),
   ``running`` (prints ``true``) or ``exited`` (prints ``false``);
 - ``rm``: exit 0;
@@ -38,13 +43,25 @@ def main() -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     record({"argv": argv})
     words = argv[1:]
+    podman = name == "podman" or os.environ.get("FAKE_DOCKER_IS_PODMAN") == "1"
     if words == ["--version"]:
-        podman = name == "podman" or os.environ.get("FAKE_DOCKER_IS_PODMAN") == "1"
         print("podman version 5.2.2" if podman else "Docker version 27.3.1, build fake")
         return 0
+    if os.environ.get("FAKE_DAEMON_ERROR"):
+        print(os.environ["FAKE_DAEMON_ERROR"], file=sys.stderr)
+        return 125 if podman else 1
+    if words == ["version", "--format", "{{.Server.Version}}"]:
+        print("5.2.2" if podman else "27.3.1")
+        return 0
     if words[:2] == ["image", "inspect"]:
-        return 0 if os.environ.get("FAKE_IMAGE_PRESENT") == "1" else 1
+        if os.environ.get("FAKE_IMAGE_PRESENT") == "1":
+            return 0
+        print(f"Error: No such image: {words[-1]}", file=sys.stderr)
+        return 1
     if words[:1] == ["pull"]:
+        if os.environ.get("FAKE_PULL_ERROR"):
+            print(os.environ["FAKE_PULL_ERROR"], file=sys.stderr)
+            return 1
         return int(os.environ.get("FAKE_PULL_EXIT", "0"))
     if words[:2] == ["container", "inspect"]:
         state = os.environ.get("FAKE_CONTAINER", "none")

@@ -21,6 +21,8 @@ from .conftest import FakeRuntime
 CPU_IMAGE = "ghcr.io/vllm-project/semantic-router/vllm-sr:latest"
 ROCM_IMAGE = "ghcr.io/vllm-project/semantic-router/vllm-sr-rocm:latest"
 INSPECT = ["container", "inspect", "--format", "{{.State.Running}}"]
+PROBE = ["version", "--format", "{{.Server.Version}}"]
+"""The engine asked for its server version before anything runs (its daemon answers)."""
 USER = f"{os.getuid()}:{os.getgid()}"
 KEEP_ID = ["--userns=keep-id"] if os.getuid() != 0 else []
 """Rootless Podman keeps this user's id in the container; rootful Podman has no keep-id."""
@@ -37,6 +39,7 @@ def test_default_run_pulls_then_runs_the_exact_command(fake_runtime: FakeRuntime
     assert cache.is_dir()
     assert fake_runtime.calls() == [
         ["docker", "--version"],
+        ["docker", *PROBE],
         ["docker", "pull", CPU_IMAGE],
         ["docker", *INSPECT, "vllm-sr-engine-8100"],
         [
@@ -68,12 +71,13 @@ def test_flags_reach_the_runtime_and_secrets_pass_by_name(
     )  # fmt: skip
     assert code == 0
     calls = fake_runtime.calls()
-    assert calls[:3] == [
+    assert calls[:4] == [
         ["docker", "--version"],
+        ["docker", *PROBE],
         ["docker", "image", "inspect", "vllm-sr:local"],
         ["docker", *INSPECT, "vllm-sr-engine-9000"],
     ]
-    assert calls[3] == [
+    assert calls[4] == [
         "docker", "run", "--rm", "--init", "--name", "vllm-sr-engine-9000", "--user", USER,
         "--dns", "10.0.0.2", "--dns", "10.0.0.3",
         "-p", "0.0.0.0:9000:8100",
@@ -151,10 +155,9 @@ def test_nvidia_gpus_by_cdi_on_podman(fake_runtime: FakeRuntime, monkeypatch):
     monkeypatch.setenv("CONTAINER_RUNTIME", "podman")
     assert main(["serve", "org/model", "--platform", "nvidia"]) == 0
     calls = fake_runtime.calls()
-    assert calls[0] == [
-        "podman",
-        "pull",
-        "ghcr.io/vllm-project/semantic-router/vllm-sr-cuda:latest",
+    assert calls[:2] == [
+        ["podman", *PROBE],
+        ["podman", "pull", "ghcr.io/vllm-project/semantic-router/vllm-sr-cuda:latest"],
     ]
     run = calls[-1]
     assert run[: 8 + len(KEEP_ID)] == [
@@ -202,19 +205,21 @@ def test_gpu_pass_through_switches():
 def test_pull_policy(fake_runtime: FakeRuntime, monkeypatch, policy, present, expected):
     monkeypatch.setenv("FAKE_IMAGE_PRESENT", present)
     assert main(["serve", "org/model", "--image-pull-policy", policy]) == 0
-    steps = fake_runtime.calls()[1:-2]
+    steps = fake_runtime.calls()[2:-2]
     assert steps == [["docker", *words, CPU_IMAGE] for words in expected]
 
 
 def test_never_pull_refuses_an_absent_image(fake_runtime: FakeRuntime, capsys):
     assert main(["serve", "org/model", "--image-pull-policy", "never"]) == 1
-    assert capsys.readouterr().err.endswith(
+    assert capsys.readouterr().err.splitlines()[-2:] == [
         f"vllm-sr: image {CPU_IMAGE} is not present and --image-pull-policy never forbids "
-        f"pulling it; pull it (docker pull {CPU_IMAGE}), build it (docs/deploy.md), or use "
-        "--image-pull-policy ifnotpresent [image_not_present]\n"
-    )
+        "pulling it",
+        f"  Pull it (docker pull {CPU_IMAGE}), build it in a checkout (docker build -t "
+        f"{CPU_IMAGE} .), or use --image-pull-policy ifnotpresent [image_not_present]",
+    ]
     assert fake_runtime.calls() == [
         ["docker", "--version"],
+        ["docker", *PROBE],
         ["docker", "image", "inspect", CPU_IMAGE],
     ]
 
@@ -222,8 +227,12 @@ def test_never_pull_refuses_an_absent_image(fake_runtime: FakeRuntime, capsys):
 def test_a_failed_pull_stops_before_the_run(fake_runtime: FakeRuntime, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_PULL_EXIT", "1")
     assert main(["serve", "org/model"]) == 1
-    assert f"docker pull {CPU_IMAGE} failed (exit 1)" in capsys.readouterr().err
-    assert [c[1] for c in fake_runtime.calls()] == ["--version", "pull"]
+    assert capsys.readouterr().err.splitlines()[-2:] == [
+        f"vllm-sr: docker pull {CPU_IMAGE} failed (exit 1)",
+        "  Check the image name and the registry, or build it yourself (docker build -t "
+        f"{CPU_IMAGE} .) and pass --image {CPU_IMAGE} --image-pull-policy never [pull_failed]",
+    ]
+    assert [c[1] for c in fake_runtime.calls()] == ["--version", "version", "pull"]
 
 
 def test_a_running_engine_container_already_serves_the_port(
@@ -235,17 +244,17 @@ def test_a_running_engine_container_already_serves_the_port(
         "vllm-sr: engine container vllm-sr-engine-8200 already serves port 8200; stop it "
         "(docker stop vllm-sr-engine-8200) or pass another --port [port_in_use]\n"
     )
-    assert [c[1] for c in fake_runtime.calls()] == ["--version", "pull", "container"]
+    assert [c[1] for c in fake_runtime.calls()] == ["--version", "version", "pull", "container"]
 
 
 def test_a_stopped_leftover_is_removed(fake_runtime: FakeRuntime, monkeypatch):
     monkeypatch.setenv("FAKE_CONTAINER", "exited")
     assert main(["serve", "org/model"]) == 0
-    assert fake_runtime.calls()[3:5] == [
+    assert fake_runtime.calls()[4:6] == [
         ["docker", "rm", "-f", "vllm-sr-engine-8100"],
-        fake_runtime.calls()[4],
+        fake_runtime.calls()[5],
     ]
-    assert fake_runtime.calls()[4][1] == "run"
+    assert fake_runtime.calls()[5][1] == "run"
 
 
 def test_the_container_status_is_the_exit_status(fake_runtime: FakeRuntime, monkeypatch):
@@ -358,13 +367,14 @@ def test_runtime_detection():
     with pytest.raises(ContainerError) as err:
         detect_runtime(None, {}, which=which(), says_podman=never)
     assert err.value.code == "no_container_runtime"
-    assert str(err.value).startswith("neither docker nor podman is on PATH")
+    assert str(err.value).startswith("no container engine: neither docker nor podman is on PATH")
     with pytest.raises(ContainerError) as err:
         detect_runtime("podman", {}, which=which("docker"), says_podman=never)
-    assert str(err.value) == (
-        "--container-runtime podman: no podman command on PATH; install it or choose the "
-        "other runtime (docker)"
-    )
+    assert str(err.value).splitlines() == [
+        "--container-runtime podman: no podman command on PATH",
+        "  Install Podman, which needs no daemon (sudo apt-get install podman, or dnf install "
+        "podman), or choose docker (--container-runtime docker)",
+    ]
     with pytest.raises(ContainerError) as err:
         detect_runtime(None, {"CONTAINER_RUNTIME": "lxc"}, which=both, says_podman=never)
     assert str(err.value) == "CONTAINER_RUNTIME must be docker or podman, not 'lxc'"
