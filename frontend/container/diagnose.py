@@ -53,6 +53,7 @@ _NOT_FOUND = re.compile(
     r"manifest unknown|not found|name unknown|no such image|image not known|does not exist",
     re.IGNORECASE,
 )
+_ERROR_LINE = re.compile(r"error|cannot connect|permission denied", re.IGNORECASE)
 _SOCKET_AT = re.compile(r"daemon(?: socket)? at ((?:unix|tcp|ssh|npipe|fd)://\S+?)[.:]?(?=\s|$)")
 _DIAL_UNIX = re.compile(r"dial unix (/\S+?):")
 
@@ -79,8 +80,12 @@ def ask(argv: Sequence[str], timeout: float = PROBE_TIMEOUT_S) -> Answer:
 
 
 def said(runtime: ContainerRuntime, stderr: str) -> str:
-    """The engine's own words, quoted on their own lines (the last :data:`SAID_LINES`)."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()][-SAID_LINES:]
+    """The engine's own words, quoted on their own lines: from its first error line
+    when there is one (Podman's pull progress shares stderr), at most the last
+    :data:`SAID_LINES`."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [i for i, line in enumerate(lines) if _ERROR_LINE.match(line)]
+    lines = lines[errors[0] if errors else 0 :][-SAID_LINES:]
     if not lines:
         return ""
     name = os.path.basename(runtime.executable)

@@ -217,7 +217,10 @@ def test_podman_pull_progress_passes_through_and_its_error_is_read(
     read = lines(capsys)
     assert read[0] == f"Trying to pull {IMAGE}..."
     assert read[2] == f"vllm-sr: the registry ghcr.io has no image {IMAGE}"
-    assert read[3] == f"  podman said: Trying to pull {IMAGE}..."
+    assert read[3] == (
+        f"  podman said: Error: initializing source docker://{IMAGE}: reading manifest "
+        "latest in ghcr.io/vllm-project/semantic-router/vllm-sr: manifest unknown"
+    )
     assert read[-1].endswith("--image-pull-policy never [image_not_present]")
     assert "podman build -t" in read[-1]
 
