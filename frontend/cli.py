@@ -129,7 +129,8 @@ def _add_serve(commands: Any) -> None:
         "listener http-8899 (127.0.0.1:8899). Without -e, MODEL... or --models FILE runs "
         "vllm-srun serve in the foreground in a Docker or Podman container published on "
         "--host:--port (127.0.0.1:8100); Ctrl-C stops it. --target kubernetes writes a "
-        "kustomize overlay serving MODEL... on the runtime Deployment instead.",
+        "self-contained kustomize overlay whose router pod serves MODEL... instead (or the "
+        "shared runtime Deployment, with --shared-runtime).",
         epilog="Environment: VLLM_SRUN_COMMAND (worker command, default vllm-srun), "
         "VLLM_SRUN_DIR (sockets and models files, 0700), VLLM_SRUN_CACHE_DIR (model cache "
         "of managed workers), VLLM_SRUN_CPU_THREADS (threads per CPU worker), "
@@ -250,25 +251,53 @@ def _add_container_flags(serve: argparse.ArgumentParser) -> None:
         help="docker or podman (default: CONTAINER_RUNTIME, else detected)",
     )
     box.add_argument("--runtime", dest="legacy_runtime", choices=RUNTIMES, help=argparse.SUPPRESS)
-    cluster = serve.add_argument_group("Kubernetes (--target kubernetes MODEL...)")
+    cluster = serve.add_argument_group(
+        "Kubernetes (--target kubernetes MODEL...)",
+        "Writes a self-contained kustomize overlay (the bases it uses are copied into it): "
+        "by default the router pod vllm-sr runs MODEL... itself on the platform's image, with "
+        "its GPU (nvidia.com/gpu or amd.com/gpu) in that pod; --shared-runtime serves them on "
+        "the runtime Deployment model-runtime instead and attaches the frontend to its "
+        "Service. A MODEL that is not built in (vllm-srun models) must be pinned: "
+        "MODEL@<40-hex commit> or --revision.",
+    )
     cluster.add_argument(
         "--target",
         choices=("docker", "kubernetes"),
         default="docker",
         help="docker: run here (default); kubernetes: write a kustomize overlay",
     )
-    cluster.add_argument("--namespace", help="the overlay's namespace (created by it)")
+    cluster.add_argument(
+        "--namespace", help="the overlay's namespace, created by it (default: vllm-sr)"
+    )
     cluster.add_argument(
         "--output",
         metavar="DIR",
         default="vllm-sr-kubernetes",
-        help="where the overlay is written (default: vllm-sr-kubernetes)",
+        help="where the overlay is written (default: vllm-sr-kubernetes); a directory that "
+        "is not empty is refused without --force",
+    )
+    cluster.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the overlay already in --output",
+    )
+    cluster.add_argument(
+        "--shared-runtime",
+        action="store_true",
+        help="serve MODEL... on the shared runtime Deployment model-runtime (behind its "
+        "Service, port 8100, with the GPU) and attach the frontend to it, instead of "
+        "running them in the router pod",
+    )
+    cluster.add_argument(
+        "--storage",
+        metavar="SIZE",
+        help="the model volume claim of the pod that runs MODEL... (default: 10Gi)",
     )
     cluster.add_argument(
         "--manifests",
         metavar="DIR",
-        default="deploy/kubernetes",
-        help="the checkout's kustomize bases and overlays (default: deploy/kubernetes)",
+        help="other kustomize bases (runtime/, frontend/, overlays/<platform>/) than the "
+        "ones shipped with vllm-sr",
     )
 
 
@@ -534,33 +563,35 @@ def serve_container(args: argparse.Namespace, parser: argparse.ArgumentParser) -
 
 def serve_kubernetes(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """``vllm-sr serve --target kubernetes ... MODEL...``: write the overlay and print the
-    ``kubectl apply -k`` command; 2 for bad flags, 1 without the manifests."""
+    ``kubectl apply -k`` command and the URLs; 2 for bad flags, 1 for a model that is
+    neither built in nor pinned, an overlay already there (without ``--force``) or
+    missing manifests."""
     from pathlib import Path
 
-    from .kubernetes import TargetError, overlay_from_args, write_overlay
+    from .kubernetes import DEFAULT_NAMESPACE, TargetError, overlay_from_args, write_overlay
 
     try:
         overlay = overlay_from_args(args)
-        written = write_overlay(overlay, Path(args.output), Path(args.manifests))
+        manifests = Path(args.manifests) if args.manifests else None
+        written = write_overlay(overlay, Path(args.output), manifests, force=args.force)
     except TargetError as err:
         if err.code in ("bad_flag", "local_model"):
             parser.exit(2, f"vllm-sr serve: {err}\n")
         return _fail(f"{err} [{err.code}]")
-    namespace = overlay.namespace or "<namespace>"
-    pinned = "--revision" in overlay.extra
-    for model in overlay.models:
-        if "@" not in model and not pinned and model != DEFAULT_MODEL:
-            print(
-                f"note: {model} has no @REVISION: the runtime serves it only if it is one of "
-                f"its built-in models (vllm-srun models); pin any other as {model}@<commit>",
-                file=sys.stderr,
-            )
+    models = " ".join(m.argument for m in overlay.models)
     print(f"wrote {written}")
+    if args.namespace is None:
+        print(f"namespace: {DEFAULT_NAMESPACE} (the default; --namespace NS for another)")
     print(f"kubectl apply -k {written.parent}")
-    print(
-        "attach routers and frontends by endpoint: "
-        f"http://model-runtime.{namespace}.svc.cluster.local:8100"
-    )
+    if overlay.shared_runtime:
+        print(
+            f"runtime: model-runtime serves {models} on {overlay.model_device} at "
+            f"{overlay.runtime_endpoint()}"
+        )
+        print(f"frontend: vllm-sr attaches to it; its listener: {overlay.listener_url()}")
+    else:
+        print(f"router pod: vllm-sr runs {models} on {overlay.model_device}")
+        print(f"its listener: {overlay.listener_url()}")
     return 0
 
 

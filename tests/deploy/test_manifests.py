@@ -32,6 +32,7 @@ KINDS = [
     "Deployment",
     "HorizontalPodAutoscaler",
     "PersistentVolumeClaim",
+    "PersistentVolumeClaim",
     "PodDisruptionBudget",
     "Service",
     "Service",
@@ -106,6 +107,21 @@ def test_runtime_args_are_accepted_by_vllm_srun_serve(rendered, name):
     claim = volumes["models"]["persistentVolumeClaim"]["claimName"]
     pvc = by_kind(rendered[name], "PersistentVolumeClaim", claim)
     assert pvc["spec"]["resources"]["requests"]["storage"] == "10Gi"
+
+
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_the_frontend_models_volume_is_a_claim_sized_like_the_runtimes(rendered, name):
+    container = frontend_container(rendered[name])
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts["/app/models"] == "models"
+    pod = by_kind(rendered[name], "Deployment", "vllm-sr")["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "models")
+    assert volume == {"name": "models", "persistentVolumeClaim": {"claimName": "vllm-sr-models"}}
+    claim = by_kind(rendered[name], "PersistentVolumeClaim", "vllm-sr-models")
+    assert claim["spec"] == {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "10Gi"}},
+    }
 
 
 def test_a_wrong_runtime_arg_is_refused_by_the_parser():
@@ -195,6 +211,8 @@ def test_frontend_args_and_configs_are_accepted_by_vllm_sr(rendered, file):
     if file == "attached.yaml":
         service = by_kind(documents, "Service", "model-runtime")
         assert deployment.endpoint == f"http://model-runtime:{service['spec']['ports'][0]['port']}"
+        # The runtime serves the model under its MODEL name, which the frontend asks for.
+        assert deployment.served_name == "sentence-transformers/all-MiniLM-L6-v2"
     else:
         assert deployment.endpoint is None and deployment.device == "cpu"
 
