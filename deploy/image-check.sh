@@ -19,6 +19,8 @@
 #   IMAGE_CHECK_PORT        the host port both runs publish [18100]
 #   IMAGE_CHECK_HEALTH_S    bound of each wait for /health 200, in seconds [600]
 #   IMAGE_CHECK_MIRROR      the Debian mirror [http://deb.debian.org/debian]
+#   IMAGE_CHECK_CA_DIR      extra CA certificates (*.crt) the base trusts, as this host
+#                           does (empty: none) [/usr/local/share/ca-certificates]
 #   VLLM_SR                 the vllm-sr command [.venv/bin/vllm-sr]
 # Runs as root (debootstrap, rootful Podman) with podman, runc and curl installed.
 set -euo pipefail
@@ -31,6 +33,7 @@ TORCH_INDEX=${IMAGE_CHECK_TORCH_INDEX:-https://pypi.org/simple}
 PORT=${IMAGE_CHECK_PORT:-18100}
 HEALTH_S=${IMAGE_CHECK_HEALTH_S:-600}
 MIRROR=${IMAGE_CHECK_MIRROR:-http://deb.debian.org/debian}
+CA_DIR=${IMAGE_CHECK_CA_DIR-/usr/local/share/ca-certificates}
 VLLM_SR=${VLLM_SR:-$ROOT/.venv/bin/vllm-sr}
 MODEL=sentence-transformers/all-MiniLM-L6-v2
 NAME=vllm-sr-image-check-$PORT      # step 1's container
@@ -95,10 +98,10 @@ trap 'exit 143' TERM
 
 # Podman's settings for this script's builds and runs (vllm-sr's included): runc
 # (crun refuses cgroups in hybrid mode) and rlimits within this host's hard limits
-# (raising them needs CAP_SYS_RESOURCE).
+# (raising them needs CAP_SYS_RESOURCE; an nproc above half of pid_max was refused too).
 limit() { local hard; hard=$(ulimit "$1"); [ "$hard" = unlimited ] && hard=$2; echo $((hard < $2 ? hard : $2)); }
 NOFILE=$(limit -Hn 65536)
-NPROC=$(limit -Hu 65536)
+NPROC=$(limit -Hu 16384)
 export CONTAINERS_CONF=$WORK/containers.conf
 {
     echo '[containers]'
@@ -159,8 +162,16 @@ else
         tail -n 20 "$WORK/debootstrap.log" >&2
         fail "debootstrap failed (log above): check that $MIRROR is reachable (IMAGE_CHECK_MIRROR)"
     }
+    # This host's own CAs (a TLS-intercepting proxy's, say) so pip in the build trusts
+    # what this machine trusts.
+    if compgen -G "$CA_DIR/*.crt" >/dev/null; then
+        cp "$CA_DIR"/*.crt "$WORK/rootfs/usr/local/share/ca-certificates/"
+        chroot "$WORK/rootfs" update-ca-certificates >/dev/null ||
+            fail "update-ca-certificates in the base failed (IMAGE_CHECK_CA_DIR= skips the host's CAs)"
+        say "base $BASE: with this host's CAs from $CA_DIR: $(cd "$CA_DIR" && echo ./*.crt)"
+    fi
     rm -rf "$WORK"/rootfs/var/cache/apt/archives/*.deb "$WORK"/rootfs/var/lib/apt/lists/*
-    tar -C "$WORK/rootfs" -c . | podman import --change 'ENV LANG=C.UTF-8' \
+    tar -C "$WORK/rootfs" -c . | podman import -q --change 'ENV LANG=C.UTF-8' \
         --change 'CMD ["python3"]' - "$BASE" >/dev/null || fail "podman import of the base failed"
     rm -rf "$WORK/rootfs"
     say "base $BASE: made in $(since "$t") s"
@@ -169,7 +180,10 @@ fi
 # --- 2. The CPU image ------------------------------------------------------------------
 IMAGES_BEFORE=$WORK/images-before
 podman images -a -q --no-trunc >"$IMAGES_BEFORE"
-build_args=(--build-arg "PYTHON_IMAGE=$BASE" --build-arg "TORCH_INDEX_CPU=$TORCH_INDEX")
+# ACCELERATOR given explicitly: Podman 4.3's buildah resolves `FROM torch-${ACCELERATOR}`
+# to the stage only for a --build-arg, not for the ARG's default (buildah issue 4312).
+build_args=(--build-arg ACCELERATOR=cpu --build-arg "PYTHON_IMAGE=$BASE"
+    --build-arg "TORCH_INDEX_CPU=$TORCH_INDEX")
 if [ -n "$WHEELS" ]; then
     build_args+=(-v "$WHEELS:/wheels:ro" --build-arg TORCH_FIND_LINKS=/wheels)
 fi
@@ -177,7 +191,8 @@ say "build $TAG (steps below; the whole log is kept only on failure)"
 t=$(now)
 # The host's network: pip reaches PyPI as this machine does.
 if ! podman build --network host "${build_args[@]}" -t "$TAG" -f "$ROOT/Dockerfile" "$ROOT" 2>&1 |
-    tee "$WORK/build.log" | grep --line-buffered -E '^(STEP [0-9]+/[0-9]+: (FROM|RUN)|COMMIT)'; then
+    tee "$WORK/build.log" | grep --line-buffered -E '^(\[[0-9/]+\] )?(STEP [0-9]+/[0-9]+: (FROM|RUN)|COMMIT)' |
+    cut -c1-160; then
     cp "$WORK/build.log" /tmp/vllm-sr-image-check-build.log
     tail -n 30 "$WORK/build.log" >&2
     fail "podman build failed (log above; whole log in /tmp/vllm-sr-image-check-build.log)"

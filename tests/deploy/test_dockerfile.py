@@ -93,6 +93,10 @@ def test_dockerignore_keeps_the_context_small():
         assert path in ignored
     for needed in ("core", "frontend", "plugins", "pyproject.toml", "README.md"):
         assert needed not in ignored
+    # The Kubernetes bases are package data of vllm-sr: the build needs them.
+    assert "!deploy/kubernetes" in ignored
+    assert "COPY deploy/kubernetes deploy/kubernetes" in DOCKERFILE.read_text()
+    assert '"vllm_sr.manifests" = "deploy/kubernetes"' in (ROOT / "pyproject.toml").read_text()
 
 
 def test_the_image_check_script_passes_build_args_the_dockerfile_declares():
@@ -103,6 +107,6 @@ def test_the_image_check_script_passes_build_args_the_dockerfile_declares():
     subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)
     passed = set(re.findall(r'--build-arg "?([A-Z_]+)=', script.read_text()))
     declared = set(re.findall(r"^ARG ([A-Z_]+)", DOCKERFILE.read_text(), re.M))
-    assert passed == {"PYTHON_IMAGE", "TORCH_INDEX_CPU", "TORCH_FIND_LINKS"}
+    assert passed == {"ACCELERATOR", "PYTHON_IMAGE", "TORCH_INDEX_CPU", "TORCH_FIND_LINKS"}
     assert passed <= declared
     assert "image-check:" in (ROOT / "Makefile").read_text()
