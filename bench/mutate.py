@@ -133,7 +133,7 @@ MODULES: dict[str, tuple[tuple[str, ...], str, list[str]]] = {
         ["tests/families/test_causal_readout.py", "tests/engines/test_native_decoder.py"],
     ),
     "scheduler": (
-        ("core/compose/batching.py", "core/scheduler.py"),
+        ("core/compose/batching.py", "core/service/scheduler.py"),
         "admission, batching, deadlines, result cache",
         ["tests/test_scheduler.py", "tests/serve/test_scheduling.py"],
     ),

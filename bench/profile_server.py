@@ -36,11 +36,12 @@ from server import Server, default_model_dir, free_port, server_side, snapshot  
 # (thread name prefix, frame that marks a part, part) in priority order
 PARTS = (
     ("scheduler", "TaskModel.run", "forward"),
-    ("scheduler", "TaskModel.finish", "finish (pool, normalise, response body)"),
     ("scheduler", "Condition.wait", "idle / batch window"),
+    ("finish", "TaskModel.finish", "finish (pool, normalise, response body)"),
+    ("finish", "_worker", "idle"),
     ("plan", "TextEncoder.encode", "tokenize"),
     ("plan", "_worker", "idle"),
-    ("MainThread", "build_app.<locals>.answer", "endpoint (plan, submit, wait, respond)"),
+    ("MainThread", "build_app.<locals>.answer", "endpoint (plan, admit, answer, respond)"),
     ("MainThread", "get_request_handler.<locals>.app", "FastAPI body parsing + validation"),
     ("MainThread", "RequestResponseCycle.run_asgi", "uvicorn/Starlette middleware + routing"),
     ("MainThread", "HttpToolsProtocol", "uvicorn HTTP protocol"),

@@ -16,9 +16,9 @@ from collections.abc import Iterator, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from vllm_srun import __version__
+from vllm_srun.config import ConfigError
 from vllm_srun.engine_args import add_engine_arguments
 from vllm_srun.serve.command import add_serve_parser, serve_config
-from vllm_srun.serve.config import ConfigError
 
 if TYPE_CHECKING:
     from vllm_srun.plugins import Catalog

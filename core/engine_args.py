@@ -7,12 +7,16 @@ command-line options (:func:`add_engine_arguments`), the checks of a models
 file entry (:func:`check_entry_value`, the same rules and messages as the
 command line) and the card's ``engine_args`` (:meth:`EngineArgs.card`). A
 models-file entry is an :class:`EngineArgs` plus the model it names
-(:class:`vllm_srun.serve.config.ModelConfig`).
+(:class:`vllm_srun.config.ModelConfig`).
 
-The process-wide options (:class:`vllm_srun.serve.config.ServeConfig`) are
+The process-wide options (:class:`vllm_srun.config.ServeConfig`) are
 declared the same way, with :func:`option`; :func:`add_arguments` and
 :func:`namespace_values` turn any such declaration into argparse options and
 back.
+
+Why this module is over 400 lines: every per-model option is declared here once,
+with its check and help, and the command line, the models file and the card are all
+generated from those declarations; split, an option's rules would be written twice.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from vllm_srun.compose.batching import ExactShapes, LengthEdges, exact_forward
 from vllm_srun.compose.loader import LoadOptions, ServedModel, load_model
 from vllm_srun.families.causal_readout.fixture import FIXTURE_REQUEST, write_fixture
 from vllm_srun.plugins.spec import WorkItem
-from vllm_srun.scheduler import Job, ModelScheduler
+from vllm_srun.service.scheduler import Job, ModelScheduler
 
 LONG = (
     "Dear support team, my name is Jane Doe and I live at 42 Harbour Street in Springfield; "

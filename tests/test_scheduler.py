@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from vllm_srun.plugins.spec import RowError, WorkItem
-from vllm_srun.scheduler import (
+from vllm_srun.service.scheduler import (
     Job,
     ModelScheduler,
     Overloaded,
@@ -689,7 +689,7 @@ def test_a_failed_forward_is_logged_with_the_model_and_the_cause(caplog):
     forward.drop_one = True
     sched = scheduler(forward)
     two, answer = job(row("a"), row("b"))
-    with caplog.at_level(logging.ERROR, logger="vllm_srun.scheduler"):
+    with caplog.at_level(logging.ERROR, logger="vllm_srun.service.scheduler"):
         sched.submit([two])
         answer.wait()
     assert "model m: a forward of 2 rows failed" in caplog.messages
@@ -703,7 +703,7 @@ def test_an_answer_callback_that_raises_is_logged_and_the_model_keeps_serving(ca
     def explode(outputs):
         raise RuntimeError("client gone")
 
-    with caplog.at_level(logging.ERROR, logger="vllm_srun.scheduler"):
+    with caplog.at_level(logging.ERROR, logger="vllm_srun.service.scheduler"):
         sched.submit([Job([row("a")], explode)])
         ask(sched, "b")
     assert "model m: answering a request failed" in caplog.messages
@@ -1006,8 +1006,8 @@ def test_plan_forwards_splits_each_forward_by_length_at_the_forward_cost():
 def test_the_limits_defaults_have_one_source():
     """The batch bounds default to the engine arguments' defaults, and the serve command's
     queue bounds and cache size to the scheduler's: each default is written once."""
+    from vllm_srun.config import ServeConfig
     from vllm_srun.engine_args import EngineArgs
-    from vllm_srun.serve.config import ServeConfig
 
     limits, engine, serve = SchedulerLimits(), EngineArgs(), ServeConfig()
     for name in ("max_num_seqs", "max_num_batched_tokens", "batch_window_ms"):

@@ -1,7 +1,7 @@
 """Batch bounds and forward planning: which rows run together in one forward.
 
 Pure functions of the rows and the limits, shared by the scheduler's worker
-(:class:`vllm_srun.scheduler.ModelScheduler`) and the synchronous Python API
+(:class:`vllm_srun.service.scheduler.ModelScheduler`) and the synchronous Python API
 (:meth:`vllm_srun.compose.loader.ServedModel.run_items`):
 
 - :class:`SchedulerLimits`: the bounds of a model's queue and of one forward
@@ -17,7 +17,7 @@ Pure functions of the rows and the limits, shared by the scheduler's worker
 The defaults are not written here twice: the batch bounds are those of
 :class:`vllm_srun.engine_args.EngineArgs` (the per-model engine arguments), and
 the queue bounds and cache size here are the ones
-:class:`vllm_srun.serve.config.ServeConfig` reads for ``vllm-srun serve``.
+:class:`vllm_srun.config.ServeConfig` reads for ``vllm-srun serve``.
 """
 
 from __future__ import annotations

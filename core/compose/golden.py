@@ -21,6 +21,11 @@ During ``warming`` the runtime runs :func:`check` on each loaded model:
 
 :func:`record` runs the golden requests on this machine and writes the answers
 under its first reference key (``vllm-srun golden record``).
+
+Why this module is over 400 lines: checking and recording share one reading of the
+reference (which key a device takes, the dtype suffix, the tolerance of its class)
+and one way of running the requests; apart, the recorder could write a key the
+check never reads.
 """
 
 from __future__ import annotations

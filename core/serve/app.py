@@ -24,14 +24,16 @@ from vllm_srun.plugins.requests import (
     RerankRequest,
     SurfaceRequest,
 )
+from vllm_srun.plugins.spec import RequestError
+from vllm_srun.service.model import ClientGone
+from vllm_srun.service.runtime import Runtime
 
 from . import jev, schemas
 from .bundle import answer_bundle
 from .encoding import decoded_body
 from .envelope import Envelope, install_error_handlers
-from .requests import ApiError, ClientGone, request_timing
+from .requests import ApiError, as_api_error, request_timing
 from .responses import CLIENT_CLOSED, Accounting, plain_embeddings_refusal, respond
-from .runtime import Runtime
 from .status import cards, health_document, model_card
 from .systemone import SCHEMAS, Shape, read_systemone, reshape
 
@@ -151,15 +153,17 @@ def build_app(runtime: Runtime) -> FastAPI:
         name = model_label(body)
         status = 200
         try:
-            planned = await runtime.plan(surface, body, timing)
-            name = planned.state.name
-            runtime.submit([planned], timing)
-            result = await runtime.wait(planned, request.is_disconnected)
+            service = runtime.resolve(body.model)
+            name = service.name
+            call = await service.plan(surface, body, timing)
+            service.admit([call])
+            result = await service.answer(call, request.is_disconnected)
             refusal = plain_embeddings_refusal(body, result)
             if refusal is not None:
                 raise refusal
             return respond(200, result if shape is None else reshape(result, shape), timing)
-        except ApiError as err:
+        except (ApiError, RequestError) as caught:
+            err = as_api_error(caught)
             if shape is not None and shape.schema == jev.SCHEMA:
                 err = jev.as_jev(err)
             status = err.status

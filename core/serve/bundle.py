@@ -35,12 +35,14 @@ from vllm_srun.plugins.requests import (
     validation_problems,
 )
 from vllm_srun.plugins.spec import RequestError
+from vllm_srun.service.model import Call, ClientGone, ModelService
+from vllm_srun.service.runtime import Runtime
+from vllm_srun.service.timing import Timing
 
 from . import schemas
 from .jev import SCHEMA as JEV
-from .requests import ApiError, ClientGone, Timing, request_timing, validation_param
+from .requests import ApiError, as_api_error, request_timing, validation_param
 from .responses import CLIENT_CLOSED, Accounting, respond
-from .runtime import Planned, Runtime
 from .systemone import SCHEMAS, Shape, reshape, systemone_request
 
 BUNDLE_SURFACES = ("embeddings", "classify", "rerank", "decisions", "systemone_batch")
@@ -289,28 +291,27 @@ def _raw_request(
     return systemone_request(task.payload, own, own_schema, batch=batch)
 
 
-def submit_by_model(
-    runtime: Runtime, outcomes: list[Any], deadline_ms: float | None, timing: Timing
-) -> None:
-    """Submit the planned tasks, each admitted or refused as it would be alone (one
-    scheduler call per model, so a model's tasks queue together); a refusal (429,
-    503) replaces that task's outcome with the error."""
-    groups: dict[str, list[Planned]] = {}
+def admit_by_model(outcomes: list[Any], deadline_ms: float | None) -> None:
+    """Admit the planned tasks, each admitted or refused as it would be alone (one
+    admission per model, so a model's tasks queue together); a refusal (429, 503)
+    replaces that task's outcome with the error."""
+    groups: dict[ModelService, list[Call]] = {}
     for outcome in outcomes:
-        if isinstance(outcome, Planned):
+        if isinstance(outcome, Call):
             if outcome.deadline_ms is None:
                 outcome.deadline_ms = deadline_ms
-            groups.setdefault(outcome.state.name, []).append(outcome)
-    for group in groups.values():
-        for planned, refusal in zip(group, runtime.submit_each(group, timing), strict=True):
+            groups.setdefault(outcome.service, []).append(outcome)
+    for service, group in groups.items():
+        for call, refusal in zip(group, service.admit_each(group), strict=True):
             if refusal is not None:
-                outcomes[outcomes.index(planned)] = refusal
+                outcomes[outcomes.index(call)] = refusal
 
 
 def task_result(task: Task, outcome: Any) -> dict[str, Any]:
     """A task's entry in ``results``: its answer with status 200, or its error."""
-    if isinstance(outcome, ApiError):
-        return {"id": task.id, "status": outcome.status, "error": outcome.body()["error"]}
+    if isinstance(outcome, (ApiError, RequestError)):
+        error = as_api_error(outcome)
+        return {"id": task.id, "status": error.status, "error": error.body()["error"]}
     if isinstance(outcome, BaseException):
         error = ApiError("internal_error", type(outcome).__name__)
         return {"id": task.id, "status": 500, "error": error.body()["error"]}
@@ -354,13 +355,17 @@ async def answer_bundle(runtime: Runtime, accounting: Accounting, request: Reque
     timing.parsed()
     tasks = bundle.tasks
 
-    async def plan_task(task: Task) -> Planned | ApiError:
+    async def plan_task(task: Task) -> Call | ApiError:
         if task.request is None:
             assert task.error is not None
             return task.error
         # Tasks plan concurrently (one planning thread per model): their own
-        # tokenize times overlap, so the bundle times the whole stage instead.
-        return await runtime.plan(task.surface, task.request, Timing())
+        # tokenize times overlap, so the bundle times the whole stage instead; from
+        # admission on, each task counts its deadline and its phases in the bundle's.
+        service = runtime.resolve(task.request.model)
+        call = await service.plan(task.surface, task.request, Timing())
+        call.timing = timing
+        return call
 
     planning = time.perf_counter()
     outcomes: list[Any] = await asyncio.gather(
@@ -368,23 +373,22 @@ async def answer_bundle(runtime: Runtime, accounting: Accounting, request: Reque
     )
     timing.add("tokenize", time.perf_counter() - planning)
     labels = [
-        o.state.name if isinstance(o, Planned) else accounting.model_label(t.payload)
+        o.model if isinstance(o, Call) else accounting.model_label(t.payload)
         for t, o in zip(tasks, outcomes, strict=True)
     ]
-    submit_by_model(runtime, outcomes, bundle.deadline_ms, timing)
+    admit_by_model(outcomes, bundle.deadline_ms)
     results = []
     for task, outcome in zip(tasks, outcomes, strict=True):
-        if isinstance(outcome, Planned):
+        if isinstance(outcome, Call):
             try:
-                outcome = await runtime.wait(outcome, request.is_disconnected)
-            except ApiError as err:
+                outcome = await outcome.service.answer(outcome, request.is_disconnected)
+            except RequestError as err:
                 outcome = err
             except ClientGone:
                 # The client went away: its tasks still queued go with it.
                 for other in outcomes:
-                    if isinstance(other, Planned) and other.job is not None:
-                        assert other.state.scheduler is not None
-                        other.state.scheduler.cancel(other.job)
+                    if isinstance(other, Call):
+                        other.service.cancel(other)
                 elapsed = time.perf_counter() - timing.started
                 for other_task, label in zip(tasks, labels, strict=True):
                     accounting.count(label, other_task.surface, CLIENT_CLOSED, elapsed)

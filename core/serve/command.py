@@ -14,15 +14,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from vllm_srun.engine_args import (
-    add_arguments,
-    add_engine_arguments,
-    from_namespace,
-    namespace_values,
-    non_blank,
-)
-
-from .config import (
+from vllm_srun.config import (
     ENTRY_KEYS,
     ConfigError,
     ModelConfig,
@@ -30,6 +22,13 @@ from .config import (
     check_revision,
     process_fields,
     read_models_file,
+)
+from vllm_srun.engine_args import (
+    add_arguments,
+    add_engine_arguments,
+    from_namespace,
+    namespace_values,
+    non_blank,
 )
 
 LISTEN_OPTIONS = ("host", "port", "uds")
@@ -88,7 +87,7 @@ def add_serve_parser(commands: Any) -> None:
 
 
 def serve_config(args: argparse.Namespace) -> ServeConfig:
-    """The :class:`~vllm_srun.serve.config.ServeConfig` of parsed ``serve`` arguments.
+    """The :class:`~vllm_srun.config.ServeConfig` of parsed ``serve`` arguments.
 
     Raises:
         ConfigError: no model, a blank MODEL, both MODEL and --models,

@@ -1,5 +1,5 @@
 """The request envelope: the body limit, ``Server-Timing``, the error documents, and
-the requests in flight that a shutdown waits for.
+the requests in flight that the shutdown's :class:`~vllm_srun.service.drain.Drain` waits for.
 
 Every error leaves as ``{"error": {"code", "message", "type", "param"}}`` (OpenAI's
 ``type`` and ``param`` beside the runtime's code and message) with the status of its
@@ -11,24 +11,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from prometheus_client import Gauge
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from vllm_srun.plugins.requests import validation_problems
-from vllm_srun.plugins.spec import clip
+from vllm_srun.plugins.spec import RequestError, clip
+from vllm_srun.service.drain import SHUT_DOWN_MESSAGE, Drain
+from vllm_srun.service.runtime import Runtime
+from vllm_srun.service.timing import Timing
 
 from . import jev
-from .requests import ApiError, Timing, error_document, request_timing, validation_param
+from .requests import ApiError, as_api_error, error_document, request_timing, validation_param
 from .responses import Accounting, respond
-from .runtime import RECEIVED_BEFORE_SHUTDOWN, Runtime
 
 RETRY_AFTER = {429: {"retry-after": "1"}, 503: {"retry-after": "5"}}
 """429: the queue drains within a forward or two; 503: loading or draining takes longer."""
@@ -152,107 +152,51 @@ class Envelope:
         await self.app(scope, limited_receive, timed_send)
 
 
-@dataclass(eq=False)
-class _Received:
-    """One HTTP request being answered: when it arrived (``time.perf_counter()``) and
-    whether its response has started."""
-
-    arrived: float = field(default_factory=time.perf_counter)
-    responding: bool = False
-
-
 class InFlight:
-    """ASGI middleware around the whole application: the HTTP requests being answered.
-
-    A shutdown (:mod:`.main`) takes :meth:`close`: the requests in flight when
-    its signal came, which the runtime goes on admitting (a request still being
-    read is marked :data:`~.runtime.RECEIVED_BEFORE_SHUTDOWN` from its start),
-    while any request received later is refused 503. It waits for them
-    (:meth:`wait`); when its grace period runs out, :meth:`expire` answers each
-    request still unanswered 503 ``not_ready`` with ``Retry-After``, whatever
-    stage it is in (being read, tokenised, queued or in a forward). Call every
-    method on the event loop.
+    """ASGI middleware around the whole application: tells the process's
+    :class:`~vllm_srun.service.drain.Drain` of every HTTP request (its arrival, the start
+    of its response, the last byte of its answer), and answers 503 ``not_ready`` with
+    ``Retry-After`` a request the drain cancelled when its grace ran out, whatever stage
+    it was in (being read, tokenised, queued or in a forward).
 
     Args:
         app: the application (``build_app(runtime)``).
-        gauge: set to the number of requests in flight, when given: received,
-            and the last byte of the answer not yet handed to the server.
+        drain: the process's drain (``runtime.drain``).
     """
 
-    def __init__(self, app: ASGIApp, gauge: Gauge | None = None) -> None:
+    def __init__(self, app: ASGIApp, drain: Drain) -> None:
         self.app = app
-        self.gauge = gauge
-        self.active: dict[asyncio.Task[object], _Received] = {}
-        self.closed = False
-        self.expired = False
+        self.drain = drain
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
         if scope["type"] != "http" or task is None:
             await self.app(scope, receive, send)
             return
-        request = _Received()
-        self.active[task] = request
-        RECEIVED_BEFORE_SHUTDOWN.set(not self.closed)  # this task's context only
-        if self.gauge is not None:
-            self.gauge.set(len(self.active))
+        arrived = time.perf_counter()
+        drain = self.drain
+        drain.received(task)
+        responding = False
 
         async def tracked_send(message: Message) -> None:
+            nonlocal responding
             if message["type"] == "http.response.start":
-                request.responding = True
+                responding = True
+                drain.responding(task)
             elif message["type"] == "http.response.body" and not message.get("more_body"):
-                self._done(task)  # before the last byte leaves: a client never sees both
+                drain.answered(task)  # before the last byte leaves: a client never sees both
             await send(message)
 
         try:
             await self.app(scope, receive, tracked_send)
         except asyncio.CancelledError:
-            if not self.expired or request.responding:
+            if not drain.expired or responding:
                 raise
-            task.uncancel()  # cancelled by expire(): answer instead of dying
+            task.uncancel()  # cancelled by the drain: answer instead of dying
             timing = (scope.get("state") or {}).get("timing")
-            await _shut_down(send, timing or Timing(started=request.arrived))
+            await _shut_down(send, timing or Timing(started=arrived))
         finally:
-            self._done(task)
-
-    def _done(self, task: asyncio.Task[object]) -> None:
-        """The request is answered (or gone): no longer in flight."""
-        if self.active.pop(task, None) is not None and self.gauge is not None:
-            self.gauge.set(len(self.active))
-
-    def close(self) -> set[asyncio.Task[object]]:
-        """From now on, requests are received after the shutdown began; returns those
-        in flight now (their tasks), which were received before."""
-        self.closed = True
-        return set(self.active)
-
-    async def wait(self, requests: Collection[asyncio.Task[object]], timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds until every one of ``requests`` is answered;
-        whether they all were."""
-        if not requests:
-            return True
-        _, pending = await asyncio.wait(requests, timeout=max(0.0, timeout))
-        return not pending
-
-    async def expire(self, timeout: float) -> int:
-        """Answer every request still unanswered 503 ``not_ready`` (its handler is
-        cancelled) and wait up to ``timeout`` seconds for those answers to leave.
-
-        Returns:
-            How many requests were cut short.
-        """
-        self.expired = True
-        unanswered = [task for task, request in self.active.items() if not request.responding]
-        for task in unanswered:
-            task.cancel()
-        await self.wait(unanswered, timeout)
-        return len(unanswered)
-
-
-SHUT_DOWN_MESSAGE = (
-    "the server shut down before this request was answered; retry on another replica"
-)
-"""The ``not_ready`` message of a request the shutdown's grace period did not cover."""
+            drain.answered(task)
 
 
 async def _send_error(
@@ -311,6 +255,10 @@ def install_error_handlers(app: FastAPI, runtime: Runtime, accounting: Accountin
         timing = request_timing(request)
         timing.parsed()  # refused while reading the body: that was the parse
         return respond(err.status, err.body(), timing, RETRY_AFTER.get(err.status))
+
+    @app.exception_handler(RequestError)
+    async def request_error(request: Request, err: RequestError) -> Response:
+        return await api_error(request, as_api_error(err))
 
     @app.exception_handler(BodyTooLarge)
     async def body_too_large(request: Request, err: BodyTooLarge) -> Response:

@@ -36,7 +36,7 @@ from vllm_srun.plugins.spec import MESSAGE_LIMIT, clip
 from .requests import ApiError, error_document
 
 if TYPE_CHECKING:
-    from .runtime import ModelState, Runtime
+    from vllm_srun.service.runtime import ModelState, Runtime
 
 SCHEMA = "jev"
 """The schema's name (``--systemone-schema jev``)."""

@@ -13,7 +13,7 @@ per-model states) while models load. SIGTERM (or SIGINT) starts the shutdown:
    ``--shutdown-grace-seconds``: its tokenising, queueing and forwards go on;
 3. when the grace period runs out, each request still unanswered gets 503
    ``not_ready`` with ``Retry-After``;
-4. the listener closes, the schedulers and planning threads stop, and the
+4. the listener closes, every model's threads stop (the drain's ``finish``), and the
    process exits 0 when every request was answered in time, else 1.
 
 A process whose every model has failed for good (a cause that cannot pass, a
@@ -52,20 +52,14 @@ from typing import Any
 
 import uvicorn
 
+from vllm_srun.config import ServeConfig
+from vllm_srun.service.runtime import Runtime
+
 from . import autotune
 from .app import build_app
-from .config import ServeConfig
-from .envelope import SHUT_DOWN_MESSAGE, InFlight
-from .runtime import Runtime
+from .envelope import InFlight
 
 log = logging.getLogger("vllm_srun.serve")
-
-EXPIRE_SECONDS = 2.0
-"""After the grace period, how long the 503 answers of unanswered requests may take to leave."""
-
-ABANDON_SECONDS = 0.5
-"""After the grace period, how long queued requests get to leave through their own
-handlers (503, counted in the metrics) before the rest are cut short."""
 
 JOIN_SECONDS = 0.5
 """At exit, how long threads that are ending anyway (idle workers told to stop) may take."""
@@ -152,7 +146,7 @@ def serve(config: ServeConfig) -> int:
         if cache is not None:
             log.info("autotune cache: %s", cache)
         runtime = Runtime(config)
-        inflight = InFlight(build_app(runtime), runtime.metrics.requests_in_flight)
+        inflight = InFlight(build_app(runtime), runtime.drain)
         uv_config = uvicorn.Config(
             inflight,
             log_level=config.log_level,
@@ -163,10 +157,10 @@ def serve(config: ServeConfig) -> int:
             lifespan="off",
             timeout_graceful_shutdown=5,
         )
-        server = DrainingServer(uv_config, runtime, inflight, listener.where, early.received)
+        server = DrainingServer(uv_config, runtime, listener.where, early.received)
         server.run(sockets=[listener.socket])
-        finished = runtime.stop(server.remaining())
-        code = 0 if server.drained and finished and not server.gave_up else 1
+        finished = runtime.drain.finish()
+        code = 0 if runtime.drain.drained and finished and not server.gave_up else 1
         if server.gave_up:
             log.error(
                 "exiting with status 1: no model can be served: %s", "; ".join(server.gave_up)
@@ -342,20 +336,18 @@ def _bind_unix(path: str) -> socket.socket:
 
 
 class DrainingServer(uvicorn.Server):
-    """uvicorn's server, whose exit signal first answers the requests received while
-    HTTP still answers (:mod:`.main` describes the steps).
+    """uvicorn's server, whose exit signal starts the runtime's
+    :class:`~vllm_srun.service.drain.Drain` (:mod:`.main` describes the steps) instead
+    of closing at once.
 
     Args:
         config: uvicorn's configuration.
         runtime: the models.
-        inflight: the application wrapped in :class:`~.envelope.InFlight`.
         where: the bound address, for the log.
         early_signals: signals received before the server took them over; any
             makes it stop as soon as it has started.
 
     Attributes:
-        drained: whether every request received before the signal was answered
-            in time (``True`` until a shutdown says otherwise).
         gave_up: each model's reason when the server stopped because every model
             failed for good (:meth:`Runtime.cannot_serve`); empty otherwise.
     """
@@ -364,19 +356,15 @@ class DrainingServer(uvicorn.Server):
         self,
         config: uvicorn.Config,
         runtime: Runtime,
-        inflight: InFlight,
         where: str,
         early_signals: list[int] | None = None,
     ) -> None:
         super().__init__(config)
         self.runtime = runtime
-        self.inflight = inflight
+        self.drain = runtime.drain
         self.where = where
         self.early_signals = early_signals if early_signals is not None else []
-        self.draining = False
-        self.drained = True
         self.gave_up: list[str] = []
-        self.deadline: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_task: asyncio.Task[None] | None = None
 
@@ -404,63 +392,37 @@ class DrainingServer(uvicorn.Server):
     def _give_up(self, reasons: list[str]) -> None:
         """Stop serving a process no model of which can ever load (nothing to drain: no
         request was admitted); :func:`serve` then returns 1."""
-        if self.draining:
+        if self.drain.draining:
             return
         log.info("every model failed to load and none will be tried again: stopping")
-        self.draining = True
         self.gave_up = reasons
-        self.runtime.stop_admitting()
+        self.drain.begin()
         self.should_exit = True
 
-    def remaining(self) -> float:
-        """Seconds left of the shutdown's grace period (the whole period before a signal)."""
-        if self.deadline is None:
-            return self.runtime.config.shutdown_grace_seconds
-        return max(0.0, self.deadline - time.monotonic())
-
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        """First signal: stop admitting and answer what was received (in the background);
-        a second one exits at once."""
-        if self.draining:
+        """First signal: start the drain (in the background); a second one exits at once."""
+        if self.drain.draining or self.drain.deadline is not None:
             log.warning("signal %d again: exiting now", sig)
-            self.drained = False
+            self.drain.drained = False
             self.force_exit = True
             self.should_exit = True
             return
-        self.draining = True
-        self.deadline = time.monotonic() + self.runtime.config.shutdown_grace_seconds
+        self.drain.start_clock()
         if self._loop is None:  # not serving yet: nothing was received
-            self.runtime.stop_admitting()
+            self.drain.begin()
             self.should_exit = True
             return
         # A signal handler may interrupt the loop anywhere (even inside a lock the
-        # metrics hold): the shutdown starts from the loop's next callback instead.
+        # metrics hold): the drain starts from the loop's next callback instead.
         self._loop.call_soon_threadsafe(self._start_drain, sig)
 
     def _start_drain(self, sig: int) -> None:
-        """Stop admitting and take the requests received, in one loop callback: a request
-        is either among them or refused 503."""
         log.info("signal %d: no new work; answering the requests received, then exiting", sig)
-        self.runtime.stop_admitting()
-        received = self.inflight.close()
+        received = self.drain.begin()
         self._drain_task = asyncio.get_running_loop().create_task(self._drain(received))
 
     async def _drain(self, received: set[asyncio.Task[object]]) -> None:
-        if received:
-            log.info("answering %d request(s) in flight", len(received))
-        answered = await self.inflight.wait(received, self.remaining())
-        if not answered:
-            unanswered = sum(1 for task in received if not task.done())
-            log.warning(
-                "the grace period (%g s) ran out with %d request(s) unanswered: answering "
-                "them 503 not_ready",
-                self.runtime.config.shutdown_grace_seconds,
-                unanswered,
-            )
-            if self.runtime.abandon(SHUT_DOWN_MESSAGE):
-                await self.inflight.wait(received, ABANDON_SECONDS)
-            await self.inflight.expire(EXPIRE_SECONDS)
-            self.drained = False
+        await self.drain.run(received)
         self.should_exit = True
 
 

@@ -10,10 +10,11 @@ import orjson
 from starlette.responses import Response
 
 from vllm_srun.plugins.requests import EmbeddingsRequest
+from vllm_srun.service.metrics import Metrics
+from vllm_srun.service.runtime import Runtime
+from vllm_srun.service.timing import Timing
 
-from .metrics import Metrics
-from .requests import ApiError, Timing, requested_model
-from .runtime import Runtime
+from .requests import ApiError, requested_model
 
 CLIENT_CLOSED = 499
 """Status recorded for a request whose client went away (nginx's "client closed request")."""

@@ -13,9 +13,9 @@ from typing import Any
 
 from vllm_srun.plugins import Catalog
 from vllm_srun.plugins.decisions import MAX_CHOICES, MAX_LEVELS, MIN_CHOICES, MIN_LEVELS
+from vllm_srun.service.runtime import ModelState, Runtime
 
 from . import autotune
-from .runtime import ModelState, Runtime
 from .schemas import API_VERSION
 
 WIRE_REDUCTIONS = ("max", "span_union")

@@ -26,6 +26,7 @@ from collections.abc import ValuesView
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from vllm_srun.config import SYSTEMONE_SCHEMAS
 from vllm_srun.plugins.decisions import (
     DecisionsRequest,
     InvalidQuestions,
@@ -36,11 +37,10 @@ from vllm_srun.plugins.decisions.schema import REQUEST_FIELDS
 from vllm_srun.plugins.spec import RequestError
 
 from . import jev
-from .config import SYSTEMONE_SCHEMAS
 from .requests import ApiError
 
 if TYPE_CHECKING:
-    from .runtime import Runtime
+    from vllm_srun.service.runtime import Runtime
 
 SCHEMAS = SYSTEMONE_SCHEMAS
 """The System One schemas (``--systemone-schema``); the first is the default."""
@@ -157,7 +157,7 @@ def target(runtime: Runtime, model: Any) -> tuple[Any, str]:
     elif isinstance(model, str):
         try:
             state = runtime.served_state(model)
-        except ApiError:
+        except RequestError:
             state = None
     elif model is None and len(runtime.models) == 1:
         state = next(iter(runtime.models.values()))

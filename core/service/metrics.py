@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from vllm_srun.scheduler import SchedulerMetrics
+from vllm_srun.service.scheduler import SchedulerMetrics
 
 LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 """Seconds; dense below 50 ms, where encoder requests on a CPU land."""

@@ -148,10 +148,10 @@ def test_runtime_probes_name_routes_the_runtime_serves(rendered):
     startup = container["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] == 3600  # a first download
 
+    from vllm_srun.config import ServeConfig
     from vllm_srun.plugins import load_catalog
     from vllm_srun.serve.app import build_app
-    from vllm_srun.serve.config import ServeConfig
-    from vllm_srun.serve.runtime import Runtime
+    from vllm_srun.service.runtime import Runtime
 
     runtime = Runtime(ServeConfig(), catalog=load_catalog({}))
     try:

@@ -10,6 +10,7 @@ import pytest
 
 from tests.contract import wire23
 from vllm_srun.compose.loader import LoadOptions, load_model
+from vllm_srun.config import ModelConfig, ServeConfig
 from vllm_srun.extensions.pii_patterns import PiiPatterns
 from vllm_srun.extensions.pii_patterns.merge import merged
 from vllm_srun.extensions.pii_patterns.recognizers import (
@@ -23,8 +24,7 @@ from vllm_srun.plugins import load_catalog
 from vllm_srun.plugins.extension import extension_violations
 from vllm_srun.plugins.loaded import Plan
 from vllm_srun.plugins.requests import ClassifyRequest
-from vllm_srun.serve.config import ModelConfig, ServeConfig
-from vllm_srun.serve.runtime import Runtime
+from vllm_srun.service.runtime import Runtime
 
 RAMPART = Path(
     str(

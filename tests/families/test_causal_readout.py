@@ -22,7 +22,7 @@ from vllm_srun.plugins import load_catalog
 from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.spec import RequestError, RowError
 from vllm_srun.plugins.testing import assert_conforms
-from vllm_srun.scheduler import plan_forwards
+from vllm_srun.service.scheduler import plan_forwards
 
 from ..fixtures import next_token_logits, write_decoder, write_task_package
 

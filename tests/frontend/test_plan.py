@@ -121,7 +121,7 @@ def test_the_models_file_is_private_and_carries_the_profile(rundir):
 
 def test_the_runtime_accepts_the_models_file(rundir):
     """The real runtime reads what the frontend writes (profile included)."""
-    from vllm_srun.serve.config import ModelConfig, read_models_file
+    from vllm_srun.config import ModelConfig, read_models_file
 
     [plan] = plan_workers(
         config_with(device="cpu", max_num_seqs=4, enable_shared_context=True),
@@ -159,7 +159,7 @@ def test_the_models_file_carries_a_configured_systemone_schema(rundir):
 
 
 def test_the_runtime_accepts_a_systemone_schema_in_the_models_file(rundir):
-    from vllm_srun.serve.config import ModelConfig, read_models_file
+    from vllm_srun.config import ModelConfig, read_models_file
 
     config = config_with(device="cpu", systemone_schema="jev")
     [plan] = plan_workers(config, ["primary"], environment(rundir))

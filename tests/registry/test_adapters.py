@@ -21,11 +21,11 @@ from tests.fixtures import write_task_package
 from vllm_srun.compose import adapters
 from vllm_srun.compose.adapters import BASE_RECORD, read_base_record, write_base_record
 from vllm_srun.compose.loader import LoadOptions, load_model
+from vllm_srun.config import ModelConfig, ServeConfig
 from vllm_srun.errors import LoadError
 from vllm_srun.plugins import load_catalog
 from vllm_srun.serve.app import build_app
-from vllm_srun.serve.config import ModelConfig, ServeConfig
-from vllm_srun.serve.runtime import Runtime
+from vllm_srun.service.runtime import Runtime
 
 from .conftest import REVISION, write_cache
 

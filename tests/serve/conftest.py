@@ -33,10 +33,10 @@ with warnings.catch_warnings():  # starlette's notice about httpx2 is not ours t
     from fastapi.testclient import TestClient
 
 from vllm_srun.compose.loader import LoadOptions, ServedModel, load_model
+from vllm_srun.config import ModelConfig, ServeConfig
 from vllm_srun.plugins import Catalog, load_catalog
 from vllm_srun.serve.app import build_app
-from vllm_srun.serve.config import ModelConfig, ServeConfig
-from vllm_srun.serve.runtime import Runtime
+from vllm_srun.service.runtime import Runtime
 
 from ..fixtures import write_task_package
 
@@ -234,9 +234,9 @@ def control(runtime: Runtime, name: str) -> Controlled:
 
 
 def unanswered(runtime: Runtime, name: str) -> int:
-    scheduler = runtime.models[name].scheduler
-    assert scheduler is not None
-    return scheduler.unanswered
+    service = runtime.models[name].service
+    assert service is not None
+    return service.scheduler.unanswered
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> None:

@@ -16,9 +16,9 @@ from typing import Any
 from jevcompat import validate as reference
 
 from vllm_srun.cli import build_parser
+from vllm_srun.config import ServeConfig
 from vllm_srun.serve.command import serve_config
-from vllm_srun.serve.config import ServeConfig
-from vllm_srun.serve.runtime import Runtime
+from vllm_srun.service.runtime import Runtime
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from vllm_srun.cli import build_parser
+from vllm_srun.config import ModelConfig, ServeConfig
 from vllm_srun.errors import LoadError
 from vllm_srun.serve import autotune, main, status
 from vllm_srun.serve.command import serve_config
-from vllm_srun.serve.config import ModelConfig, ServeConfig
-from vllm_srun.serve.runtime import Runtime
+from vllm_srun.service.runtime import Runtime
 
 VARIABLES = ("TRITON_CACHE_DIR", "TRITON_CACHE_AUTOTUNING", "TORCHINDUCTOR_CACHE_DIR")
 

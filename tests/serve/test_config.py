@@ -8,15 +8,15 @@ import textwrap
 import pytest
 
 from vllm_srun.cli import build_parser, main, serve_config
-from vllm_srun.serve.config import (
+from vllm_srun.config import (
     ConfigError,
     ModelConfig,
     ServeConfig,
     process_fields,
     read_models_file,
 )
-from vllm_srun.serve.runtime import ModelState
 from vllm_srun.serve.status import model_card
+from vllm_srun.service.runtime import ModelState
 
 DEFAULTS = ModelConfig(
     model="", device="cpu", engine="native", max_num_seqs=16, batch_window_ms=5.0, dtype="float32"

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from vllm_srun.compose.loader import LoadOptions
-from vllm_srun.serve.config import ModelConfig
+from vllm_srun.config import ModelConfig
 
 from . import reference
 from .conftest import HEADS, Contract, control, snapshot, unanswered, wait_until

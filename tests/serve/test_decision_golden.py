@@ -51,7 +51,7 @@ def serve(make_runtime, catalog, package, reference_path):
         served = load_model(path, LoadOptions(name=options.name), catalog=catalog)
         return dataclasses.replace(served, identity=IDENTITY)
 
-    from vllm_srun.serve.config import ModelConfig
+    from vllm_srun.config import ModelConfig
 
     runtime = make_runtime(
         models=[ModelConfig(model=str(package), name="decider")], loader=loader, load=False

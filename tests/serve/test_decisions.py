@@ -596,7 +596,7 @@ def test_a_refusal_lists_five_invalid_questions_and_counts_the_rest(client):
 
 def test_minilm_answers_named_states_over_http_and_in_a_bundle(make_runtime):
     from vllm_srun.compose.loader import load_model
-    from vllm_srun.serve.config import ModelConfig
+    from vllm_srun.config import ModelConfig
 
     minilm = "sentence-transformers/all-MiniLM-L6-v2"
     runtime = make_runtime(

@@ -16,9 +16,9 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.core.errors import InvalidSchema
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
+from vllm_srun.config import ModelConfig, ServeConfig
 from vllm_srun.serve.app import build_app
-from vllm_srun.serve.config import ModelConfig, ServeConfig
-from vllm_srun.serve.runtime import Runtime
+from vllm_srun.service.runtime import Runtime
 
 from .conftest import HEADS
 

@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from vllm_srun.serve.jev import ALIAS
-from vllm_srun.serve.runtime import Runtime
+from vllm_srun.service.runtime import Runtime
 
 from ..jevcompat_report import failures
 from .conftest import LiveServer

@@ -20,9 +20,9 @@ import httpx
 import pytest
 
 from vllm_srun.cli import main as vllm_srun_main
-from vllm_srun.serve.config import SYSTEMONE_SCHEMAS
+from vllm_srun.config import SYSTEMONE_SCHEMAS
 from vllm_srun.serve.jev import ALIAS
-from vllm_srun.serve.runtime import Runtime
+from vllm_srun.service.runtime import Runtime
 
 from .conftest import LiveServer
 from .jev_support import (

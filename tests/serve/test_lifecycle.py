@@ -42,7 +42,7 @@ def test_a_golden_mismatch_fails_its_model_while_another_stays_ready(
     runtime.catalog = with_reference(catalog, reference)
     runtime.start_loading().join(60)
     pooled, sequence = runtime.models["pooled"], runtime.models["sequence"]
-    assert pooled.status == "failed" and pooled.served is None and pooled.scheduler is None
+    assert pooled.status == "failed" and pooled.served is None and pooled.service is None
     assert pooled.reason is not None
     assert pooled.reason.startswith(
         f"golden self-check failed against {key}: request 1 (embeddings) differs at "

@@ -92,7 +92,7 @@ def test_a_model_name_that_can_never_load_exits_1_naming_the_reason(tmp_path):
     # each line without its time stamp (the first two words)
     lines = [line.split(" ", 2)[2] for line in log.read_text().splitlines() if line.strip()]
     assert code == 1, "\n".join(lines)
-    assert f"ERROR vllm_srun.serve.runtime: model {TYPO} failed to load: {TYPO_REASON}" in lines
+    assert f"ERROR vllm_srun.service.runtime: model {TYPO} failed to load: {TYPO_REASON}" in lines
     assert (
         "INFO vllm_srun.serve: every model failed to load and none will be tried again: stopping"
         in lines

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from vllm_srun.config import ServeConfig
 from vllm_srun.serve.app import ERROR_RESPONSES, build_app
-from vllm_srun.serve.config import ServeConfig
-from vllm_srun.serve.runtime import Runtime
+from vllm_srun.service.runtime import Runtime
 
 from .conftest import SNAPSHOT, snapshot
 

@@ -180,7 +180,7 @@ def test_a_row_alone_and_inside_a_concurrent_batch_agree(
     # `exact`, a fixture whose rows differ in the last bits answers one by one).
     runtime = make_runtime((model,), result_cache_entries=0, batch_window_ms=20, profile="batching")
     # One forward for every queued row: no split by length (tests/test_scheduler.py covers it).
-    runtime.models[model].scheduler.limits.forward_overhead_tokens = None
+    runtime.models[model].service.scheduler.limits.forward_overhead_tokens = None
     server = live_server(runtime)
     forward = control(runtime, model)
     alone = {}

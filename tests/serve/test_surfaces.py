@@ -860,7 +860,7 @@ def test_models_lists_limits_plugins_and_a_card_per_model(make_runtime):
 def test_a_model_is_found_by_its_basename_and_repo_and_an_ambiguous_name_is_refused(
     make_runtime, packages
 ):
-    from vllm_srun.serve.config import ModelConfig
+    from vllm_srun.config import ModelConfig
 
     models = [
         ModelConfig(model=str(packages["pooled"]), name="acme/embedder"),

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from vllm_srun.serve.config import ModelConfig, ServeConfig
-from vllm_srun.serve.runtime import Runtime
+from vllm_srun.config import ModelConfig, ServeConfig
+from vllm_srun.service.runtime import Runtime
 
 from .conftest import make_client
 
