@@ -66,13 +66,13 @@ def gpu_flags(platform: str, runtime: ContainerRuntime, environ: Mapping[str, st
 
 
 def user_flags(runtime: ContainerRuntime, uid: int | None, gid: int | None) -> list[str]:
-    """Run as this user, so that the mounted cache stays this user's files: Docker
-    ``--user UID:GID``; rootless Podman ``--userns=keep-id`` (rootful Podman and hosts
-    without user ids get nothing)."""
+    """Run as this user, so that the mounted cache stays this user's files: Docker and
+    rootful Podman ``--user UID:GID`` (the image's own user could not write root's
+    cache); rootless Podman ``--userns=keep-id``; hosts without user ids get nothing."""
     if uid is None or gid is None:
         return []
-    if runtime.podman:
-        return ["--userns=keep-id"] if uid != 0 else []
+    if runtime.podman and uid != 0:
+        return ["--userns=keep-id"]
     return ["--user", f"{uid}:{gid}"]
 
 

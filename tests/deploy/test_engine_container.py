@@ -24,8 +24,8 @@ INSPECT = ["container", "inspect", "--format", "{{.State.Running}}"]
 PROBE = ["version", "--format", "{{.Server.Version}}"]
 """The engine asked for its server version before anything runs (its daemon answers)."""
 USER = f"{os.getuid()}:{os.getgid()}"
-KEEP_ID = ["--userns=keep-id"] if os.getuid() != 0 else []
-"""Rootless Podman keeps this user's id in the container; rootful Podman has no keep-id."""
+KEEP_ID = ["--userns=keep-id"] if os.getuid() != 0 else ["--user", USER]
+"""Rootless Podman keeps this user's id in the container; rootful Podman runs as root."""
 
 
 def tail() -> list[str]:
@@ -181,7 +181,8 @@ def test_user_mapping():
     podman = ContainerRuntime("podman", podman=True)
     assert user_flags(docker, 1000, 100) == ["--user", "1000:100"]
     assert user_flags(podman, 1000, 100) == ["--userns=keep-id"]
-    assert user_flags(podman, 0, 0) == []
+    # Rootful: the image's user 65532 could not write root's cache (deploy/image-check.sh).
+    assert user_flags(podman, 0, 0) == ["--user", "0:0"]
     assert user_flags(docker, None, None) == []
 
 
