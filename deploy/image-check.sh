@@ -15,7 +15,8 @@
 #                           once and it is kept [localhost/vllm-sr-base:bookworm]
 #   IMAGE_CHECK_WHEELS      a folder holding the torch wheel, mounted into the build
 #                           (empty: none) [/opt/wheels]
-#   IMAGE_CHECK_TORCH_INDEX PyTorch's index for the build [https://pypi.org/simple]
+#   IMAGE_CHECK_TORCH_INDEX the index torch and its dependencies come from [PyPI's with
+#                           a wheel folder, else https://download.pytorch.org/whl/cpu]
 #   IMAGE_CHECK_PORT        the host port both runs publish [18100]
 #   IMAGE_CHECK_HEALTH_S    bound of each wait for /health 200, in seconds [600]
 #   IMAGE_CHECK_MIRROR      the Debian mirror [http://deb.debian.org/debian]
@@ -29,7 +30,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TAG=${IMAGE_CHECK_TAG:-localhost/vllm-sr:image-check}
 BASE=${IMAGE_CHECK_BASE:-localhost/vllm-sr-base:bookworm}
 WHEELS=${IMAGE_CHECK_WHEELS-/opt/wheels}
-TORCH_INDEX=${IMAGE_CHECK_TORCH_INDEX:-https://pypi.org/simple}
+TORCH_INDEX=${IMAGE_CHECK_TORCH_INDEX:-}
 PORT=${IMAGE_CHECK_PORT:-18100}
 HEALTH_S=${IMAGE_CHECK_HEALTH_S:-600}
 MIRROR=${IMAGE_CHECK_MIRROR:-http://deb.debian.org/debian}
@@ -57,13 +58,19 @@ for tool in podman curl python3; do
     command -v "$tool" >/dev/null || fail "$tool is not installed (apt-get install $tool)"
 done
 [ -x "$VLLM_SR" ] || fail "no vllm-sr at $VLLM_SR: run make install, or set VLLM_SR"
-if [ -n "$WHEELS" ] && [ ! -d "$WHEELS" ]; then
-    fail "IMAGE_CHECK_WHEELS=$WHEELS is not a folder (set it empty to use the index only)"
+if [ -n "$WHEELS" ]; then
+    # The base's Python is Debian bookworm's 3.11: another wheel would be passed over
+    # for PyPI's torch (the CUDA build, gigabytes).
+    compgen -G "$WHEELS/torch-2.13.0*-cp311-*.whl" >/dev/null ||
+        fail "no torch 2.13.0 cp311 wheel in IMAGE_CHECK_WHEELS=$WHEELS (set it empty to take torch from IMAGE_CHECK_TORCH_INDEX)"
+    TORCH_INDEX=${TORCH_INDEX:-https://pypi.org/simple}
 fi
+TORCH_INDEX=${TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
 if curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$PORT/"; then
     fail "something already answers on 127.0.0.1:$PORT: stop it or set IMAGE_CHECK_PORT"
 fi
 
+START=$(now)
 WORK=$(mktemp -d /tmp/vllm-sr-image-check.XXXXXX)
 VLLM_SR_PID=
 ENGINE_STARTED=0
@@ -83,11 +90,12 @@ cleanup() {
         podman image exists "$TAG" && say "kept the image $TAG (podman rmi $TAG removes it)"
     elif [ -n "$IMAGES_BEFORE" ]; then
         # The image and the untagged stage images this build added (not the kept base).
-        podman rmi -f "$TAG" >/dev/null 2>&1 || true
-        local id
-        for id in $(podman images -a -q --no-trunc --filter dangling=true); do
-            grep -qx "$id" "$IMAGES_BEFORE" || podman rmi -f "$id" >/dev/null 2>&1 || true
-        done
+        local made
+        made=$(podman images -a -q --no-trunc --filter dangling=true | grep -vxF -f "$IMAGES_BEFORE" || true)
+        # shellcheck disable=SC2086  # one image id a word
+        podman rmi -f -i "$TAG" $made >/dev/null 2>&1 ||
+            say "could not remove every image this run made: see podman images -a"
+        say "removed $TAG and its $(wc -w <<<"$made") stage images"
     fi
     rm -rf "$WORK"
     exit "$status"
@@ -147,7 +155,7 @@ vector = json.load(open(sys.argv[1]))["data"][0]["embedding"]
 assert len(vector) == 8 and all(isinstance(x, float) for x in vector), vector
 print("image-check:   embedding[:3] =", [round(x, 4) for x in vector[:3]])
 EOF
-    say "$what: first answer in ${seconds} s (8 floats)"
+    say "$what: first answer in $(awk -v s="$seconds" 'BEGIN { printf "%.0f", s * 1000 }') ms (8 floats)"
 }
 
 # --- 1. The base image: Debian bookworm's Python 3.11 (the torch wheel is cp311) --------
@@ -166,8 +174,10 @@ else
     # what this machine trusts.
     if compgen -G "$CA_DIR/*.crt" >/dev/null; then
         cp "$CA_DIR"/*.crt "$WORK/rootfs/usr/local/share/ca-certificates/"
-        chroot "$WORK/rootfs" update-ca-certificates >/dev/null ||
+        chroot "$WORK/rootfs" update-ca-certificates >"$WORK/ca.log" 2>&1 || {
+            cat "$WORK/ca.log" >&2
             fail "update-ca-certificates in the base failed (IMAGE_CHECK_CA_DIR= skips the host's CAs)"
+        }
         say "base $BASE: with this host's CAs from $CA_DIR: $(cd "$CA_DIR" && echo ./*.crt)"
     fi
     rm -rf "$WORK"/rootfs/var/cache/apt/archives/*.deb "$WORK"/rootfs/var/lib/apt/lists/*
@@ -188,16 +198,18 @@ if [ -n "$WHEELS" ]; then
     build_args+=(-v "$WHEELS:/wheels:ro" --build-arg TORCH_FIND_LINKS=/wheels)
 fi
 say "build $TAG (steps below; the whole log is kept only on failure)"
+rm -f /tmp/vllm-sr-image-check-build.log
 t=$(now)
 # The host's network: pip reaches PyPI as this machine does.
 if ! podman build --network host "${build_args[@]}" -t "$TAG" -f "$ROOT/Dockerfile" "$ROOT" 2>&1 |
-    tee "$WORK/build.log" | grep --line-buffered -E '^(\[[0-9/]+\] )?(STEP [0-9]+/[0-9]+: (FROM|RUN)|COMMIT)' |
-    cut -c1-160; then
+    tee "$WORK/build.log" |
+    grep --line-buffered -oE '^(\[[0-9/]+\] )?(STEP [0-9]+/[0-9]+: (FROM|RUN)|COMMIT).{0,110}'; then
     cp "$WORK/build.log" /tmp/vllm-sr-image-check-build.log
     tail -n 30 "$WORK/build.log" >&2
     fail "podman build failed (log above; whole log in /tmp/vllm-sr-image-check-build.log)"
 fi
-grep -o 'Successfully installed torch-[^ ]*' "$WORK/build.log" | sed 's/^/image-check:   /' || true
+grep '^Successfully installed' "$WORK/build.log" | grep -oE ' torch-[^ ]+' |
+    sed 's/^ /image-check:   installed /' || true
 say "build: $(since "$t") s, $(podman image inspect --format '{{.Size}}' "$TAG" |
     awk '{ printf "%.2f GB", $1 / 1e9 }')"
 
@@ -238,4 +250,4 @@ left=$(podman ps -a -q --filter "name=^$ENGINE\$")
 say "vllm-sr serve (engine container): SIGTERM, exit 0, no container left, in $(since "$t") s"
 grep -m1 '^vllm-sr: engine container on' "$WORK/vllm-sr.log" | sed 's/^/image-check:   /' || true
 
-say "PASSED"
+say "PASSED in $(since "$START") s"
