@@ -89,13 +89,17 @@ cleanup() {
     if [ "$KEEP" = 1 ]; then
         podman image exists "$TAG" && say "kept the image $TAG (podman rmi $TAG removes it)"
     elif [ -n "$IMAGES_BEFORE" ]; then
-        # The image and the untagged stage images this build added (not the kept base).
+        # The image and the stage images this build added (the base was there before).
         local made
-        made=$(podman images -a -q --no-trunc --filter dangling=true | grep -vxF -f "$IMAGES_BEFORE" || true)
-        # shellcheck disable=SC2086  # one image id a word
-        podman rmi -f -i "$TAG" $made >/dev/null 2>&1 ||
-            say "could not remove every image this run made: see podman images -a"
-        say "removed $TAG and its $(wc -w <<<"$made") stage images"
+        made=$(podman images -a -q --no-trunc | grep -vxF -f "$IMAGES_BEFORE" || true)
+        if [ -n "$made" ]; then
+            # shellcheck disable=SC2086  # one image id a word
+            if podman rmi -f -i $made >/dev/null 2>&1; then
+                say "removed the $(wc -w <<<"$made") images this run built ($TAG and its stages)"
+            else
+                say "could not remove every image this run built: see podman images -a"
+            fi
+        fi
     fi
     rm -rf "$WORK"
     exit "$status"
