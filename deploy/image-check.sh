@@ -95,7 +95,7 @@ cleanup() {
         if [ -n "$made" ]; then
             # shellcheck disable=SC2086  # one image id a word
             if podman rmi -f -i $made >/dev/null 2>&1; then
-                say "removed the $(wc -w <<<"$made") images this run built ($TAG and its stages)"
+                say "removed the $(wc -w <<<"$made") images this run built (the image and its stages)"
             else
                 say "could not remove every image this run built: see podman images -a"
             fi
