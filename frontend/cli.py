@@ -93,7 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     config_commands = config.add_subparsers(dest="config_command", metavar="ACTION")
     validate = config_commands.add_parser("validate", help="check a config.yaml; exit 1 if bad")
-    validate.add_argument("file", metavar="FILE")
+    validate.add_argument("file", metavar="FILE", nargs="?", help="the config.yaml to check")
+    validate.add_argument(
+        "--config", dest="config_file", metavar="FILE", help="the same, as config apply takes it"
+    )
     migrate = config_commands.add_parser(
         "migrate", help="print a config.yaml without the removed model execution fields"
     )
@@ -126,7 +129,8 @@ def _add_serve(commands: Any) -> None:
         f"Without MODEL and without --config the default decision deployment `primary` "
         f"serves {DEFAULT_MODEL}, the runtime's built-in MiniLM, which answers System One "
         "questions through its similarity readout; a fresh setup publishes it on the "
-        "listener http-8899 (127.0.0.1:8899). Without -e, MODEL... or --models FILE runs "
+        "listener http-8899 (127.0.0.1:8899). Without -e (the docker target), MODEL... or "
+        "--models FILE runs "
         "vllm-srun serve in the foreground in a Docker or Podman container published on "
         "--host:--port (127.0.0.1:8100); Ctrl-C stops it. --target kubernetes writes a "
         "self-contained kustomize overlay whose router pod serves MODEL... instead (or the "
@@ -152,11 +156,17 @@ def _add_serve(commands: Any) -> None:
         help="with -e: the default decision deployment's artifact, a Hub repository "
         f"owner/name or a local package directory (default: the configured one, else "
         f"{DEFAULT_MODEL}); without -e: the models the engine container serves (Hub "
-        "repository, built-in name or local package directory, mounted read-only; "
-        "MODEL@REVISION pins one)",
+        "repository, built-in name or local package directory written ./DIR, /DIR or ~/DIR, "
+        "mounted read-only; MODEL@REVISION pins one); with --target kubernetes: the models "
+        "the cluster serves (built-in names, or Hub repositories pinned as "
+        "MODEL@<40-hex commit>; no local packages)",
     )
     serve.add_argument(
-        "-e", "--engine", action="store_true", help="start Engine mode (required for now)"
+        "-e",
+        "--engine",
+        action="store_true",
+        help="start Engine mode here (the frontend and its workers); without it, MODEL... runs "
+        "in a container (the docker target) or --target kubernetes writes an overlay",
     )
     serve.add_argument("--config", metavar="FILE", help="the config.yaml to serve")
     serve.add_argument(
@@ -176,7 +186,9 @@ def _add_serve(commands: Any) -> None:
         "--platform",
         default="cpu",
         choices=tuple(PLATFORMS),
-        help="the host's accelerators: cpu, amd/rocm or nvidia/cuda (default: cpu)",
+        help="the host's accelerators: cpu, amd/rocm or nvidia/cuda (default: cpu); with "
+        "--target kubernetes, the cluster's (the image and the GPU resource of the pod that "
+        "runs the models)",
     )
     serve.add_argument("--device", help="the default deployment's device: auto, cpu, cuda:N ...")
     serve.add_argument("--revision", metavar="SHA", help="the 40-hex commit of MODEL")
@@ -239,7 +251,12 @@ def _add_container_flags(serve: argparse.ArgumentParser) -> None:
     box.add_argument("--models", metavar="FILE", help="a models file instead of MODEL arguments")
     box.add_argument("--host", help="host address the runtime is published on (127.0.0.1)")
     box.add_argument("--port", type=_port, help="host port the runtime is published on (8100)")
-    box.add_argument("--image", help="another image (default: the platform's)")
+    box.add_argument(
+        "--image",
+        help="another image, [REGISTRY[:PORT]/]NAME[:TAG] (default: the platform's, "
+        "ghcr.io/vllm-project/semantic-router/vllm-sr[-rocm|-cuda]:latest); with --target "
+        "kubernetes, the image of the pod that runs the models",
+    )
     box.add_argument(
         "--image-pull-policy",
         choices=PULL_POLICIES,
@@ -267,23 +284,34 @@ def _add_container_flags(serve: argparse.ArgumentParser) -> None:
         help="docker: run here (default); kubernetes: write a kustomize overlay",
     )
     cluster.add_argument(
-        "--namespace", help="the overlay's namespace, created by it (default: vllm-sr)"
+        "--namespace",
+        help="the overlay's namespace (default: vllm-sr), created by it unless it is default, "
+        "kube-* or --existing-namespace is given",
+    )
+    cluster.add_argument(
+        "--existing-namespace",
+        action="store_true",
+        default=None,
+        help="the namespace exists already: the overlay does not create it (so kubectl "
+        "delete -k does not delete it)",
     )
     cluster.add_argument(
         "--output",
         metavar="DIR",
-        default="vllm-sr-kubernetes",
-        help="where the overlay is written (default: vllm-sr-kubernetes); a directory that "
-        "is not empty is refused without --force",
+        help="where the overlay is written (default: vllm-sr-kubernetes; ~ is expanded); a "
+        "directory that is not empty is refused without --force",
     )
     cluster.add_argument(
         "--force",
         action="store_true",
-        help="replace the overlay already in --output",
+        default=None,
+        help="replace an overlay vllm-sr wrote before in --output (only its files; a folder "
+        "it did not write is refused)",
     )
     cluster.add_argument(
         "--shared-runtime",
         action="store_true",
+        default=None,
         help="serve MODEL... on the shared runtime Deployment model-runtime (behind its "
         "Service, port 8100, with the GPU) and attach the frontend to it, instead of "
         "running them in the router pod",
@@ -291,7 +319,8 @@ def _add_container_flags(serve: argparse.ArgumentParser) -> None:
     cluster.add_argument(
         "--storage",
         metavar="SIZE",
-        help="the model volume claim of the pod that runs MODEL... (default: 10Gi)",
+        help="the model volume claim of the pod that runs MODEL..., a quantity with its unit "
+        "from 1Mi to 1Pi such as 20Gi (default: 10Gi)",
     )
     cluster.add_argument(
         "--manifests",
@@ -339,7 +368,12 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args, parser)
     if args.command == "config":
         if args.config_command == "validate":
-            return validate(args.file)
+            if (args.file is None) == (args.config_file is None):
+                return _fail(
+                    "config validate takes one config.yaml; give it as FILE or --config FILE "
+                    "[bad_flag]"
+                )
+            return validate(args.file or args.config_file)
         if args.config_command == "migrate":
             return migrate(args.file, args.write)
         if args.config_command in ("apply", "get", "plan"):
@@ -388,6 +422,19 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         args.container_runtime = args.container_runtime or args.legacy_runtime
     if args.target == "kubernetes":
         return serve_kubernetes(args, parser)
+    from .kubernetes import KUBERNETES_ONLY, TargetError, check_image
+
+    for name, flag in KUBERNETES_ONLY.items():
+        if getattr(args, name) is not None:
+            return _fail(
+                f"{flag} applies to --target kubernetes; add --target kubernetes or leave "
+                f"{flag} out [bad_flag]"
+            )
+    if args.image is not None:
+        try:
+            check_image(args.image)
+        except TargetError as err:
+            return _fail(f"{err} [{err.code}]")
     router = not args.engine and args.config is not None and not args.model and not args.models
     if not args.engine and not router:
         if not args.model and not args.models:
@@ -562,27 +609,40 @@ def serve_container(args: argparse.Namespace, parser: argparse.ArgumentParser) -
 
 
 def serve_kubernetes(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """``vllm-sr serve --target kubernetes ... MODEL...``: write the overlay and print the
-    ``kubectl apply -k`` command and the URLs; 2 for bad flags, 1 for a model that is
-    neither built in nor pinned, an overlay already there (without ``--force``) or
-    missing manifests."""
-    from pathlib import Path
+    """``vllm-sr serve --target kubernetes ... MODEL...``: write the overlay and print
+    where, the ``kubectl apply -k`` command (the next step) and the URLs; 1 with the
+    refusal's code when it cannot (nothing is written then)."""
+    import shlex
 
-    from .kubernetes import DEFAULT_NAMESPACE, TargetError, overlay_from_args, write_overlay
+    from .kubernetes import (
+        DEFAULT_NAMESPACE,
+        DEFAULT_OUTPUT,
+        TargetError,
+        output_path,
+        overlay_from_args,
+        write_overlay,
+    )
 
     try:
         overlay = overlay_from_args(args)
-        manifests = Path(args.manifests) if args.manifests else None
-        written = write_overlay(overlay, Path(args.output), manifests, force=args.force)
+        output = output_path(args.output)
+        manifests = Path(args.manifests).expanduser() if args.manifests else None
+        # Paths print as written, but for ~ (a quoted ~ would not expand in a shell).
+        given = args.output if args.output is not None else DEFAULT_OUTPUT
+        shown = str(output) if given.startswith("~") else given
+        write_overlay(overlay, output, manifests, force=bool(args.force), shown=shown)
     except TargetError as err:
-        if err.code in ("bad_flag", "local_model"):
-            parser.exit(2, f"vllm-sr serve: {err}\n")
         return _fail(f"{err} [{err.code}]")
     models = " ".join(m.argument for m in overlay.models)
-    print(f"wrote {written}")
+    folder = shlex.quote(shown)
+    print(f"wrote {shlex.quote(os.path.join(shown, 'kustomization.yaml'))}")
     if args.namespace is None:
         print(f"namespace: {DEFAULT_NAMESPACE} (the default; --namespace NS for another)")
-    print(f"kubectl apply -k {written.parent}")
+    if overlay.create_namespace:
+        print(
+            f"note: the overlay creates the namespace {overlay.namespace}, so kubectl delete "
+            f"-k {folder} deletes it and everything in it (--existing-namespace leaves it out)"
+        )
     if overlay.shared_runtime:
         print(
             f"runtime: model-runtime serves {models} on {overlay.model_device} at "
@@ -592,6 +652,7 @@ def serve_kubernetes(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     else:
         print(f"router pod: vllm-sr runs {models} on {overlay.model_device}")
         print(f"its listener: {overlay.listener_url()}")
+    print(f"next: kubectl apply -k {folder}")
     return 0
 
 

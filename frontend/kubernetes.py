@@ -20,9 +20,14 @@ The overlay copies the kustomize bases it uses (shipped with ``vllm-sr``, or
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import re
+import shlex
 import shutil
+import tempfile
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +35,7 @@ import yaml
 
 from .config.flags import ENGINE_FLAGS, PLATFORMS, FlagError, check_device
 from .config.schema import ConfigError, parse_config
+from .names import closest, is_image_reference, is_repository_id, looks_local
 from .workers.plan import LOG_LEVELS
 
 FRONTEND_DEPLOYMENT = "vllm-sr"
@@ -87,8 +93,29 @@ NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 COMMIT = re.compile(r"[0-9a-fA-F]{40}")
 """A pinned revision: a full 40-hex commit."""
 
-QUANTITY = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
-"""A Kubernetes quantity without exponent (``20Gi``, ``500M``, ``1.5Ti``)."""
+QUANTITY = re.compile(r"([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)")
+"""``--storage``: a Kubernetes quantity with its unit (``20Gi``, ``500G``, ``1.5Ti``)."""
+
+UNITS = {
+    **{u: 1024 ** (i + 1) for i, u in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi"))},
+    **{u: 1000 ** (i + 1) for i, u in enumerate(("k", "M", "G", "T", "P"))},
+}
+
+STORAGE_BOUNDS = (1024**2, 1024**5)
+"""The sizes ``--storage`` takes: from 1Mi to 1Pi (a model volume beyond a pebibyte is a
+typo)."""
+
+SYSTEM_NAMESPACE = re.compile(r"default|kube-.*")
+"""Namespaces a cluster has of its own: the overlay never creates (so never deletes) them."""
+
+ROCM_GROUPS = (44, 109)
+"""The supplementary groups of a ROCm pod: ``video`` (44 on Debian and Ubuntu) and
+``render`` (109 on Ubuntu 22.04; it varies by node), which own ``/dev/kfd`` and
+``/dev/dri`` (the Docker path adds ``--group-add video``)."""
+
+HEADER = "# Written by vllm-sr serve --target kubernetes"
+"""The first words of every ``kustomization.yaml`` the command writes: ``--force``
+replaces an overlay only when its ``kustomization.yaml`` starts with them."""
 
 DOCKER_ONLY = {
     "image_pull_policy": "--image-pull-policy",
@@ -109,7 +136,22 @@ NOT_ON_KUBERNETES = {
 """Serve flags the Kubernetes target has no use for, and why."""
 
 WRITTEN = ("kustomization.yaml", "namespace.yaml", "config.yaml", "base")
-"""What the overlay consists of in its directory (``--force`` replaces exactly these)."""
+"""What the overlay consists of in its directory (``--force`` replaces exactly these and
+leaves every other file there)."""
+
+KUBERNETES_ONLY = {
+    "namespace": "--namespace",
+    "existing_namespace": "--existing-namespace",
+    "shared_runtime": "--shared-runtime",
+    "output": "--output",
+    "storage": "--storage",
+    "manifests": "--manifests",
+    "force": "--force",
+}
+"""The flags only ``--target kubernetes`` takes (the docker target and ``-e`` refuse them)."""
+
+DEFAULT_OUTPUT = "vllm-sr-kubernetes"
+"""The overlay's directory without ``--output``."""
 
 
 class _Dumper(yaml.SafeDumper):
@@ -128,8 +170,12 @@ class TargetError(Exception):
     """The overlay cannot be written as asked; the message says why and what to do.
 
     Attributes:
-        code: ``bad_flag`` and ``local_model`` (usage, exit 2); ``unpinned_model``,
-            ``overlay_exists`` and ``no_manifests`` (exit 1).
+        code: ``bad_flag``, ``bad_model``, ``unknown_model`` (a built-in model
+            misspelt), ``unpinned_model``, ``local_model``, ``model_not_found``,
+            ``overlay_exists``, ``not_our_overlay``, ``overlap``, ``no_manifests``,
+            ``incomplete_manifests``, ``bad_output``, ``file_name_too_long``,
+            ``output_under_file``, ``dangling_symlink``, ``unwritable_output``,
+            ``write_failed``; every one exits 1.
     """
 
     def __init__(self, message: str, code: str) -> None:
@@ -162,18 +208,67 @@ class Model:
 
 
 def check_storage(text: str) -> str:
-    """``--storage``: a positive Kubernetes quantity such as ``20Gi``.
+    """``--storage``: a Kubernetes quantity with its unit, from 1Mi to 1Pi
+    (:data:`STORAGE_BOUNDS`).
 
     Raises:
-        TargetError: not a quantity, or zero (code ``bad_flag``).
+        TargetError: no unit, not a quantity, zero or out of bounds (code ``bad_flag``).
     """
-    if not QUANTITY.fullmatch(text) or not any(c in "123456789" for c in text.rstrip("KMGTPEik")):
+    found = QUANTITY.fullmatch(text)
+    if not found:
         raise TargetError(
-            f"--storage {text!r} is not a positive Kubernetes quantity: give a size such as "
-            "20Gi (Ki, Mi, Gi, Ti; or k, M, G, T)",
+            f"--storage {text!r} is not a Kubernetes quantity with a unit; give a size such "
+            "as 20Gi (Ki, Mi, Gi, Ti, Pi; or k, M, G, T, P)",
+            "bad_flag",
+        )
+    size = Decimal(found.group(1)) * UNITS[found.group(2)]
+    low, high = STORAGE_BOUNDS
+    if not low <= size <= high:
+        raise TargetError(
+            f"--storage {text} is outside what a model volume takes; give a size from 1Mi "
+            "to 1Pi, such as 20Gi",
             "bad_flag",
         )
     return text
+
+
+def check_image(image: str) -> str:
+    """``--image``: an image reference (:data:`~vllm_sr.names.IMAGE_REFERENCE`).
+
+    Raises:
+        TargetError: empty or not a reference (code ``bad_flag``).
+    """
+    if not is_image_reference(image):
+        raise TargetError(
+            f"--image {image!r} is not an image reference; give [REGISTRY[:PORT]/]NAME[:TAG] "
+            "in lower case, such as registry.local/vllm-sr-cuda:1.0",
+            "bad_flag",
+        )
+    return image
+
+
+def check_model_name(model: str) -> None:
+    """Refuse a MODEL the runtime would refuse: a Hub repository or built-in name outside
+    its ASCII rule (:func:`~vllm_sr.names.is_repository_id`), or ``MODEL@`` with no
+    revision. Local paths (:func:`~vllm_sr.names.looks_local`) are not checked here.
+
+    Raises:
+        TargetError: code ``bad_model``.
+    """
+    name, at, pinned = model.partition("@")
+    if at and not pinned:
+        raise TargetError(
+            f"MODEL {model} ends with '@' but names no revision; give MODEL@<40-hex commit>",
+            "bad_model",
+        )
+    if not is_repository_id(name):
+        raise TargetError(
+            f"MODEL {model} is neither a Hub repository ID nor a built-in model name (ASCII "
+            "letters, digits, '.', '_' and '-', each part starting with a letter or digit); "
+            "give owner/name@<40-hex commit>, a built-in name (vllm-srun models), or a local "
+            "package as ./DIR or /DIR",
+            "bad_model",
+        )
 
 
 def pin(model: str, revision: str | None) -> Model:
@@ -184,6 +279,7 @@ def pin(model: str, revision: str | None) -> Model:
             in nor pinned to a 40-hex commit (``unpinned_model``: the cluster could not
             load it).
     """
+    check_model_name(model)
     name, at, pinned = model.partition("@")
     given = [r for r in (pinned if at else None, revision) if r is not None]
     for commit in given:
@@ -191,7 +287,7 @@ def pin(model: str, revision: str | None) -> Model:
             raise TargetError(
                 f"{model}: revision {commit!r} is not a 40-hex commit; pin the full commit "
                 f"hash: {name}@<40-hex commit> or --revision <40-hex commit>",
-                "bad_flag",
+                "unpinned_model",
             )
     commits = {c.lower() for c in given}
     if len(commits) > 1:
@@ -201,6 +297,12 @@ def pin(model: str, revision: str | None) -> Model:
             "bad_flag",
         )
     if not commits and name not in BUILTIN_MODELS:
+        meant = closest(name, sorted(BUILTIN_MODELS))
+        if meant is not None:
+            raise TargetError(
+                f"{name} is not a built-in model (vllm-srun models); did you mean {meant}?",
+                "unknown_model",
+            )
         raise TargetError(
             f"{name} is not a built-in model (vllm-srun models) and has no revision, so the "
             f"runtime in the cluster would refuse to load it; pin it as {name}@<40-hex commit> "
@@ -229,6 +331,9 @@ class ClusterOverlay:
         systemone_schema: ``--systemone-schema``, or ``None``.
         offline: load only installed or cached models.
         log_level: ``--log-level`` as given (the runtime gets its own spelling).
+        create_namespace: the overlay holds the Namespace object (so ``kubectl delete
+            -k`` deletes it); false with ``--existing-namespace`` and for ``default`` and
+            ``kube-*``.
     """
 
     platform: str
@@ -242,6 +347,7 @@ class ClusterOverlay:
     systemone_schema: str | None = None
     offline: bool = False
     log_level: str = "info"
+    create_namespace: bool = True
 
     @property
     def model_device(self) -> str:
@@ -343,6 +449,29 @@ class ClusterOverlay:
             ],
         }
 
+    def images(self) -> list[dict[str, str]]:
+        """The ``images:`` entries: each image the overlay runs, at its tag (``latest``
+        for the platform's images), for ``kustomize edit set image`` to pin."""
+        used = [f"{IMAGE}:latest"] if self.shared_runtime else []
+        used.append(self.model_image)
+        entries: list[dict[str, str]] = []
+        for image in dict.fromkeys(used):
+            reference, _, digest = image.partition("@")
+            slash = reference.rfind("/")
+            colon = reference.rfind(":")
+            name, tag = (
+                (reference[:colon], reference[colon + 1 :])
+                if colon > slash
+                else (reference, "" if digest else "latest")
+            )
+            entry = {"name": name}
+            if digest:
+                entry["digest"] = digest
+            if tag:
+                entry["newTag"] = tag
+            entries.append(entry)
+        return entries
+
     def kustomization(self) -> dict[str, Any]:
         """The ``kustomization.yaml`` document over the bases copied under ``base/``."""
         patches: list[dict[str, Any]] = []
@@ -353,6 +482,10 @@ class ClusterOverlay:
             if self.image:
                 runtime_ops.append(_replace("containers/0/image", self.image))
             patches.append(_patch("apps", "Deployment", RUNTIME_DEPLOYMENT, runtime_ops))
+            # The attached frontend downloads nothing: /app/models is a small emptyDir
+            # and the base's claim vllm-sr-models is left out.
+            patches.append({"patch": FRONTEND_WITHOUT_CLAIM})
+            patches.append({"patch": DELETE_FRONTEND_CLAIM})
             claim = RUNTIME_CLAIM
         else:
             resources = ["base/frontend"]
@@ -371,9 +504,22 @@ class ClusterOverlay:
                         "path": "/spec/template/spec/tolerations",
                         "value": [{"key": gpu, "operator": "Exists", "effect": "NoSchedule"}],
                     },
+                    # One GPU per pod: a rolling update would need a second free GPU.
+                    {"op": "add", "path": "/spec/strategy", "value": {"type": "Recreate"}},
                 ]
+                if self.platform == "rocm":
+                    frontend_ops.append(
+                        {
+                            "op": "add",
+                            "path": "/spec/template/spec/securityContext/supplementalGroups",
+                            "value": list(ROCM_GROUPS),
+                        }
+                    )
             claim = FRONTEND_CLAIM
-        patches.insert(0, _patch("apps", "Deployment", FRONTEND_DEPLOYMENT, frontend_ops))
+        frontend = _patch("apps", "Deployment", FRONTEND_DEPLOYMENT, frontend_ops)
+        if self.platform == "rocm" and not self.shared_runtime:
+            frontend["patch"] = ROCM_GROUPS_NOTE + frontend["patch"]
+        patches.insert(0, frontend)
         storage = {"op": "replace", "path": "/spec/resources/requests/storage"}
         patches.append(
             _patch("", "PersistentVolumeClaim", claim, [{**storage, "value": self.storage}])
@@ -382,12 +528,42 @@ class ClusterOverlay:
             "apiVersion": "kustomize.config.k8s.io/v1beta1",
             "kind": "Kustomization",
             "namespace": self.namespace,
-            "resources": ["namespace.yaml", *resources],
+            "resources": [*(["namespace.yaml"] if self.create_namespace else []), *resources],
             "configMapGenerator": [
                 {"name": CONFIG_MAP, "behavior": "replace", "files": ["config.yaml"]}
             ],
             "patches": patches,
         }
+
+
+FRONTEND_WITHOUT_CLAIM = f"""apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {FRONTEND_DEPLOYMENT}
+spec:
+  template:
+    spec:
+      volumes:
+        - name: models
+          persistentVolumeClaim: null
+          emptyDir:
+            sizeLimit: 1Gi
+"""
+"""The attached frontend's ``/app/models``: an emptyDir instead of the claim."""
+
+DELETE_FRONTEND_CLAIM = f"""$patch: delete
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: {FRONTEND_CLAIM}
+"""
+"""Leaves the frontend base's claim out of the shared layout."""
+
+ROCM_GROUPS_NOTE = (
+    "# supplementalGroups: video (44) and render (109) own /dev/kfd and /dev/dri on most\n"
+    "# Debian and Ubuntu nodes, but the gids vary by node: check `getent group video render`\n"
+    "# there and change them if they differ.\n"
+)
 
 
 def _replace(path: str, value: Any) -> dict[str, Any]:
@@ -406,14 +582,18 @@ def overlay_from_args(args: argparse.Namespace) -> ClusterOverlay:
 
     Raises:
         TargetError: a flag of the local container or of the frontend, no MODEL, a local
-            package directory (a cluster cannot mount it), a bad namespace, storage or
-            revision, a ``--device`` the platform's image does not run (codes
-            ``bad_flag``, ``local_model``); a model neither built in nor pinned
-            (``unpinned_model``).
+            package (a cluster cannot mount it; ``local_model``) or a missing one
+            (``model_not_found``), a name the runtime refuses (``bad_model``), a bad
+            namespace, storage, image or revision, a ``--device`` the pod cannot run
+            (``bad_flag``); a model neither built in nor pinned (``unpinned_model``,
+            ``unknown_model`` when a built-in name is misspelt).
     """
     for name, flag in DOCKER_ONLY.items():
         if getattr(args, name, None) is not None:
-            raise TargetError(f"{flag} applies to the docker target", "bad_flag")
+            raise TargetError(
+                f"{flag} applies to the docker target; leave it out with --target kubernetes",
+                "bad_flag",
+            )
     for name, what in NOT_ON_KUBERNETES.items():
         if getattr(args, name, None) is not None:
             raise TargetError(f"--target kubernetes does not take {what}", "bad_flag")
@@ -423,69 +603,202 @@ def overlay_from_args(args: argparse.Namespace) -> ClusterOverlay:
         )
     if not args.model:
         raise TargetError(
-            "--target kubernetes needs at least one MODEL (a built-in model name, or a Hub "
-            "repository pinned as MODEL@<40-hex commit>)",
+            "--target kubernetes needs at least one MODEL; give a built-in model name, or a "
+            "Hub repository pinned as MODEL@<40-hex commit>",
             "bad_flag",
         )
     for model in args.model:
         if not model or model != model.strip():
             raise TargetError("MODEL must be a non-empty, trimmed artifact", "bad_flag")
-        if Path(model).expanduser().is_dir():
+        if looks_local(model):
+            path = Path(model).expanduser()
+            if not path.exists():
+                raise TargetError(
+                    f"MODEL {model}: no such directory; give an existing package directory "
+                    "(and build it into an image), a built-in name or owner/name@<40-hex "
+                    "commit>",
+                    "model_not_found",
+                )
             raise TargetError(
-                f"MODEL {model} is a local directory, which a cluster cannot mount; push it "
-                "to a Hub repository, or build an image that holds it and pass --image",
+                f"MODEL {model} is a local package, which a cluster cannot mount; push it to "
+                "a Hub repository, or build an image that holds it and pass --image",
                 "local_model",
             )
+        check_model_name(model)
     namespace = args.namespace if args.namespace is not None else DEFAULT_NAMESPACE
     if not NAMESPACE.fullmatch(namespace):
         raise TargetError(
-            f"--namespace {namespace!r} is not a DNS-1123 label (lower-case letters, digits "
-            "and '-', at most 63)",
+            f"--namespace {namespace!r} is not a DNS-1123 label; give lower-case letters, "
+            "digits and '-', at most 63",
             "bad_flag",
         )
+    platform = PLATFORMS[args.platform]
     if args.device is not None:
         try:
             check_device(args.device, args.platform)
         except FlagError as err:
             raise TargetError(str(err), "bad_flag") from None
+        kind, _, index = args.device.partition(":")
+        if index and index != "0":
+            raise TargetError(
+                f"--device {args.device}: the pod gets one GPU, which it sees as index 0; "
+                f"give --device {kind}:0 or leave --device out",
+                "bad_flag",
+            )
+        if kind == "cpu" and platform != "cpu":
+            raise TargetError(
+                f"--device cpu with --platform {args.platform} still asks the cluster for a "
+                "GPU the pod would not use; give --platform cpu to run on the CPU",
+                "bad_flag",
+            )
     if args.revision is not None and len(args.model) != 1:
         raise TargetError(
             "--revision applies to a single MODEL; use MODEL@REVISION for several", "bad_flag"
         )
     storage = check_storage(args.storage) if args.storage is not None else DEFAULT_STORAGE
+    image = check_image(args.image) if args.image is not None else None
     models = [pin(model, args.revision) for model in args.model]
     names = [m.name for m in models]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise TargetError(f"{twice[0]} is given twice; name each model once", "bad_flag")
     return ClusterOverlay(
-        platform=PLATFORMS[args.platform],
+        platform=platform,
         models=models,
         namespace=namespace,
         shared_runtime=bool(args.shared_runtime),
         device=args.device,
-        image=args.image,
+        image=image,
         storage=storage,
         engine_args={n: getattr(args, n) for n in ENGINE_FLAGS if getattr(args, n) is not None},
         systemone_schema=args.systemone_schema,
         offline=bool(args.offline),
         log_level=args.log_level,
+        create_namespace=not (
+            getattr(args, "existing_namespace", None) or SYSTEM_NAMESPACE.fullmatch(namespace)
+        ),
+    )
+
+
+def output_path(text: str | None) -> Path:
+    """``--output`` as a path: ``~`` expanded, control characters refused.
+
+    Raises:
+        TargetError: empty, or a newline or another control character (``bad_output``).
+    """
+    given = DEFAULT_OUTPUT if text is None else text
+    if not given or any(ord(c) < 32 or ord(c) == 127 for c in given):
+        raise TargetError(
+            f"--output {given!r} is empty or holds a newline or another control character; "
+            "give a plain directory name",
+            "bad_output",
+        )
+    return Path(given).expanduser()
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def check_bases(root: Path, folders: list[str]) -> None:
+    """Every file and folder each ``kustomization.yaml`` under ``root/folder`` lists
+    (``resources``, the ConfigMap generators' ``files``, ``patches`` by ``path``) is
+    there, each listed folder checked the same way.
+
+    Raises:
+        TargetError: ``incomplete_manifests``, naming what is missing.
+    """
+    seen: set[Path] = set()
+    pending = [root / folder for folder in folders]
+    while pending:
+        folder = pending.pop()
+        if folder in seen:
+            continue
+        seen.add(folder)
+        where = folder / "kustomization.yaml"
+        shown = where.relative_to(root)
+        try:
+            document = yaml.safe_load(where.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as err:
+            raise TargetError(
+                f"the bases are incomplete: {shown} cannot be read ({err}); pass --manifests "
+                "DIR with complete bases (a vllm-srun checkout's deploy/kubernetes), or "
+                "reinstall vllm-sr",
+                "incomplete_manifests",
+            ) from None
+        listed: list[str] = []
+        if isinstance(document, dict):
+            listed += [r for r in document.get("resources") or [] if isinstance(r, str)]
+            for generator in document.get("configMapGenerator") or []:
+                for entry in (generator or {}).get("files") or []:
+                    listed.append(str(entry).rpartition("=")[2])
+            listed += [p["path"] for p in document.get("patches") or [] if "path" in (p or {})]
+        for entry in listed:
+            if "://" in entry:
+                continue
+            path = (folder / entry).resolve()
+            if not _inside(path, root.resolve()) or not path.exists():
+                raise TargetError(
+                    f"the bases are incomplete: {shown} lists {entry}, which is missing; pass "
+                    "--manifests DIR with complete bases (a vllm-srun checkout's "
+                    "deploy/kubernetes), or reinstall vllm-sr",
+                    "incomplete_manifests",
+                )
+            if path.is_dir():
+                pending.append(path)
+
+
+def _os_error(err: OSError, output: str) -> TargetError:
+    """An :class:`OSError` of writing ``output`` as the refusal that says the fix."""
+    if err.errno == errno.ENAMETOOLONG:
+        return TargetError(
+            f"--output {output}: a file name is too long for this file system; give a "
+            "shorter --output",
+            "file_name_too_long",
+        )
+    if err.errno == errno.ENOTDIR:
+        return TargetError(
+            f"--output {output} is under a file, not a directory; give a directory path",
+            "output_under_file",
+        )
+    if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return TargetError(
+            f"--output {output} cannot be written ({err.strerror}); give a directory you may "
+            "write to",
+            "unwritable_output",
+        )
+    return TargetError(
+        f"--output {output} could not be written ({err.strerror or err}); fix that and run again",
+        "write_failed",
     )
 
 
 def write_overlay(
-    overlay: ClusterOverlay, output: Path, manifests: Path | None = None, force: bool = False
+    overlay: ClusterOverlay,
+    output: Path,
+    manifests: Path | None = None,
+    force: bool = False,
+    shown: str | None = None,
 ) -> Path:
-    """Write the overlay into ``output`` (created): ``kustomization.yaml``,
-    ``namespace.yaml``, the frontend's ``config.yaml`` and a copy of the bases it uses under
-    ``base/`` (from ``manifests``, default :func:`shipped_manifests`); the
+    """Write the overlay into ``output``: ``kustomization.yaml``, ``namespace.yaml`` (when
+    it creates the namespace), the frontend's ``config.yaml`` and a copy of the bases it
+    uses under ``base/`` (from ``manifests``, default :func:`shipped_manifests`); the
     ``kustomization.yaml`` written.
 
+    Everything is written into a temporary directory beside ``output`` and renamed into
+    place, so a failure leaves ``output`` as it was. ``force`` replaces only what an
+    earlier run wrote there (:data:`WRITTEN`), and only when its ``kustomization.yaml``
+    carries :data:`HEADER`.
+
+    Args:
+        shown: ``output`` as the user wrote it, for messages (default ``str(output)``).
+
     Raises:
-        TargetError: ``output`` already holds files and ``force`` is false
-            (``overlay_exists``); ``manifests`` lacks a base the overlay needs
-            (``no_manifests``).
+        TargetError: see :meth:`TargetError.code`: ``overlay_exists``,
+            ``not_our_overlay``, ``overlap``, ``no_manifests``, ``incomplete_manifests``
+            and the write failures.
     """
+    written_as = shown if shown is not None else str(output)
     source = manifests if manifests is not None else shipped_manifests()
     needed = (
         ["runtime", "frontend", f"overlays/{overlay.platform}"]
@@ -495,49 +808,127 @@ def write_overlay(
     for folder in needed:
         if not (source / folder / "kustomization.yaml").is_file():
             raise TargetError(
-                f"no kustomize base at {source / folder}: pass --manifests DIR, a folder "
+                f"no kustomize base at {source / folder}; pass --manifests DIR, a folder "
                 "holding runtime/, frontend/ and overlays/<platform>/ (a vllm-srun "
                 "checkout's deploy/kubernetes), or reinstall vllm-sr, which ships them",
                 "no_manifests",
             )
-    if output.exists() and not output.is_dir():
-        raise TargetError(f"--output {output} is a file; give a directory", "overlay_exists")
-    if output.is_dir() and any(output.iterdir()):
-        if not force:
-            raise TargetError(
-                f"{output} is not empty (an overlay written before?); pass --force to replace "
-                "the overlay there, or --output DIR for another directory",
-                "overlay_exists",
-            )
-        for name in WRITTEN:
-            path = output / name
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
-    config = overlay.frontend_config()
     try:
-        parse_config(config, "config.yaml")
-    except ConfigError as err:  # pragma: no cover - the flags are checked before
-        raise TargetError(f"the frontend configuration is invalid: {err}", "bad_flag") from None
-    output.mkdir(parents=True, exist_ok=True)
-    for folder in needed:
-        shutil.copytree(source / folder, output / "base" / folder)
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": overlay.namespace}}
-    (output / "namespace.yaml").write_text(yaml.safe_dump(namespace, sort_keys=False))
+        if output.is_symlink() and not output.exists():
+            raise TargetError(
+                f"--output {written_as} is a symbolic link to nothing; remove it or give "
+                "another --output",
+                "dangling_symlink",
+            )
+        target = Path(os.path.realpath(output))
+        if manifests is not None:
+            bases = Path(os.path.realpath(manifests))
+            if _inside(target, bases) or _inside(bases, target):
+                raise TargetError(
+                    f"--output {written_as} and --manifests {manifests} overlap; write the "
+                    "overlay outside the bases it copies",
+                    "overlap",
+                )
+        above = next(p for p in target.parents if os.path.lexists(p))
+        if not above.is_dir():
+            raise _os_error(OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)), written_as)
+        if target.exists() and not target.is_dir():
+            raise TargetError(
+                f"--output {written_as} is a file; give a directory", "overlay_exists"
+            )
+        existing = target.is_dir() and any(target.iterdir())
+        if existing:
+            if not force:
+                raise TargetError(
+                    f"{written_as} is not empty (an overlay written before?); pass --force to "
+                    "replace the overlay there, or --output DIR for another directory",
+                    "overlay_exists",
+                )
+            ours = target / "kustomization.yaml"
+            if not ours.is_file() or not ours.read_text(errors="replace").startswith(HEADER):
+                raise TargetError(
+                    f"{written_as} holds files vllm-sr did not write (its kustomization.yaml "
+                    "does not start with 'Written by vllm-sr'), so --force leaves it alone; "
+                    "give an empty or new --output DIR",
+                    "not_our_overlay",
+                )
+        config = overlay.frontend_config()
+        try:
+            parse_config(config, "config.yaml")
+        except ConfigError as err:  # pragma: no cover - the flags are checked before
+            raise TargetError(f"the frontend configuration is invalid: {err}", "bad_flag") from None
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fresh = Path(tempfile.mkdtemp(prefix=f".{target.name[:200]}.", dir=target.parent))
+        try:
+            _write_files(overlay, fresh, source, needed, written_as)
+            check_bases(fresh / "base", needed)
+            _move_into_place(fresh, target, existing)
+        finally:
+            shutil.rmtree(fresh, ignore_errors=True)
+    except OSError as err:
+        raise _os_error(err, written_as) from None
+    return output / "kustomization.yaml"
+
+
+def _write_files(
+    overlay: ClusterOverlay, folder: Path, source: Path, needed: list[str], shown: str
+) -> None:
+    for base in needed:
+        shutil.copytree(source / base, folder / "base" / base)
+    if overlay.create_namespace:
+        namespace = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": overlay.namespace},
+        }
+        (folder / "namespace.yaml").write_text(yaml.safe_dump(namespace, sort_keys=False))
     layout = (
         "the runtime Deployment model-runtime serves the models; the frontend attaches to it"
         if overlay.shared_runtime
         else "the router pod vllm-sr runs the models itself"
     )
-    (output / "config.yaml").write_text(
+    (folder / "config.yaml").write_text(
         f"# The frontend's configuration, written by vllm-sr serve --target kubernetes: "
-        f"{layout}.\n" + yaml.dump(config, Dumper=_Dumper, sort_keys=False)
+        f"{layout}.\n" + yaml.dump(overlay.frontend_config(), Dumper=_Dumper, sort_keys=False)
     )
-    target = output / "kustomization.yaml"
-    target.write_text(
-        "# Written by vllm-sr serve --target kubernetes (self-contained: the bases are under "
-        f"base/); render: kubectl kustomize {output}\n"
+    images = overlay.images()
+    pin_example = f"{images[-1]['name']}:TAG"
+    (folder / "kustomization.yaml").write_text(
+        f"{HEADER} (self-contained: the bases are under base/); render: kubectl kustomize "
+        f"{shlex.quote(shown)}\n"
         + yaml.dump(overlay.kustomization(), Dumper=_Dumper, sort_keys=False)
+        + "# The images the pods run. Pin a release: kustomize edit set image "
+        f"{pin_example} (or change newTag here).\n"
+        + yaml.dump({"images": images}, Dumper=_Dumper, sort_keys=False)
     )
-    return target
+
+
+def _move_into_place(fresh: Path, target: Path, existing: bool) -> None:
+    """Rename the overlay written in ``fresh`` into ``target``; an earlier overlay's files
+    there (:data:`WRITTEN`) are moved aside first and put back if a rename fails."""
+    if not existing:
+        if target.is_dir():
+            target.rmdir()
+        os.rename(fresh, target)
+        fresh.mkdir()  # for the caller's cleanup
+        return
+    aside = Path(tempfile.mkdtemp(prefix=f".{target.name[:200]}.old.", dir=target.parent))
+    moved: list[str] = []
+    placed: list[str] = []
+    try:
+        for name in WRITTEN:
+            if os.path.lexists(target / name):
+                os.rename(target / name, aside / name)
+                moved.append(name)
+        for name in WRITTEN:
+            if os.path.lexists(fresh / name):
+                os.rename(fresh / name, target / name)
+                placed.append(name)
+    except OSError:
+        for name in placed:
+            os.rename(target / name, fresh / name)
+        for name in moved:
+            os.rename(aside / name, target / name)
+        shutil.rmtree(aside, ignore_errors=True)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)

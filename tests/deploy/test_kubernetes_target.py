@@ -71,9 +71,12 @@ def test_from_an_empty_directory_the_cuda_router_pod_runs_the_model(tmp_path, ca
     assert captured.out == (
         "wrote vllm-sr-kubernetes/kustomization.yaml\n"
         "namespace: vllm-sr (the default; --namespace NS for another)\n"
-        "kubectl apply -k vllm-sr-kubernetes\n"
+        "note: the overlay creates the namespace vllm-sr, so kubectl delete -k "
+        "vllm-sr-kubernetes deletes it and everything in it (--existing-namespace leaves it "
+        "out)\n"
         f"router pod: vllm-sr runs {MINILM} on cuda:0\n"
         "its listener: http://vllm-sr.vllm-sr.svc.cluster.local:8899\n"
+        "next: kubectl apply -k vllm-sr-kubernetes\n"
     )
     # Self-contained: moved anywhere, it renders the same (nothing outside it is read).
     moved = tmp_path / "elsewhere" / "overlay"
@@ -97,7 +100,18 @@ def test_from_an_empty_directory_the_cuda_router_pod_runs_the_model(tmp_path, ca
     spec = pod(documents, "vllm-sr")
     (container,) = spec["containers"]
     assert container["image"] == f"{IMAGE}-cuda:latest"
-    assert container["resources"]["limits"] == {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": 1}
+    assert container["resources"]["limits"] == {"cpu": "2", "memory": "7Gi", "nvidia.com/gpu": 1}
+    assert container["resources"]["requests"] == {"cpu": "1", "memory": "3Gi"}
+    # One GPU per pod: a rolling update would wait for a second free GPU.
+    assert by_kind(documents, "Deployment", "vllm-sr")["spec"]["strategy"] == {"type": "Recreate"}
+    assert "supplementalGroups" not in spec["securityContext"]
+    assert kustomization["images"] == [{"name": f"{IMAGE}-cuda", "newTag": "latest"}]
+    text = (moved / "kustomization.yaml").read_text()
+    assert text.startswith("# Written by vllm-sr serve --target kubernetes")
+    assert (
+        "# The images the pods run. Pin a release: kustomize edit set image "
+        f"{IMAGE}-cuda:TAG (or change newTag here).\nimages:\n"
+    ) in text
     assert spec["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     ]
@@ -125,7 +139,7 @@ def test_every_platform_and_layout_renders_and_validates(tmp_path, capsys, platf
     assert "<namespace>" not in out
     assert by_kind(documents, "Namespace", "routing")["apiVersion"] == "v1"
     gpu = GPU[platform]
-    limits = {"cpu": "2", "memory": "7Gi" if shared else "4Gi", **({gpu: 1} if gpu else {})}
+    limits = {"cpu": "2", "memory": "7Gi", **({gpu: 1} if gpu else {})}
     tolerations = [{"key": gpu, "operator": "Exists", "effect": "NoSchedule"}] if gpu else None
     config = frontend_config(documents)
     deployments = config["global"]["model_catalog"]["deployments"]
@@ -136,6 +150,7 @@ def test_every_platform_and_layout_renders_and_validates(tmp_path, capsys, platf
             f"runtime: model-runtime serves {EDGE} {MINILM} on {DEVICE[platform]} at {endpoint}",
             "frontend: vllm-sr attaches to it; its listener: "
             "http://vllm-sr.routing.svc.cluster.local:8899",
+            f"next: kubectl apply -k {tmp_path / 'overlay'}",
         ]
         runtime = pod(documents, "model-runtime")
         (container,) = runtime["containers"]
@@ -163,10 +178,16 @@ def test_every_platform_and_layout_renders_and_validates(tmp_path, capsys, platf
         assert service["spec"]["ports"][0]["port"] == 8100
         assert frontend["containers"][0]["image"] == f"{IMAGE}:latest"
         assert "tolerations" not in frontend
+        # The attached frontend downloads nothing: no claim of its own, a small emptyDir.
+        models = next(v for v in frontend["volumes"] if v["name"] == "models")
+        assert models == {"name": "models", "emptyDir": {"sizeLimit": "1Gi"}}
+        claims = [d["metadata"]["name"] for d in documents if d["kind"] == "PersistentVolumeClaim"]
+        assert claims == ["model-runtime-models"]
     else:
         assert out.splitlines()[2:] == [
             f"router pod: vllm-sr runs {EDGE} {MINILM} on {DEVICE[platform]}",
             "its listener: http://vllm-sr.routing.svc.cluster.local:8899",
+            f"next: kubectl apply -k {tmp_path / 'overlay'}",
         ]
         assert [d["metadata"]["name"] for d in documents if d["kind"] == "Deployment"] == [
             "vllm-sr"
@@ -175,6 +196,11 @@ def test_every_platform_and_layout_renders_and_validates(tmp_path, capsys, platf
         assert container["image"] == f"{IMAGE}{SUFFIX[platform]}:latest"
         assert container["resources"]["limits"] == limits
         assert frontend.get("tolerations") == tolerations
+        strategy = by_kind(documents, "Deployment", "vllm-sr")["spec"].get("strategy")
+        assert strategy == ({"type": "Recreate"} if gpu else None)
+        groups = frontend["securityContext"].get("supplementalGroups")
+        assert groups == ([44, 109] if platform == "rocm" else None)
+        assert claim_of(documents, "vllm-sr")["spec"]["resources"]["requests"]["storage"] == "10Gi"
         assert deployments == {
             "primary": {"provider": "model_runtime", "artifact": "vllm-sr/d3-edge",
                         "revision": COMMIT, "device": DEVICE[platform], "max_num_seqs": 64},
@@ -192,7 +218,6 @@ def test_every_platform_and_layout_renders_and_validates(tmp_path, capsys, platf
     ]
     parsed = parse_config(config, "config.yaml")
     assert parsed.catalog.decision_deployment == "primary"
-    assert claim_of(documents, "vllm-sr")["spec"]["resources"]["requests"]["storage"] == "10Gi"
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["managed", "shared"])
@@ -221,7 +246,6 @@ def test_storage_sizes_the_claim_of_the_pod_that_runs_the_models(tmp_path, capsy
     runtime_claim = claim_of(documents, "model-runtime")
     assert runtime_claim["metadata"]["name"] == "model-runtime-models"
     assert runtime_claim["spec"]["resources"]["requests"]["storage"] == "1.5Ti"
-    assert claim_of(documents, "vllm-sr")["spec"]["resources"]["requests"]["storage"] == "10Gi"
 
 
 def test_another_image_and_offline_reach_the_pod_that_runs_the_models(tmp_path, capsys):
@@ -297,48 +321,185 @@ def test_a_second_run_needs_force(tmp_path, capsys):
     ]  # fmt: skip
 
 
+STORAGE_UNIT = (
+    "is not a Kubernetes quantity with a unit; give a size such as 20Gi (Ki, Mi, Gi, Ti, Pi; "
+    "or k, M, G, T, P) [bad_flag]"
+)
+NOT_A_NAME = (
+    "is neither a Hub repository ID nor a built-in model name (ASCII letters, digits, '.', "
+    "'_' and '-', each part starting with a letter or digit); give owner/name@<40-hex "
+    "commit>, a built-in name (vllm-srun models), or a local package as ./DIR or /DIR "
+    "[bad_model]"
+)
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--port", "9000", MINILM], "--port applies to the docker target"),
+        (["--port", "9000", MINILM],
+         "--port applies to the docker target; leave it out with --target kubernetes [bad_flag]"),
         (["--image-pull-policy", "never", MINILM],
-         "--image-pull-policy applies to the docker target"),
-        (["--container-runtime", "podman", MINILM],
-         "--container-runtime applies to the docker target"),
+         "--image-pull-policy applies to the docker target; leave it out with --target "
+         "kubernetes [bad_flag]"),
         (["-dp", "2", MINILM],
-         "--target kubernetes does not take -dp (scale the Deployment's replicas instead)"),
-        ([], "--target kubernetes needs at least one MODEL (a built-in model name, or a Hub "
-             "repository pinned as MODEL@<40-hex commit>)"),
-        (["--namespace", "Bad_NS", MINILM], "--namespace 'Bad_NS' is not a DNS-1123 label "
-                                           "(lower-case letters, digits and '-', at most 63)"),
-        (["--device", "cuda:0", MINILM], "--device cuda:0 needs --platform nvidia, whose image "
-                                         "runs cuda"),
-        (["--storage", "20GB", MINILM], "--storage '20GB' is not a positive Kubernetes quantity: "
-                                        "give a size such as 20Gi (Ki, Mi, Gi, Ti; or k, M, G, T)"),
-        (["--storage", "0Gi", MINILM], "--storage '0Gi' is not a positive Kubernetes quantity: "
-                                       "give a size such as 20Gi (Ki, Mi, Gi, Ti; or k, M, G, T)"),
-        (["BAAI/bge-small-en-v1.5@main"], "BAAI/bge-small-en-v1.5@main: revision 'main' is not a "
-                                          "40-hex commit; pin the full commit hash: "
-                                          "BAAI/bge-small-en-v1.5@<40-hex commit> or --revision "
-                                          "<40-hex commit>"),
-        ([MINILM, MINILM], f"{MINILM} is given twice; name each model once"),
-        (["-e", MINILM], "--target kubernetes writes the frontend's pod itself; leave out -e"),
+         "--target kubernetes does not take -dp (scale the Deployment's replicas instead) "
+         "[bad_flag]"),
+        ([], "--target kubernetes needs at least one MODEL; give a built-in model name, or a "
+             "Hub repository pinned as MODEL@<40-hex commit> [bad_flag]"),
+        (["--namespace", "Bad_NS", MINILM],
+         "--namespace 'Bad_NS' is not a DNS-1123 label; give lower-case letters, digits and "
+         "'-', at most 63 [bad_flag]"),
+        (["--device", "cuda:0", MINILM],
+         "--device cuda:0 needs --platform nvidia, whose image runs cuda [bad_flag]"),
+        (["--platform", "cuda", "--device", "cuda:1", MINILM],
+         "--device cuda:1: the pod gets one GPU, which it sees as index 0; give --device cuda:0 "
+         "or leave --device out [bad_flag]"),
+        (["--platform", "rocm", "--device", "rocm:1", MINILM],
+         "--device rocm:1: the pod gets one GPU, which it sees as index 0; give --device rocm:0 "
+         "or leave --device out [bad_flag]"),
+        (["--platform", "cuda", "--device", "cpu", MINILM],
+         "--device cpu with --platform cuda still asks the cluster for a GPU the pod would not "
+         "use; give --platform cpu to run on the CPU [bad_flag]"),
+        (["--storage", "20GB", MINILM], f"--storage '20GB' {STORAGE_UNIT}"),
+        (["--storage", "20", MINILM], f"--storage '20' {STORAGE_UNIT}"),
+        (["--storage", "0.5", MINILM], f"--storage '0.5' {STORAGE_UNIT}"),
+        (["--storage", "1.", MINILM], f"--storage '1.' {STORAGE_UNIT}"),
+        (["--storage", "0Gi", MINILM],
+         "--storage 0Gi is outside what a model volume takes; give a size from 1Mi to 1Pi, "
+         "such as 20Gi [bad_flag]"),
+        (["--storage", "1025Ti", MINILM],
+         "--storage 1025Ti is outside what a model volume takes; give a size from 1Mi to 1Pi, "
+         "such as 20Gi [bad_flag]"),
+        (["--image", "", MINILM],
+         "--image '' is not an image reference; give [REGISTRY[:PORT]/]NAME[:TAG] in lower "
+         "case, such as registry.local/vllm-sr-cuda:1.0 [bad_flag]"),
+        (["--image", "bad image", MINILM],
+         "--image 'bad image' is not an image reference; give [REGISTRY[:PORT]/]NAME[:TAG] in "
+         "lower case, such as registry.local/vllm-sr-cuda:1.0 [bad_flag]"),
+        (["BAAI/bge-small-en-v1.5@main"],
+         "BAAI/bge-small-en-v1.5@main: revision 'main' is not a 40-hex commit; pin the full "
+         "commit hash: BAAI/bge-small-en-v1.5@<40-hex commit> or --revision <40-hex commit> "
+         "[unpinned_model]"),
+        (["sentence-transformers/all-MiniLM-L6"],
+         "sentence-transformers/all-MiniLM-L6 is not a built-in model (vllm-srun models); did "
+         "you mean sentence-transformers/all-MiniLM-L6-v2? [unknown_model]"),
+        ([f"org/mödel@{COMMIT}"], f"MODEL org/mödel@{COMMIT} {NOT_A_NAME}"),
+        ([f"org/..@{COMMIT}"], f"MODEL org/..@{COMMIT} {NOT_A_NAME}"),
+        ([f"org/-x@{COMMIT}"], f"MODEL org/-x@{COMMIT} {NOT_A_NAME}"),
+        ([f"org/m\u0663@{COMMIT}"], f"MODEL org/m\u0663@{COMMIT} {NOT_A_NAME}"),
+        (["org/x@"], "MODEL org/x@ ends with '@' but names no revision; give MODEL@<40-hex "
+                     "commit> [bad_model]"),
+        (["/nonexistent/pkg"],
+         "MODEL /nonexistent/pkg: no such directory; give an existing package directory (and "
+         "build it into an image), a built-in name or owner/name@<40-hex commit> "
+         "[model_not_found]"),
+        ([MINILM, MINILM], f"{MINILM} is given twice; name each model once [bad_flag]"),
+        (["-e", MINILM],
+         "--target kubernetes writes the frontend's pod itself; leave out -e [bad_flag]"),
+        (["--output", "a\nb", MINILM],
+         "--output 'a\\nb' is empty or holds a newline or another control character; give a "
+         "plain directory name [bad_output]"),
     ],
 )  # fmt: skip
 def test_refusals(tmp_path, capsys, argv, message):
-    with pytest.raises(SystemExit) as exit_info:
-        write(tmp_path, capsys, *argv)
-    assert exit_info.value.code == 2
-    assert capsys.readouterr().err == f"vllm-sr serve: {message}\n"
+    code, out, err = write(tmp_path, capsys, *argv)
+    assert (code, out) == (1, "")
+    assert err == f"vllm-sr: {message}\n"
     assert not (tmp_path / "overlay").exists()
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [["--namespace", "x"], ["--shared-runtime"], ["--output", "o"], ["--storage", "1Gi"],
+     ["--manifests", "m"], ["--force"], ["--existing-namespace"]],
+)  # fmt: skip
+@pytest.mark.parametrize("mode", [[], ["-e"]], ids=["docker", "engine"])
+def test_kubernetes_flags_need_the_kubernetes_target(capsys, flag, mode):
+    assert main(["serve", *mode, *flag, MINILM]) == 1
+    assert capsys.readouterr().err == (
+        f"vllm-sr: {flag[0]} applies to --target kubernetes; add --target kubernetes or leave "
+        f"{flag[0]} out [bad_flag]\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "image",
+    ["registry.local/vllm-sr:1.0", "localhost:5000/a/b-c__d", "ghcr.io/x/y@sha256:" + "a" * 64,
+     "vllm-sr"],
+)  # fmt: skip
+def test_image_references(tmp_path, capsys, image):
+    code, _, err = write(tmp_path, capsys, "--image", image, MINILM)
+    assert (code, err) == (0, "")
+
+
+def test_the_docker_target_refuses_a_bad_image(capsys):
+    assert main(["serve", "--image", "Bad Image", MINILM]) == 1
+    assert "--image 'Bad Image' is not an image reference" in capsys.readouterr().err
 
 
 def test_a_local_directory_cannot_reach_a_cluster(tmp_path, capsys):
     package = tmp_path / "pkg"
     package.mkdir()
-    with pytest.raises(SystemExit):
-        write(tmp_path, capsys, str(package))
-    assert "is a local directory, which a cluster cannot mount" in capsys.readouterr().err
+    code, _, err = write(tmp_path, capsys, str(package))
+    assert code == 1
+    assert err == (
+        f"vllm-sr: MODEL {package} is a local package, which a cluster cannot mount; push it "
+        "to a Hub repository, or build an image that holds it and pass --image [local_model]\n"
+    )
+
+
+def test_a_hub_id_that_is_also_a_folder_here_is_a_hub_id(tmp_path, capsys, monkeypatch):
+    """As the runtime reads it: a bare owner/name is never a folder (./owner/name is)."""
+    (tmp_path / "BAAI" / "bge-small-en-v1.5").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = write(tmp_path, capsys, f"BAAI/bge-small-en-v1.5@{COMMIT}")
+    assert (code, err) == (0, "")
+    shutil.rmtree(tmp_path / "overlay")
+    code, _, err = write(tmp_path, capsys, "./BAAI/bge-small-en-v1.5")
+    assert (code, "[local_model]" in err) == (1, True)
+
+
+def test_the_model_name_rule_is_the_runtimes():
+    from vllm_sr.names import is_repository_id
+    from vllm_srun.plugins.models import MODEL_NAME_PATTERN
+
+    names = [
+        "org/model", "model", "BAAI/bge-small-en-v1.5", "a/b_c.d-e", "0rg/9", "org/mödel",
+        "org/..", "org/-x", "org/.x", "org/_x", "-org/x", "org/m\u0663", "org/m\uff11",
+        "org/x/y", "org/", "/x", "", "org x/y", "org/x y", "ORG/X", "o/x.", "o/x-",
+    ]  # fmt: skip
+    assert [is_repository_id(n) for n in names] == [
+        MODEL_NAME_PATTERN.match(n) is not None for n in names
+    ]
+
+
+def test_existing_namespace_and_system_namespaces_are_not_created(tmp_path, capsys):
+    for argv in (["--existing-namespace", "--namespace", "routing"], ["--namespace", "default"],
+                 ["--namespace", "kube-system"]):  # fmt: skip
+        code, out, err = write(tmp_path, capsys, *argv, MINILM)
+        assert (code, err) == (0, "")
+        assert "note:" not in out
+        assert not (tmp_path / "overlay" / "namespace.yaml").exists()
+        documents = render(tmp_path / "overlay")
+        assert validate(documents) == []
+        assert [d for d in documents if d["kind"] == "Namespace"] == []
+        assert {d["metadata"]["namespace"] for d in documents} == {argv[-1]}
+        shutil.rmtree(tmp_path / "overlay")
+
+
+def test_printed_paths_are_quoted_as_written_and_tilde_expands(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert main(["serve", "--target", "kubernetes", "--output", "./my overlay", MINILM]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "wrote './my overlay/kustomization.yaml'"
+    assert out[-1] == "next: kubectl apply -k './my overlay'"
+    assert (tmp_path / "my overlay" / "kustomization.yaml").is_file()
+    assert main(["serve", "--target", "kubernetes", "--output", "~/k8s", MINILM]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == f"next: kubectl apply -k {tmp_path / 'home' / 'k8s'}"
+    assert (tmp_path / "home" / "k8s" / "kustomization.yaml").is_file()
+    assert not (tmp_path / "~").exists()
 
 
 def test_other_manifests(tmp_path, capsys):
@@ -353,10 +514,153 @@ def test_other_manifests(tmp_path, capsys):
     code, _, err = write(tmp_path, capsys, "--force", "--manifests", str(tmp_path / "none"), MINILM)
     assert code == 1
     assert err == (
-        f"vllm-sr: no kustomize base at {tmp_path / 'none' / 'frontend'}: pass --manifests DIR, "
+        f"vllm-sr: no kustomize base at {tmp_path / 'none' / 'frontend'}; pass --manifests DIR, "
         "a folder holding runtime/, frontend/ and overlays/<platform>/ (a vllm-srun checkout's "
         "deploy/kubernetes), or reinstall vllm-sr, which ships them [no_manifests]\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("shared", "missing", "listed"),
+    [(False, "frontend/pvc.yaml", "frontend/kustomization.yaml lists pvc.yaml"),
+     (True, "runtime/hpa.yaml", "runtime/kustomization.yaml lists hpa.yaml"),
+     (True, "runtime", "overlays/cpu/kustomization.yaml lists ../../runtime")],
+)  # fmt: skip
+def test_incomplete_manifests_are_refused_and_nothing_is_written(
+    tmp_path, capsys, shared, missing, listed
+):
+    mine = tmp_path / "mine"
+    shutil.copytree(MANIFESTS, mine)
+    gone = mine / missing
+    shutil.rmtree(gone) if gone.is_dir() else gone.unlink()
+    argv = ["--manifests", str(mine), *(["--shared-runtime"] if shared else []), MINILM]
+    code, out, err = write(tmp_path, capsys, *argv)
+    assert (code, out) == (1, "")
+    if missing == "runtime":
+        assert err.endswith("[no_manifests]\n")
+    else:
+        assert err == (
+            f"vllm-sr: the bases are incomplete: {listed}, which is missing; pass --manifests "
+            "DIR with complete bases (a vllm-srun checkout's deploy/kubernetes), or reinstall "
+            "vllm-sr [incomplete_manifests]\n"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+
+def test_force_replaces_only_our_files_and_refuses_a_folder_we_did_not_write(tmp_path, capsys):
+    out = tmp_path / "overlay"
+    out.mkdir()
+    (out / "README.md").write_text("mine")
+    (out / "kustomization.yaml").write_text("resources: [app.yaml]\n")
+    code, _, err = write(tmp_path, capsys, "--force", MINILM)
+    assert code == 1
+    assert err == (
+        f"vllm-sr: {out} holds files vllm-sr did not write (its kustomization.yaml does not "
+        "start with 'Written by vllm-sr'), so --force leaves it alone; give an empty or new "
+        "--output DIR [not_our_overlay]\n"
+    )
+    assert (out / "kustomization.yaml").read_text() == "resources: [app.yaml]\n"
+    (out / "kustomization.yaml").unlink()
+    code, _, err = write(tmp_path, capsys, "--force", MINILM)
+    assert code == 1 and "[not_our_overlay]" in err
+    (out / "README.md").unlink()
+    assert write(tmp_path, capsys, MINILM)[0] == 0
+    (out / "README.md").write_text("mine")
+    (out / "base" / "notes.txt").write_text("mine too")  # base/ is ours: replaced whole
+    code, _, err = write(tmp_path, capsys, "--force", "--shared-runtime", MINILM)
+    assert (code, err) == (0, "")
+    assert (out / "README.md").read_text() == "mine"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "README.md", "base", "config.yaml", "kustomization.yaml", "namespace.yaml",
+    ]  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["overlay"]  # no temporary left
+    assert validate(render(out)) == []
+
+
+def test_a_failed_write_leaves_the_overlay_as_it_was(tmp_path, capsys, monkeypatch):
+    assert write(tmp_path, capsys, "--namespace", "first", MINILM)[0] == 0
+    before = {p: p.read_bytes() for p in (tmp_path / "overlay").rglob("*") if p.is_file()}
+    import vllm_sr.kubernetes as kubernetes
+
+    real = os.rename
+    calls = []
+
+    def failing(source, target):
+        calls.append(target)
+        if len(calls) == 6:  # after moving the old files aside, while placing the new ones
+            raise OSError(28, "No space left on device")
+        real(source, target)
+
+    monkeypatch.setattr(kubernetes.os, "rename", failing)
+    code, _, err = write(tmp_path, capsys, "--force", "--namespace", "second", MINILM)
+    assert code == 1
+    assert err == (
+        f"vllm-sr: --output {tmp_path / 'overlay'} could not be written (No space left on "
+        "device); fix that and run again [write_failed]\n"
+    )
+    after = {p: p.read_bytes() for p in (tmp_path / "overlay").rglob("*") if p.is_file()}
+    assert after == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["overlay"]
+
+
+def test_output_and_manifests_must_not_overlap(tmp_path, capsys):
+    mine = tmp_path / "mine"
+    shutil.copytree(MANIFESTS, mine)
+    for output in (mine / "out", mine, tmp_path):
+        code = main(["serve", "--target", "kubernetes", "--output", str(output), "--manifests",
+                     str(mine), "--force", MINILM])  # fmt: skip
+        assert code == 1
+        assert capsys.readouterr().err == (
+            f"vllm-sr: --output {output} and --manifests {mine} overlap; write the overlay "
+            "outside the bases it copies [overlap]\n"
+        )
+    assert not (mine / "out").exists()
+
+
+def test_output_paths_the_file_system_refuses(tmp_path, capsys):
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    dangling = tmp_path / "link"
+    dangling.symlink_to(tmp_path / "nowhere")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    cases = [
+        (tmp_path / ("x" * 300), ": a file name is too long for this file system; give a shorter "
+                                 "--output [file_name_too_long]"),
+        (a_file / "out", " is under a file, not a directory; give a directory path "
+                         "[output_under_file]"),
+        (dangling, " is a symbolic link to nothing; remove it or give another --output "
+                   "[dangling_symlink]"),
+    ]  # fmt: skip
+    if os.geteuid() != 0:  # root writes anywhere
+        cases.append(
+            (locked / "out", " cannot be written (Permission denied); give a directory you may "
+                             "write to [unwritable_output]")
+        )  # fmt: skip
+    try:
+        for output, message in cases:
+            code = main(["serve", "--target", "kubernetes", "--output", str(output), MINILM])
+            assert code == 1
+            assert capsys.readouterr().err == f"vllm-sr: --output {output}{message}\n"
+    finally:
+        locked.chmod(0o700)
+
+
+def test_an_unwritable_output_is_told(tmp_path, capsys, monkeypatch):
+    import vllm_sr.kubernetes as kubernetes
+
+    def refused(**_: object) -> str:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(kubernetes.tempfile, "mkdtemp", refused)
+    code, _, err = write(tmp_path, capsys, MINILM)
+    assert code == 1
+    assert err == (
+        f"vllm-sr: --output {tmp_path / 'overlay'} cannot be written (Permission denied); give "
+        "a directory you may write to [unwritable_output]\n"
+    )
+    assert not (tmp_path / "overlay").exists()
 
 
 @pytest.mark.slow
