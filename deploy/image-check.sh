@@ -6,11 +6,16 @@
 #      mirror distributions inside it);
 #   2. `vllm-sr serve MODEL --container-runtime podman` (the foreground engine container).
 #
-#   deploy/image-check.sh          # or: make image-check
-#   deploy/image-check.sh --keep   # keep the built image
+#   deploy/image-check.sh            # or: make image-check
+#   deploy/image-check.sh --keep     # keep the built image
+#   deploy/image-check.sh --replace  # IMAGE_CHECK_TAG may name an image already there
+#
+# It removes only what it made: images carrying its run's label (the image and its
+# stages; never with -f: one another build now uses stays), its container, its folder.
 #
 # Settings (environment), defaults in brackets:
-#   IMAGE_CHECK_TAG         the image built [localhost/vllm-sr:image-check]
+#   IMAGE_CHECK_TAG         the image built; one already there is refused without
+#                           --replace [localhost/vllm-sr:image-check-<run>]
 #   IMAGE_CHECK_BASE        the local base, passed as PYTHON_IMAGE; debootstrap makes it
 #                           once and it is kept [localhost/vllm-sr-base:bookworm]
 #   IMAGE_CHECK_WHEELS      a folder holding the torch wheel, mounted into the build
@@ -27,7 +32,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-TAG=${IMAGE_CHECK_TAG:-localhost/vllm-sr:image-check}
+RUN=$$-$(date +%s)                  # this run: its tag, label, container and folder
+TAG=${IMAGE_CHECK_TAG:-localhost/vllm-sr:image-check-$RUN}
 BASE=${IMAGE_CHECK_BASE:-localhost/vllm-sr-base:bookworm}
 WHEELS=${IMAGE_CHECK_WHEELS-/opt/wheels}
 TORCH_INDEX=${IMAGE_CHECK_TORCH_INDEX:-}
@@ -37,15 +43,19 @@ MIRROR=${IMAGE_CHECK_MIRROR:-http://deb.debian.org/debian}
 CA_DIR=${IMAGE_CHECK_CA_DIR-/usr/local/share/ca-certificates}
 VLLM_SR=${VLLM_SR:-$ROOT/.venv/bin/vllm-sr}
 MODEL=sentence-transformers/all-MiniLM-L6-v2
-NAME=vllm-sr-image-check-$PORT      # step 1's container
+NAME=vllm-sr-image-check-$RUN       # step 3's container
 ENGINE=vllm-sr-engine-$PORT         # the container vllm-sr names (frontend/container)
+LABEL=vllm-sr-image-check=$RUN      # on every image this run's build makes
 KEEP=0
+REPLACE=0
 
-case "${1:-}" in
-    "") ;;
-    --keep) KEEP=1 ;;
-    *) echo "usage: $0 [--keep]" >&2; exit 2 ;;
-esac
+for arg in "$@"; do
+    case "$arg" in
+        --keep) KEEP=1 ;;
+        --replace) REPLACE=1 ;;
+        *) echo "usage: $0 [--keep] [--replace]" >&2; exit 2 ;;
+    esac
+done
 
 say() { printf 'image-check: %s\n' "$*"; }
 fail() { printf 'image-check: FAILED: %s\n' "$*" >&2; exit 1; }
@@ -69,16 +79,49 @@ TORCH_INDEX=${TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
 if curl -s -o /dev/null --max-time 2 "http://127.0.0.1:$PORT/"; then
     fail "something already answers on 127.0.0.1:$PORT: stop it or set IMAGE_CHECK_PORT"
 fi
+if [ "$REPLACE" = 0 ] && podman image exists "$TAG"; then
+    fail "an image $TAG is already there and this run did not build it: pass --replace to tag over it (it stays, untagged), or set IMAGE_CHECK_TAG to another"
+fi
 
 START=$(now)
-WORK=$(mktemp -d /tmp/vllm-sr-image-check.XXXXXX)
+WORK=$(mktemp -d "/tmp/vllm-sr-image-check-$RUN.XXXXXX")
 VLLM_SR_PID=
+BUILD_PID=
+SHOW_PID=
 ENGINE_STARTED=0
-IMAGES_BEFORE=
+BUILT=0
+
+# Stops a background job that leads its own process group (set -m), the group with it.
+stop_group() {
+    local pid=$1
+    kill -0 "$pid" 2>/dev/null || return 0
+    kill -TERM -- "-$pid" 2>/dev/null || true
+    for _ in $(seq 10); do kill -0 "$pid" 2>/dev/null || return 0; sleep 1; done
+    kill -KILL -- "-$pid" 2>/dev/null || true
+}
+
+# Removes the images this run's build made (its label), children first; without -f.
+remove_built() {
+    local made left removed=0
+    for _ in 1 2 3 4 5 6 7 8; do
+        made=$(podman images -a -q --no-trunc --filter "label=$LABEL")
+        [ -n "$made" ] || break
+        local id
+        for id in $made; do podman rmi "$id" >/dev/null 2>&1 && removed=$((removed + 1)); done
+    done
+    left=$(podman images -a -q --no-trunc --filter "label=$LABEL" | wc -l)
+    if [ "$left" = 0 ]; then
+        [ "$removed" = 0 ] || say "removed the $removed images this run built (the image and its stages)"
+    else
+        say "removed $removed images this run built; $left in use elsewhere stay (podman images -a --filter label=$LABEL)"
+    fi
+}
 
 cleanup() {
     local status=$?
     trap - EXIT INT TERM
+    [ -n "$BUILD_PID" ] && stop_group "$BUILD_PID"
+    [ -n "$SHOW_PID" ] && { kill "$SHOW_PID" 2>/dev/null || true; }
     if [ -n "$VLLM_SR_PID" ] && kill -0 "$VLLM_SR_PID" 2>/dev/null; then
         kill -TERM "$VLLM_SR_PID" 2>/dev/null || true
         for _ in $(seq 30); do kill -0 "$VLLM_SR_PID" 2>/dev/null || break; sleep 1; done
@@ -87,19 +130,9 @@ cleanup() {
     podman rm -f --ignore "$NAME" >/dev/null 2>&1 || true
     if [ "$ENGINE_STARTED" = 1 ]; then podman rm -f --ignore "$ENGINE" >/dev/null 2>&1 || true; fi
     if [ "$KEEP" = 1 ]; then
-        podman image exists "$TAG" && say "kept the image $TAG (podman rmi $TAG removes it)"
-    elif [ -n "$IMAGES_BEFORE" ]; then
-        # The image and the stage images this build added (the base was there before).
-        local made
-        made=$(podman images -a -q --no-trunc | grep -vxF -f "$IMAGES_BEFORE" || true)
-        if [ -n "$made" ]; then
-            # shellcheck disable=SC2086  # one image id a word
-            if podman rmi -f -i $made >/dev/null 2>&1; then
-                say "removed the $(wc -w <<<"$made") images this run built (the image and its stages)"
-            else
-                say "could not remove every image this run built: see podman images -a"
-            fi
-        fi
+        [ "$BUILT" = 1 ] && say "kept the image $TAG (podman rmi $TAG removes it)"
+    else
+        remove_built
     fi
     rm -rf "$WORK"
     exit "$status"
@@ -192,8 +225,6 @@ else
 fi
 
 # --- 2. The CPU image ------------------------------------------------------------------
-IMAGES_BEFORE=$WORK/images-before
-podman images -a -q --no-trunc >"$IMAGES_BEFORE"
 # ACCELERATOR given explicitly: Podman 4.3's buildah resolves `FROM torch-${ACCELERATOR}`
 # to the stage only for a --build-arg, not for the ARG's default (buildah issue 4312).
 build_args=(--build-arg ACCELERATOR=cpu --build-arg "PYTHON_IMAGE=$BASE"
@@ -202,16 +233,32 @@ if [ -n "$WHEELS" ]; then
     build_args+=(-v "$WHEELS:/wheels:ro" --build-arg TORCH_FIND_LINKS=/wheels)
 fi
 say "build $TAG (steps below; the whole log is kept only on failure)"
-rm -f /tmp/vllm-sr-image-check-build.log
 t=$(now)
-# The host's network: pip reaches PyPI as this machine does.
-if ! podman build --network host "${build_args[@]}" -t "$TAG" -f "$ROOT/Dockerfile" "$ROOT" 2>&1 |
-    tee "$WORK/build.log" |
-    grep --line-buffered -oE '^(\[[0-9/]+\] )?(STEP [0-9]+/[0-9]+: (FROM|RUN)|COMMIT).{0,110}'; then
-    cp "$WORK/build.log" /tmp/vllm-sr-image-check-build.log
+# In the background and its own process group (set -m), so that SIGTERM or Ctrl-C
+# stops it at once (bash runs a trap only once a foreground command ends). The host's
+# network: pip reaches PyPI as this machine does. --label marks every stage's image.
+: >"$WORK/build.log"
+set -m
+podman build --network host "${build_args[@]}" --label "$LABEL" --iidfile "$WORK/iid" \
+    -t "$TAG" -f "$ROOT/Dockerfile" "$ROOT" >"$WORK/build.log" 2>&1 &
+BUILD_PID=$!
+set +m
+{
+    tail -n +1 --pid="$BUILD_PID" -f "$WORK/build.log" |
+        grep --line-buffered -oE '^(\[[0-9/]+\] )?(STEP [0-9]+/[0-9]+: (FROM|RUN)|COMMIT).{0,110}' || true
+} &
+SHOW_PID=$!
+code=0
+wait "$BUILD_PID" || code=$?
+BUILD_PID=
+wait "$SHOW_PID" || true
+if [ "$code" != 0 ] || [ ! -s "$WORK/iid" ]; then
+    log=/tmp/vllm-sr-image-check-build-$RUN.log
+    cp "$WORK/build.log" "$log"
     tail -n 30 "$WORK/build.log" >&2
-    fail "podman build failed (log above; whole log in /tmp/vllm-sr-image-check-build.log)"
+    fail "podman build failed, exit $code (log above; whole log in $log)"
 fi
+BUILT=1
 grep '^Successfully installed' "$WORK/build.log" | grep -oE ' torch-[^ ]+' |
     sed 's/^ /image-check:   installed /' || true
 say "build: $(since "$t") s, $(podman image inspect --format '{{.Size}}' "$TAG" |

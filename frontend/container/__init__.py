@@ -4,6 +4,7 @@ It runs ``vllm-srun serve`` inside the platform's image with Docker or Podman, i
 the foreground, published on ``--host:--port`` (127.0.0.1:8100), until Ctrl-C.
 
 Modules: :mod:`.runtime` (which container CLI, and whether it is Podman),
+:mod:`.probe` (bounded calls in their own process group, output decoded whatever its bytes),
 :mod:`.diagnose` (the engine probed before the run, its failures named by cause),
 :mod:`.mounts` (the model cache, local packages and the models file, their paths
 inside the container), :mod:`.command` (the ``run`` argv: GPU pass-through, the

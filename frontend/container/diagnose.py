@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 from .errors import ContainerError
-from .runtime import ContainerRuntime
+from .probe import Answer, ask
+from .runtime import PROBE_TIMEOUT_S, ContainerRuntime
 
-PROBE_TIMEOUT_S = 10.0
-"""Bound of the ``version`` probe, in seconds: a live daemon answers in milliseconds."""
+__all__ = ["Answer", "ask", "daemon_error", "pull_error", "reach_engine", "said"]
 
 SAID_LINES = 6
 """The last lines of the engine's stderr a message quotes."""
@@ -56,36 +54,20 @@ _NOT_FOUND = re.compile(
 _ERROR_LINE = re.compile(r"error|cannot connect|permission denied", re.IGNORECASE)
 _SOCKET_AT = re.compile(r"daemon(?: socket)? at ((?:unix|tcp|ssh|npipe|fd)://\S+?)[.:]?(?=\s|$)")
 _DIAL_UNIX = re.compile(r"dial unix (/\S+?):")
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One container CLI call: its exit status, output, and whether it timed out."""
-
-    code: int
-    stdout: str = ""
-    stderr: str = ""
-    timed_out: bool = False
-
-
-def ask(argv: Sequence[str], timeout: float = PROBE_TIMEOUT_S) -> Answer:
-    """Run ``argv`` with its output captured, bounded by ``timeout`` seconds."""
-    try:
-        done = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return Answer(124, timed_out=True)
-    return Answer(done.returncode, done.stdout, done.stderr)
+_PANIC = re.compile(r"^panic: ")
+HOST_SCHEMES = {"docker": ("unix", "tcp", "ssh"), "podman": ("unix", "tcp", "ssh")}
+"""The address schemes the CLI's ``DOCKER_HOST`` / ``CONTAINER_HOST`` may name here."""
 
 
 def said(runtime: ContainerRuntime, stderr: str) -> str:
     """The engine's own words, quoted on their own lines: from its first error line
     when there is one (Podman's pull progress shares stderr), at most the last
-    :data:`SAID_LINES`."""
+    :data:`SAID_LINES`; of a Go panic, its ``panic:`` line only."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    panics = [line for line in lines if _PANIC.match(line)]
     errors = [i for i, line in enumerate(lines) if _ERROR_LINE.match(line)]
-    lines = lines[errors[0] if errors else 0 :][-SAID_LINES:]
+    # A Go panic: its message, not the stack frames under it.
+    lines = panics[:1] or lines[errors[0] if errors else 0 :][-SAID_LINES:]
     if not lines:
         return ""
     name = os.path.basename(runtime.executable)
@@ -118,6 +100,29 @@ def _socket(runtime: ContainerRuntime, environ: Mapping[str, str], stderr: str) 
     if not runtime.podman and environ.get("DOCKER_CONTEXT"):
         return f"{where} (docker context {environ['DOCKER_CONTEXT']})"
     return f"{where} (the default)"
+
+
+def host_error(
+    runtime: ContainerRuntime, environ: Mapping[str, str], answer: Answer
+) -> ContainerError | None:
+    """The ``daemon_unreachable`` error of a ``CONTAINER_HOST`` (Podman) or ``DOCKER_HOST``
+    (Docker) that is set but empty (Podman) or of a scheme the CLI cannot use (``fd://`` makes
+    the docker CLI panic), else ``None``."""
+    variable = "CONTAINER_HOST" if runtime.podman else "DOCKER_HOST"
+    value = environ.get(variable)
+    if value is None or (not value and not runtime.podman):  # docker reads "" as unset
+        return None
+    scheme = value.partition("://")[0].lower() if "://" in value else ""
+    if scheme in HOST_SCHEMES["podman" if runtime.podman else "docker"]:
+        return None
+    default = "unix:///run/podman/podman.sock" if runtime.podman else DOCKER_SOCKET
+    shown = f"{variable}={value!r}" if value else f"{variable} is set but empty"
+    return ContainerError(
+        f"{shown}: not an address {os.path.basename(runtime.executable)} can use "
+        f"(unix://, tcp:// or ssh://){said(runtime, answer.stderr)}\n"
+        f"  Unset {variable}, or set it to {default}",
+        "daemon_unreachable",
+    )
 
 
 def daemon_error(
@@ -174,7 +179,7 @@ def daemon_error(
 def reach_engine(
     runtime: ContainerRuntime,
     environ: Mapping[str, str],
-    run: Callable[[Sequence[str]], Answer] = ask,
+    run: Callable[[Sequence[str]], Answer] = lambda argv: ask(argv, PROBE_TIMEOUT_S),
 ) -> None:
     """Ask the engine for its server version (``<cli> version --format
     {{.Server.Version}}``, bounded by :data:`PROBE_TIMEOUT_S`); local Podman answers
@@ -188,7 +193,7 @@ def reach_engine(
     answer = run(argv)
     if answer.code == 0:
         return
-    error = daemon_error(runtime, environ, answer)
+    error = host_error(runtime, environ, answer) or daemon_error(runtime, environ, answer)
     if error is not None:
         raise error
     raise ContainerError(

@@ -13,7 +13,8 @@ class ContainerError(Exception):
             refused), ``image_not_present`` (not here under ``--image-pull-policy never``,
             or not in the registry), ``pull_refused`` (login, rate limit, network),
             ``pull_failed`` (another failed pull), ``port_in_use``, ``bad_flag``,
-            ``bad_models_file``, ``runtime_failed``.
+            ``bad_models_file``, ``bad_mount`` (a host path ``-v`` cannot take),
+            ``runtime_failed`` (the CLI hangs, or failed otherwise).
     """
 
     def __init__(self, message: str, code: str) -> None:

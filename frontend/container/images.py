@@ -3,6 +3,7 @@ digest references, upstream issue #3277) and ``--image-pull-policy``."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from collections import deque
@@ -10,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from .diagnose import SAID_LINES, Answer, ask, build_command, daemon_error, pull_error
 from .errors import ContainerError
+from .probe import cannot_run, kill_group, resolved
 from .runtime import ContainerRuntime
 
 PULL_POLICIES = ("always", "ifnotpresent", "never")
@@ -18,6 +20,9 @@ PULL_POLICIES = ("always", "ifnotpresent", "never")
 INSPECT_TIMEOUT_S = 60.0
 """Bound of one ``image inspect``, in seconds."""
 
+PULL_STOP_S = 3.0
+"""How long an interrupted pull may take to end after SIGTERM before SIGKILL, in seconds."""
+
 Call = Callable[[Sequence[str], bool], Answer]
 """Runs argv (``True``: quietly, output captured) and answers how it ended."""
 
@@ -25,17 +30,34 @@ Call = Callable[[Sequence[str], bool], Answer]
 def call(argv: Sequence[str], quiet: bool) -> Answer:
     """Run ``argv``: quietly bounded by :data:`INSPECT_TIMEOUT_S` (``image inspect``),
     or unbounded with its output shown as it comes (a pull: Docker prints its progress
-    on stdout, Podman on stderr, which is passed through and its tail kept)."""
+    on stdout, Podman on stderr, which is passed through and its tail kept).
+
+    The pull runs in its own process group: interrupted (Ctrl-C, SIGTERM), the group
+    gets SIGTERM, then SIGKILL after :data:`PULL_STOP_S`."""
     if quiet:
         return ask(argv, INSPECT_TIMEOUT_S)
     tail: deque[str] = deque(maxlen=SAID_LINES)
-    with subprocess.Popen(list(argv), stderr=subprocess.PIPE, text=True, errors="replace") as pull:
+    try:
+        pull = subprocess.Popen(
+            resolved(argv), stderr=subprocess.PIPE, text=True, errors="replace", process_group=0
+        )
+    except OSError as err:
+        raise cannot_run(argv[0], err) from None
+    with pull:
         assert pull.stderr is not None
-        for line in pull.stderr:
-            sys.stderr.write(line)
-            sys.stderr.flush()
-            tail.append(line)
-        code = pull.wait()
+        try:
+            for line in pull.stderr:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+                tail.append(line)
+            code = pull.wait()
+        except BaseException:
+            kill_group(pull, signal.SIGTERM)
+            try:
+                pull.wait(PULL_STOP_S)
+            except subprocess.TimeoutExpired:
+                kill_group(pull)
+            raise
     return Answer(code, stderr="".join(tail))
 
 

@@ -39,6 +39,20 @@ def engine_cache_dir(environ: Mapping[str, str], home: Path | None = None) -> Pa
     return (base / "vllm-sr" / "models").absolute()
 
 
+def check_mountable(path: str, what: str, fix: str) -> None:
+    """Refuse a host ``path`` holding ``:``: ``-v HOST:CONTAINER:OPTIONS`` splits on it
+    (``--mount`` would take it, but Docker's gives no SELinux relabel).
+
+    Raises:
+        ContainerError: the path, ``what`` it is and ``fix`` (code ``bad_mount``).
+    """
+    if ":" in path:
+        raise ContainerError(
+            f"{what} {path} cannot be mounted: a host path with ':' breaks -v; {fix}",
+            "bad_mount",
+        )
+
+
 @dataclass(frozen=True)
 class Mount:
     """One ``-v HOST:CONTAINER:OPTIONS`` bind mount."""
@@ -63,6 +77,12 @@ class Packages:
     def inside(self, directory: str) -> str:
         """The container path of the (absolute) host ``directory``, mounting it once."""
         if directory not in self._by_host:
+            check_mountable(
+                directory,
+                "the package directory",
+                f"move it, or link it to a path without ':' (ln -s '{directory}' /tmp/model) "
+                "and give that",
+            )
             target = f"{PACKAGES_DIR}/{len(self.mounts)}/{Path(directory).name}"
             self.mounts.append(Mount(directory, target, "ro,z"))
             self._by_host[directory] = target
@@ -140,4 +160,5 @@ def rewrite_models_file(
     )
     # The container's user is not this one under every runtime: the copy must be readable.
     os.chmod(copy, 0o644)
+    check_mountable(str(copy), "the models file's copy", "set TMPDIR to a folder without ':'")
     return Mount(str(copy), MODELS_FILE, "ro,z")

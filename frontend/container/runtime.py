@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from .errors import ContainerError
+from .probe import ask
 
 RUNTIMES = ("docker", "podman")
 """The container CLIs ``--container-runtime`` and ``CONTAINER_RUNTIME`` accept."""
@@ -21,7 +22,7 @@ INSTALL = {
 """How each engine is installed, as a message says it."""
 
 PROBE_TIMEOUT_S = 10.0
-"""Bound of the ``docker --version`` probe, in seconds."""
+"""Bound of the probes together (``--version``, then the server's version), in seconds."""
 
 
 @dataclass(frozen=True)
@@ -38,20 +39,28 @@ class ContainerRuntime:
     podman: bool
 
 
-def _version_says_podman(executable: str) -> bool:
+def version_says_podman(executable: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
     """Whether ``<executable> --version`` names Podman (``podman-docker`` installs a
-    ``docker`` command that is Podman)."""
-    try:
-        answer = subprocess.run(
-            [executable, "--version"],
-            capture_output=True,
-            text=True,
-            timeout=PROBE_TIMEOUT_S,
-            check=False,
+    ``docker`` command that is Podman).
+
+    Raises:
+        ContainerError: the command cannot run (``no_container_runtime``) or does not
+            answer within ``timeout`` seconds (``runtime_failed``).
+    """
+    answer = ask([executable, "--version"], timeout)
+    if answer.timed_out:
+        name = os.path.basename(executable)
+        raise ContainerError(
+            f"`{name} --version` did not answer within {PROBE_TIMEOUT_S:g} s; check the "
+            f"{name} command ({shutil.which(executable) or executable}), or choose the other "
+            "engine (--container-runtime)",
+            "runtime_failed",
         )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
     return "podman" in (answer.stdout + answer.stderr).lower()
+
+
+def _say(line: str) -> None:
+    print(f"vllm-sr: {line}", file=sys.stderr, flush=True)
 
 
 def detect_runtime(
@@ -59,8 +68,9 @@ def detect_runtime(
     environ: Mapping[str, str],
     *,
     which: Callable[[str], str | None] = shutil.which,
-    says_podman: Callable[[str], bool] = _version_says_podman,
+    says_podman: Callable[[str], bool] = version_says_podman,
     platform_name: str = os.name,
+    say: Callable[[str], None] = _say,
 ) -> ContainerRuntime:
     """The container CLI to use.
 
@@ -70,10 +80,13 @@ def detect_runtime(
         which: finds an executable on ``PATH`` (``shutil.which``).
         says_podman: whether a ``docker`` executable is Podman's CLI.
         platform_name: ``os.name``; native Windows (``nt``) is refused.
+        say: prints a line: a detected ``docker`` that cannot run falls back to
+            ``podman``, and says so.
 
     Raises:
         ContainerError: native Windows, an unknown ``CONTAINER_RUNTIME``, the chosen
-            CLI not on ``PATH``, or neither CLI on ``PATH`` (code ``no_container_runtime``).
+            CLI not on ``PATH`` or not able to run, or neither CLI on ``PATH`` (code
+            ``no_container_runtime``); see :func:`version_says_podman`.
     """
     if platform_name == "nt":
         raise ContainerError(
@@ -105,7 +118,14 @@ def detect_runtime(
             )
         return ContainerRuntime(chosen, chosen == "podman" or says_podman(chosen))
     if which("docker") is not None:
-        return ContainerRuntime("docker", says_podman("docker"))
+        try:
+            return ContainerRuntime("docker", says_podman("docker"))
+        except ContainerError as err:
+            if err.code != "no_container_runtime" or which("podman") is None:
+                raise
+            says_podman("podman")  # it runs, or its own error is raised
+            say(f"{str(err).split('; ')[0]}; using podman instead")
+            return ContainerRuntime("podman", True)
     if which("podman") is not None:
         return ContainerRuntime("podman", True)
     raise ContainerError(

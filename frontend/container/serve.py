@@ -7,8 +7,10 @@ import argparse
 import ipaddress
 import os
 import re
+import signal
 import sys
 import tempfile
+import time
 from collections.abc import Mapping
 
 from ..config.flags import ENGINE_FLAGS, PLATFORMS, FlagError, check_device
@@ -16,10 +18,17 @@ from ..workers.plan import LOG_LEVELS
 from .command import IMAGES, EngineContainer
 from .diagnose import reach_engine
 from .errors import ContainerError
-from .foreground import start
+from .foreground import Interrupted, interruptible, start
 from .images import ensure_image
-from .mounts import Packages, container_model, engine_cache_dir, rewrite_models_file
-from .runtime import ContainerRuntime, detect_runtime
+from .mounts import (
+    Packages,
+    check_mountable,
+    container_model,
+    engine_cache_dir,
+    rewrite_models_file,
+)
+from .probe import ask
+from .runtime import PROBE_TIMEOUT_S, ContainerRuntime, detect_runtime, version_says_podman
 
 DEFAULT_HOST = "127.0.0.1"
 """Where the runtime's port is published by default: this machine only."""
@@ -139,13 +148,15 @@ def plan_container(
         extra += ["--revision", args.revision.lower()]
     if args.offline:
         extra.append("--offline")
+    cache = str(engine_cache_dir(environ))
+    check_mountable(cache, "the engine cache", "set VLLM_SR_ENGINE_CACHE_DIR to a path without ':'")
     return EngineContainer(
         runtime=runtime,
         image=args.image or IMAGES[PLATFORMS[args.platform]],
         platform=args.platform,
         host=args.host or DEFAULT_HOST,
         port=args.port or DEFAULT_PORT,
-        cache=str(engine_cache_dir(environ)),
+        cache=cache,
         models=models,
         models_file=models_file,
         packages=packages.mounts,
@@ -162,14 +173,40 @@ def serve_container(args: argparse.Namespace, environ: Mapping[str, str]) -> int
     """Run the engine container for ``vllm-sr serve`` until it stops.
 
     Returns:
-        0 after a requested stop (SIGINT/SIGTERM), else the container CLI's status.
+        0 after a requested stop (SIGINT/SIGTERM), 128 + N after signal N before the
+        container ran (the probes and the pull stopped, one line said), else the
+        container CLI's status.
 
     Raises:
         ContainerError: any refusal of the steps above, with its code.
     """
     check_flags(args)
-    runtime = detect_runtime(args.container_runtime, environ)
-    reach_engine(runtime, environ)
+    try:
+        with interruptible():
+            return _serve(args, environ)
+    except Interrupted as stop:
+        name = signal.Signals(stop.signum).name
+        print(
+            f"vllm-sr: {name} before the engine container started: stopped, nothing runs",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 128 + stop.signum
+
+
+def _serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    # The two probes (--version, the server's version) share one bound.
+    deadline = time.monotonic() + PROBE_TIMEOUT_S
+
+    def left() -> float:
+        return deadline - time.monotonic()
+
+    runtime = detect_runtime(
+        args.container_runtime,
+        environ,
+        says_podman=lambda executable: version_says_podman(executable, left()),
+    )
+    reach_engine(runtime, environ, run=lambda argv: ask(argv, left()))
     getuid = getattr(os, "getuid", None)
     getgid = getattr(os, "getgid", None)
     # The models file's copy lives as long as the container: removed when it stops.

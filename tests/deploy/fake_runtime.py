@@ -16,10 +16,13 @@ one JSON line ``{"argv": [...]}`` (the name called as first word) to
 - ``container inspect ... NAME``: ``FAKE_CONTAINER`` = ``none`` (exit 1, default),
   ``running`` (prints ``true``) or ``exited`` (prints ``false``);
 - ``rm``: exit 0;
+- ``kill NAME``: SIGKILL to the running ``run`` (its pid is kept beside the log);
 - ``run``: records the content of a mounted models file as ``{"models_yaml": TEXT}``;
   with ``FAKE_RUN_EXIT=N`` exits N at once; else prints
   ``fake-container: running`` and waits (60 s at most) for SIGINT or SIGTERM, records
-  ``{"stopped": "SIGTERM"}`` and exits 128 + the signal, as ``docker run`` does.
+  ``{"stopped": "SIGTERM"}`` and exits 128 + the signal, as ``docker run`` does; with
+  ``FAKE_RUN_STUBBORN=1`` the first signal is recorded as ``{"ignored": "SIGTERM"}`` and
+  the wait goes on (a container slow to stop).
 """
 
 from __future__ import annotations
@@ -72,6 +75,10 @@ def main() -> int:
         return 0
     if words[:1] == ["rm"]:
         return 0
+    if words[:1] == ["kill"]:
+        pid = Path(os.environ["FAKE_RUNTIME_LOG"] + ".run-pid").read_text()
+        os.kill(int(pid), signal.SIGKILL)
+        return 0
     if words[:1] == ["run"]:
         for index, word in enumerate(words[:-1]):
             host, _, inside = words[index + 1].partition(":")
@@ -79,8 +86,12 @@ def main() -> int:
                 record({"models_yaml": Path(host).read_text(encoding="utf-8")})
         if "FAKE_RUN_EXIT" in os.environ:
             return int(os.environ["FAKE_RUN_EXIT"])
+        Path(os.environ["FAKE_RUNTIME_LOG"] + ".run-pid").write_text(str(os.getpid()))
         print("fake-container: running", flush=True)
         got = signal.sigtimedwait({signal.SIGINT, signal.SIGTERM}, 60)
+        if got is not None and os.environ.get("FAKE_RUN_STUBBORN") == "1":
+            record({"ignored": signal.Signals(got.si_signo).name})
+            got = signal.sigtimedwait({signal.SIGINT, signal.SIGTERM}, 60)
         if got is None:
             record({"stopped": None})
             return 1
