@@ -599,7 +599,24 @@ def serve_container(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     container; 0 after a requested stop, 2 for bad flags, 1 when it cannot run."""
     from .container import ContainerError
     from .container.serve import serve_container as run_container
+    from .kubernetes import TargetError, check_model_name
+    from .names import looks_local
 
+    # Before an engine is asked or an image pulled: a name the runtime would refuse, or a
+    # local package that is not there, is told here.
+    for model in args.model:
+        try:
+            if looks_local(model):
+                if not Path(model).expanduser().exists():
+                    return _fail(
+                        f"MODEL {model}: no such directory; give an existing package "
+                        "directory, a built-in name or owner/name@<40-hex commit> "
+                        "[model_not_found]"
+                    )
+            elif model and model == model.strip():
+                check_model_name(model)
+        except TargetError as err:
+            return _fail(f"{err} [{err.code}]")
     try:
         return run_container(args, dict(os.environ))
     except ContainerError as err:

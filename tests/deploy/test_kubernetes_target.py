@@ -157,6 +157,8 @@ def test_every_platform_and_layout_renders_and_validates(tmp_path, capsys, platf
         assert container["image"] == f"{IMAGE}{SUFFIX[platform]}:latest"
         assert container["resources"]["limits"] == limits
         assert runtime.get("tolerations") == tolerations
+        groups = runtime["securityContext"].get("supplementalGroups")
+        assert groups == ([44, 109] if platform == "rocm" else None)
         assert container["args"] == [
             "serve", EDGE, MINILM, "--device", DEVICE[platform], "--max-num-seqs", "64",
             "--host", "0.0.0.0", "--port", "8100", "--cache-dir", "/app/models/model-runtime",
@@ -710,3 +712,32 @@ def test_the_wheel_ships_the_manifests_and_its_command_writes_the_overlay(tmp_pa
     assert validate(documents) == []
     (container,) = pod(documents, "vllm-sr")["containers"]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        (f"org/mödel@{COMMIT}", f"MODEL org/mödel@{COMMIT} {NOT_A_NAME}"),
+        ("org/..", f"MODEL org/.. {NOT_A_NAME}"),
+        ("./nonexistent/pkg", "MODEL ./nonexistent/pkg: no such directory; give an existing "
+                              "package directory, a built-in name or owner/name@<40-hex commit> "
+                              "[model_not_found]"),
+    ],
+)  # fmt: skip
+def test_the_container_path_checks_the_name_before_any_engine(
+    fake_runtime, monkeypatch, capsys, model, message
+):
+    for name, value in fake_runtime.env().items():
+        monkeypatch.setenv(name, value)
+    assert main(["serve", model]) == 1
+    assert capsys.readouterr().err == f"vllm-sr: {message}\n"
+    assert fake_runtime.calls() == []
+
+
+def test_serve_help_covers_the_targets(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "required for now" not in text
+    assert "with --target kubernetes: the models the cluster serves" in text
+    assert "with --target kubernetes, the cluster's" in text

@@ -282,10 +282,14 @@ def test_the_engine_container_and_the_cluster_runtime_get_the_systemone_schema()
         ["serve", "some/model", "--systemone-schema", "jev", "--max-num-seqs", "4"]
     )
     assert engine_argv(args) == ["--max-num-seqs", "4", "--systemone-schema", "jev"]
+    pinned = "some/model@" + "0" * 40
     args = build_parser().parse_args(
-        ["serve", "--target", "kubernetes", "some/model", "--systemone-schema", "vllm-sr/4.0"]
+        ["serve", "--target", "kubernetes", pinned, "--systemone-schema", "vllm-sr/4.0"]
     )
-    assert overlay_from_args(args).extra == ["--systemone-schema", "vllm-sr/4.0"]
+    overlay = overlay_from_args(args)
+    assert overlay.runtime_args()[4:6] == ["--systemone-schema", "vllm-sr/4.0"]
+    deployment = overlay.frontend_config()["global"]["model_catalog"]["deployments"]["primary"]
+    assert deployment["systemone_schema"] == "vllm-sr/4.0"
     assert engine_argv(build_parser().parse_args(["serve", "some/model"])) == []
 
 
@@ -367,3 +371,16 @@ def test_systemone_schema_jev_reaches_the_worker_and_makes_a_jev_listener(tmp_pa
         assert server.process.wait(30) == 0, server.output()
     finally:
         server.close()
+
+
+def test_config_validate_takes_config_like_apply(tmp_path, capsys):
+    good = tmp_path / "good.yaml"
+    good.write_text(VALID)
+    assert main(["config", "validate", "--config", str(good)]) == 0
+    assert f"{good}: valid: 1 deployment(s)" in capsys.readouterr().out
+    assert main(["config", "validate"]) == 1
+    assert capsys.readouterr().err == (
+        "vllm-sr: config validate takes one config.yaml; give it as FILE or --config FILE "
+        "[bad_flag]\n"
+    )
+    assert main(["config", "validate", str(good), "--config", str(good)]) == 1
