@@ -430,7 +430,7 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 f"{flag} applies to --target kubernetes; add --target kubernetes or leave "
                 f"{flag} out [bad_flag]"
             )
-    if args.image is not None:
+    if args.image is not None and not args.engine:
         try:
             check_image(args.image)
         except TargetError as err:

@@ -829,8 +829,8 @@ def write_overlay(
                     "overlay outside the bases it copies",
                     "overlap",
                 )
-        above = next(p for p in target.parents if os.path.lexists(p))
-        if not above.is_dir():
+        above = next((p for p in target.parents if os.path.lexists(p)), None)
+        if above is not None and not above.is_dir():
             raise _os_error(OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)), written_as)
         if target.exists() and not target.is_dir():
             raise TargetError(
@@ -862,6 +862,8 @@ def write_overlay(
         try:
             _write_files(overlay, fresh, source, needed, written_as)
             check_bases(fresh / "base", needed)
+            if existing:
+                _check_old_bases(target / "base", source, written_as)
             _move_into_place(fresh, target, existing)
         finally:
             shutil.rmtree(fresh, ignore_errors=True)
@@ -901,6 +903,27 @@ def _write_files(
         f"{pin_example} (or change newTag here).\n"
         + yaml.dump({"images": images}, Dumper=_Dumper, sort_keys=False)
     )
+
+
+def _check_old_bases(old: Path, source: Path, shown: str) -> None:
+    """Refuse to replace an earlier overlay's ``base/`` holding a file that none of the
+    bases has (one added by hand): ``--force`` deletes only what vllm-sr wrote.
+
+    Raises:
+        TargetError: ``not_our_overlay``, naming the file.
+    """
+    if not old.is_dir() or old.is_symlink():
+        return
+    for path in sorted(old.rglob("*")):
+        relative = path.relative_to(old)
+        if path.is_dir() and not path.is_symlink():
+            continue
+        if not (source / relative).is_file():
+            raise TargetError(
+                f"{os.path.join(shown, 'base', str(relative))} is not one of the bases vllm-sr "
+                "writes, and --force replaces base/ whole; move it out of base/ and run again",
+                "not_our_overlay",
+            )
 
 
 def _move_into_place(fresh: Path, target: Path, existing: bool) -> None:

@@ -568,7 +568,15 @@ def test_force_replaces_only_our_files_and_refuses_a_folder_we_did_not_write(tmp
     (out / "README.md").unlink()
     assert write(tmp_path, capsys, MINILM)[0] == 0
     (out / "README.md").write_text("mine")
-    (out / "base" / "notes.txt").write_text("mine too")  # base/ is ours: replaced whole
+    (out / "base" / "frontend" / "notes.txt").write_text("mine too")
+    code, _, err = write(tmp_path, capsys, "--force", "--shared-runtime", MINILM)
+    assert code == 1
+    assert err == (
+        f"vllm-sr: {out}/base/frontend/notes.txt is not one of the bases vllm-sr writes, and "
+        "--force replaces base/ whole; move it out of base/ and run again [not_our_overlay]\n"
+    )
+    assert (out / "base" / "frontend" / "notes.txt").read_text() == "mine too"
+    (out / "base" / "frontend" / "notes.txt").unlink()
     code, _, err = write(tmp_path, capsys, "--force", "--shared-runtime", MINILM)
     assert (code, err) == (0, "")
     assert (out / "README.md").read_text() == "mine"
