@@ -100,16 +100,19 @@ stop_group() {
     kill -KILL -- "-$pid" 2>/dev/null || true
 }
 
-# Removes the images this run's build made (its label), children first; without -f.
+# Removes the images this run's build made (its label), without -f: a pass per layer
+# of children at most (removing an image removes its parents nothing else uses).
 remove_built() {
-    local made left removed=0
+    local made before left removed
+    before=$(podman images -a -q --no-trunc --filter "label=$LABEL" | wc -l)
     for _ in 1 2 3 4 5 6 7 8; do
         made=$(podman images -a -q --no-trunc --filter "label=$LABEL")
         [ -n "$made" ] || break
         local id
-        for id in $made; do podman rmi "$id" >/dev/null 2>&1 && removed=$((removed + 1)); done
+        for id in $made; do podman rmi "$id" >/dev/null 2>&1 || true; done
     done
     left=$(podman images -a -q --no-trunc --filter "label=$LABEL" | wc -l)
+    removed=$((before - left))
     if [ "$left" = 0 ]; then
         [ "$removed" = 0 ] || say "removed the $removed images this run built (the image and its stages)"
     else
