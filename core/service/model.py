@@ -11,8 +11,10 @@ A request to one model passes through :class:`ModelService`:
    worker thread (``scheduler:NAME``) runs every forward;
 3. **finish** (the family's ``finish``, the answer's ``meta`` and the ``queue``,
    ``forward`` and ``post`` timings) runs on the model's finishing thread
-   (``finish:NAME``), never on the forward thread nor the event loop, whichever thread
-   settled the call's rows; the body reaches the event loop through the call's future.
+   (``finish:NAME``, :class:`~vllm_srun.service.finish.Finisher`), never on the
+   forward thread nor the event loop, whichever thread settled the call's rows; the
+   answers it finished since it last woke reach the event loop in one callback, each
+   through its call's future.
 
 :meth:`ModelService.answer` awaits that body; :meth:`ModelService.cancel` drops a call's
 queued rows. Failures are :class:`~vllm_srun.plugins.spec.RequestError` exceptions
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -36,13 +38,15 @@ from vllm_srun.plugins.decisions import DecisionsRequest
 from vllm_srun.plugins.requests import SurfaceBody, SurfaceRequest
 from vllm_srun.plugins.spec import RequestError, RowOutput, clip
 
+from .finish import Finisher
 from .scheduler import Job, ModelScheduler, Overloaded, SchedulerMetrics, Stopped
 from .timing import Timing
 
 log = logging.getLogger(__name__)
 
 IDLE_CHECK_SECONDS = 0.05
-"""How long :meth:`ModelService.stop` waits at least for a thread to show it is idle."""
+"""How long :meth:`ModelService.stop` waits at least for the planning thread to show it
+is idle."""
 
 Body = dict[str, Any]
 """An answer body as the family's ``finish`` builds it, with ``model`` (and ``meta``)."""
@@ -117,9 +121,7 @@ class ModelService:
         self.planner = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="plan"
         )
-        self.finisher = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=f"finish:{name}"
-        )
+        self.finisher = Finisher(name)
         self.scheduler = ModelScheduler(name, served.run_rows, limits, metrics)
         # The futures of admitted calls not yet answered (event-loop thread only).
         self._waiting: set[asyncio.Future[Body]] = set()
@@ -236,31 +238,30 @@ class ModelService:
         """The job's completion: hand its outputs to the finishing thread."""
 
         def settled(outputs: list[RowOutput]) -> None:
-            self.finisher.submit(self._finish, call, outputs, loop)
+            self.finisher.put(call.future, functools.partial(self._finish, call, outputs), loop)
 
         return settled
 
     # -- finish -----------------------------------------------------------------------------
-    def _finish(
-        self, call: Call, outputs: list[RowOutput], loop: asyncio.AbstractEventLoop
-    ) -> None:
-        """(The finishing thread.) The family's answer to ``call``, handed to the loop."""
+    def _finish(self, call: Call, outputs: list[RowOutput]) -> Body | RequestError:
+        """(The finishing thread.) The family's answer to ``call``, or why it failed."""
         job = call.job
         assert job is not None
         started = time.perf_counter()
+        answer: Body | RequestError
         try:
-            body: Any = {"model": self.name, **self.served.loaded.finish(call.plan, outputs)}
+            body = {"model": self.name, **self.served.loaded.finish(call.plan, outputs)}
             if call.meta:
                 body["meta"] = self.response_meta(call, job, body.get("meta"))
+            answer = body
         except Exception as err:
             log.exception("model %s: finishing a response failed", self.name)
-            body = RequestError(
+            answer = RequestError(
                 "internal_error", f"finishing the response failed: {type(err).__name__}"
             )
         queued = None if job.dispatched_at is None else job.dispatched_at - job.enqueued
         call.timing.answered(queued, job.forward_seconds, time.perf_counter() - started)
-        with contextlib.suppress(RuntimeError):  # the loop closed: the shutdown answered it
-            loop.call_soon_threadsafe(_resolve, call.future, body)
+        return answer
 
     # -- answer -----------------------------------------------------------------------------
     async def answer(self, call: Call, disconnected: Callable[[], Awaitable[bool]]) -> Body:
@@ -352,9 +353,9 @@ class ModelService:
         is cancelled."""
         finished = finish_pending(self.planner, deadline)
         finished = self.scheduler.stop(max(0.0, deadline - time.monotonic())) and finished
-        finished = finish_pending(self.finisher, deadline) and finished
-        for executor in (self.planner, self.finisher):
-            executor.shutdown(wait=False, cancel_futures=not finished)
+        finished = self.finisher.finish_pending(deadline) and finished
+        self.planner.shutdown(wait=False, cancel_futures=not finished)
+        self.finisher.stop()
         return finished
 
 
@@ -384,12 +385,3 @@ def finish_pending(executor: concurrent.futures.ThreadPoolExecutor, deadline: fl
     except concurrent.futures.TimeoutError:
         return False
     return True
-
-
-def _resolve(future: asyncio.Future[Any] | None, body: Any) -> None:
-    if future is None or future.done():
-        return
-    if isinstance(body, BaseException):
-        future.set_exception(body)
-    else:
-        future.set_result(body)
