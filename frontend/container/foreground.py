@@ -14,7 +14,7 @@ from types import FrameType
 from .command import EngineContainer
 from .diagnose import daemon_error
 from .errors import ContainerError
-from .probe import ask, resolved
+from .probe import ask, hold, resolved
 from .runtime import ContainerRuntime
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -45,6 +45,8 @@ def interruptible() -> Iterator[None]:
     while it unwinds: the children's cleanup is bounded); the handlers are restored."""
 
     def stop(signum: int, frame: FrameType | None) -> None:
+        if hold(signum):  # raised again once the child being started exists
+            return
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
         raise Interrupted(signum)

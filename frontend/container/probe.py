@@ -9,7 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,34 @@ def resolved(argv: Sequence[str]) -> list[str]:
     return [shutil.which(argv[0]) or argv[0], *argv[1:]]
 
 
+_held: list[int] | None = None
+"""Stop signals that arrived while a child was being started (``None``: none is)."""
+
+
+def hold(signum: int) -> bool:
+    """Called by a stop-signal handler: ``True`` when a child is being started, the
+    signal then kept for :func:`starting` to deliver once the child exists (raised
+    inside ``Popen``, the caller could not kill a child it was never handed)."""
+    if _held is None:
+        return False
+    _held.append(signum)
+    return True
+
+
+@contextlib.contextmanager
+def starting() -> Iterator[None]:
+    """Start a child inside: a stop signal arriving meanwhile is held (:func:`hold`)
+    and raised again on leaving, when the caller holds the child to clean it up."""
+    global _held
+    _held = []
+    try:
+        yield
+    finally:
+        pending, _held = _held, None
+        for signum in pending:
+            signal.raise_signal(signum)
+
+
 def kill_group(process: subprocess.Popen[Any], sig: int = signal.SIGKILL) -> None:
     """Send ``sig`` to ``process``'s process group (it leads one: ``start_new_session``)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -62,19 +90,23 @@ def ask(argv: Sequence[str], timeout: float) -> Answer:
     Raises:
         ContainerError: the CLI cannot be started (:func:`cannot_run`).
     """
+    process: subprocess.Popen[bytes] | None = None
     try:
-        process = subprocess.Popen(
-            resolved(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-    except OSError as error:
-        raise cannot_run(argv[0], error) from None
-    try:
+        with starting():
+            try:
+                process = subprocess.Popen(
+                    resolved(argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                )
+            except OSError as error:
+                raise cannot_run(argv[0], error) from None
         out, err = process.communicate(timeout=max(timeout, 0.1))
     except BaseException as stop:
+        if process is None:
+            raise
         kill_group(process)
         for pipe in (process.stdout, process.stderr):
             if pipe is not None:

@@ -19,6 +19,8 @@ import pytest
 import vllm_sr.container.serve as serve_module
 from vllm_sr.cli import main
 from vllm_sr.container.diagnose import said
+from vllm_sr.container.foreground import Interrupted, interruptible
+from vllm_sr.container.images import call
 from vllm_sr.container.probe import ask
 from vllm_sr.container.runtime import ContainerRuntime
 
@@ -329,6 +331,34 @@ def test_a_stop_signal_before_the_container_stops_the_step_and_says_so(tmp_path,
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("quiet", [True, False], ids=["probe", "pull"])
+def test_a_stop_signal_while_the_child_starts_is_held_until_it_can_be_killed(
+    tmp_path, monkeypatch, quiet
+):
+    """The race of the test above, made certain: the signal lands inside ``Popen``,
+    after the child exists but before the caller holds it. It is held and raised
+    again once the caller can kill the child's group, so no child outlives it."""
+    child = tmp_path / "child.pid"
+    engine = script(tmp_path, "engine", f"#!/bin/sh\nsleep 60 & echo $! > {child}\nwait\n")
+    real_popen = subprocess.Popen
+
+    def popen_then_signal(*args, **kwargs):
+        process = real_popen(*args, **kwargs)
+        wait_for(child)
+        signal.raise_signal(signal.SIGTERM)  # delivered before Popen returns
+        return process
+
+    monkeypatch.setattr(subprocess, "Popen", popen_then_signal)
+    with pytest.raises(Interrupted) as raised, interruptible():
+        call([str(engine), "version"], quiet)
+    assert raised.value.signum == signal.SIGTERM
+    pid = int(child.read_text())
+    deadline = time.monotonic() + 5
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(pid), "the child started when the signal came outlived the call"
+
+
 def test_a_second_stop_signal_kills_the_container_and_says_so(tmp_path):
     fake = FakeRuntime(tmp_path)
     process = start_vllm_sr(tmp_path, fake, FAKE_RUN_STUBBORN="1")
