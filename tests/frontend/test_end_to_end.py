@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from ..fixtures import write_task_package
+from .loop_lag import watching
 from .test_serve import VLLM_SRUN, Served, config_file
 
 pytestmark = pytest.mark.slow
@@ -269,15 +270,18 @@ def test_workers_stopped_during_a_burst_are_left_then_make_ready_503(
                             index += 1
 
                 clients = [asyncio.create_task(client(n)) for n in range(CONCURRENCY)]
-                async with httpx.AsyncClient(base_url=server.mgmt.base_url, timeout=5) as mgmt:
+                async with (
+                    httpx.AsyncClient(base_url=server.mgmt.base_url, timeout=5) as mgmt,
+                    watching() as lag,  # the bounds allow for a machine too busy to run us
+                ):
                     while len(times) < 64:
                         await asyncio.sleep(0.05)
                     first.suspend()
                     stopped.append(first)
                     frozen_at = loop.time()
                     while await _every_replica_ready(mgmt):
-                        assert loop.time() - frozen_at < 2.0, (
-                            "the stopped replica still reads ready"
+                        assert loop.time() - frozen_at < 2.0 + lag.worst, (
+                            f"the stopped replica still reads ready (loop late {lag.worst:.3f} s)"
                         )
                         await asyncio.sleep(0.05)
                     noticed = loop.time() - frozen_at
@@ -287,7 +291,9 @@ def test_workers_stopped_during_a_burst_are_left_then_make_ready_503(
                     stopped.append(second)
                     both_at = loop.time()
                     while (await mgmt.get("/ready")).status_code == 200:
-                        assert loop.time() - both_at < 2.0, "/ready still 200 with both stopped"
+                        assert loop.time() - both_at < 2.0 + lag.worst, (
+                            f"/ready still 200 with both stopped (loop late {lag.worst:.3f} s)"
+                        )
                         await asyncio.sleep(0.05)
                     unready = loop.time() - both_at
                     ready_body = (await mgmt.get("/ready")).json()
@@ -307,6 +313,7 @@ def test_workers_stopped_during_a_burst_are_left_then_make_ready_503(
                     "noticed": noticed,
                     "unready": unready,
                     "ready_body": ready_body,
+                    "lag": lag.worst,
                 }
 
             found = asyncio.run(scenario())
@@ -317,15 +324,17 @@ def test_workers_stopped_during_a_burst_are_left_then_make_ready_503(
                 if found["frozen_at"] <= sent < found["both_at"] - 2.0
             ]
             p99 = sorted(before)[int(0.99 * (len(before) - 1))]
-            assert after and max(after) <= p99 + 1.5, (max(after), p99, len(after))
-            assert found["noticed"] <= 2.0 and found["unready"] <= 2.0
+            lag = found["lag"]  # how late the machine ran the test's loop, at worst
+            assert after and max(after) <= p99 + 1.5 + lag, (max(after), p99, len(after), lag)
+            assert found["noticed"] <= 2.0 + lag and found["unready"] <= 2.0 + lag, lag
             assert found["ready_body"]["message"].startswith(
                 'model_runtime deployment "primary" has no ready replica'
             )
             print(
                 f"\nstopped replica left after {found['noticed']:.2f} s; requests after it: "
                 f"{len(after)}, slowest {max(after):.2f} s (p99 before {p99:.2f} s); "
-                f"/ready 503 {found['unready']:.2f} s after both stopped"
+                f"/ready 503 {found['unready']:.2f} s after both stopped; loop late "
+                f"{lag:.3f} s at worst"
             )
         finally:
             for process in stopped:

@@ -25,6 +25,7 @@ from vllm_sr.workers.liveness import (
     Liveness,
 )
 
+from .loop_lag import watching
 from .pool_support import Clock, close_all, fake_workers, run, value
 
 BODY = b'{"model": "dep", "input": "a"}'
@@ -87,10 +88,11 @@ async def load(
 def test_a_replica_that_stops_answering_is_left_within_a_second_and_its_requests_resent():
     """The issue's replay: 8 clients over two replicas; one stops answering (its /health
     still 200). No request sent after that waits more than 1.5 s longer than the healthy
-    replica's p99, and the stopped replica reads not ready within 2 s."""
+    replica's p99, and the stopped replica reads not ready within 2 s (each bound plus
+    the worst lateness of this process's event loop meanwhile: :mod:`.loop_lag`)."""
 
     async def scenario() -> None:
-        async with fake_workers("a", "b") as (a, b):
+        async with fake_workers("a", "b") as (a, b), watching() as lag:
             workers = [a.worker(served_name="x"), b.worker(served_name="x")]
             metrics = Metrics()
             pool = make_pool(workers, metrics)
@@ -101,7 +103,9 @@ def test_a_replica_that_stops_answering_is_left_within_a_second_and_its_requests
             a.mode = "hang"
             frozen_at = time.monotonic()
             while pool.sample().replicas[0].ready:
-                assert time.monotonic() - frozen_at < 2.0, "the stopped replica still ready"
+                assert time.monotonic() - frozen_at < 2.0 + lag.worst, (
+                    f"the stopped replica still ready (loop late by {lag.worst:.3f} s at worst)"
+                )
                 await asyncio.sleep(0.02)
             noticed = time.monotonic() - frozen_at
             [entry] = [r for r in pool.inventory()["replicas"] if r["id"] == workers[0].replica_id]
@@ -116,8 +120,13 @@ def test_a_replica_that_stops_answering_is_left_within_a_second_and_its_requests
             healthy = [s for sent, s, _ in done if sent < frozen_at]
             assert all(status == 200 for _, _, status in done)
             p99 = statistics.quantiles(healthy, n=100)[98]
-            assert max(s for _, s in after) <= p99 + 1.5, (max(s for _, s in after), p99)
-            assert noticed <= 2.0
+            # The issue's bounds, plus how late the machine ran this loop (2 shared cores).
+            assert max(s for _, s in after) <= p99 + 1.5 + lag.worst, (
+                max(s for _, s in after),
+                p99,
+                lag.worst,
+            )
+            assert noticed <= 2.0 + lag.worst
             assert value(metrics, "vsr_model_runtime_replica_ready", deployment="dep",
                          replica=workers[0].replica_id) == 0.0  # fmt: skip
             await close_all(*workers)
@@ -198,7 +207,7 @@ def test_every_replica_stopped_makes_the_pool_unready_within_two_seconds():
     each as soon as it is suspect, with a short timeout, and the pool reads not ready."""
 
     async def scenario() -> None:
-        async with fake_workers("a", "b") as (a, b):
+        async with fake_workers("a", "b") as (a, b), watching() as lag:
             workers = [a.worker(served_name="x"), b.worker(served_name="x")]
             pool = make_pool(workers)
             pollers = [asyncio.create_task(HealthPoller(w).run()) for w in workers]
@@ -211,7 +220,10 @@ def test_every_replica_stopped_makes_the_pool_unready_within_two_seconds():
                 fake.mode = "hang"
             frozen_at = time.monotonic()
             while pool.ready:
-                assert time.monotonic() - frozen_at < 2.0, pool.inventory()["replicas"]
+                assert time.monotonic() - frozen_at < 2.0 + lag.worst, (
+                    lag.worst,
+                    pool.inventory()["replicas"],
+                )
                 await asyncio.sleep(0.02)
             assert {w.state for w in workers} == {"unreachable"}
             # the requests already waiting on them end now (503), not at their deadline
