@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from .diagnose import SAID_LINES, Answer, ask, build_command, daemon_error, pull_error
 from .errors import ContainerError
-from .probe import cannot_run, kill_group, resolved, starting
+from .probe import kill_group, spawn
 from .runtime import ContainerRuntime
 
 PULL_POLICIES = ("always", "ifnotpresent", "never")
@@ -37,24 +37,7 @@ def call(argv: Sequence[str], quiet: bool) -> Answer:
     if quiet:
         return ask(argv, INSPECT_TIMEOUT_S)
     tail: deque[str] = deque(maxlen=SAID_LINES)
-    pull: subprocess.Popen[str] | None = None
-    try:
-        with starting():
-            try:
-                pull = subprocess.Popen(
-                    resolved(argv),
-                    stderr=subprocess.PIPE,
-                    text=True,
-                    errors="replace",
-                    process_group=0,
-                )
-            except OSError as err:
-                raise cannot_run(argv[0], err) from None
-    except BaseException:
-        if pull is not None:
-            kill_group(pull)
-            pull.wait()
-        raise
+    pull = spawn(argv, stderr=subprocess.PIPE, text=True, errors="replace", process_group=0)
     with pull:
         assert pull.stderr is not None
         try:

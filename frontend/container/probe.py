@@ -9,7 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +54,7 @@ _held: list[int] | None = None
 
 def hold(signum: int) -> bool:
     """Called by a stop-signal handler: ``True`` when a child is being started, the
-    signal then kept for :func:`starting` to deliver once the child exists (raised
+    signal then kept for :func:`spawn` to raise again once the child exists (raised
     inside ``Popen``, the caller could not kill a child it was never handed)."""
     if _held is None:
         return False
@@ -62,18 +62,50 @@ def hold(signum: int) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def starting() -> Iterator[None]:
-    """Start a child inside: a stop signal arriving meanwhile is held (:func:`hold`)
-    and raised again on leaving, when the caller holds the child to clean it up."""
+def _release_held() -> None:
+    """Stop holding stop signals, and raise again the ones that came meanwhile."""
+    global _held
+    pending, _held = _held or [], None
+    for signum in pending:
+        signal.raise_signal(signum)
+
+
+def spawn(argv: Sequence[str], **options: Any) -> subprocess.Popen[Any]:
+    """Start ``argv`` (its command as :func:`resolved` finds it) with ``subprocess.Popen``
+    ``options``, which must make it lead a process group (``start_new_session`` or
+    ``process_group=0``). A stop signal arriving while it starts is held (:func:`hold`)
+    and raised again once the child exists, after its group is killed: raised inside
+    ``Popen``, it would leave a child nobody holds.
+
+    Raises:
+        ContainerError: the CLI cannot be started (:func:`cannot_run`), unless a stop
+            signal came meanwhile (its exception then goes on instead).
+    """
     global _held
     _held = []
     try:
-        yield
-    finally:
-        pending, _held = _held, None
-        for signum in pending:
-            signal.raise_signal(signum)
+        process = subprocess.Popen(resolved(argv), **options)
+    except OSError as error:
+        _release_held()
+        raise cannot_run(argv[0], error) from None
+    except BaseException:
+        _held = None
+        raise
+    try:
+        _release_held()
+    except BaseException:
+        end_group(process)
+        raise
+    return process
+
+
+def end_group(process: subprocess.Popen[Any]) -> None:
+    """Kill ``process``'s group, close its pipes and reap it."""
+    kill_group(process)
+    for pipe in (process.stdin, process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()
+    process.wait()
 
 
 def kill_group(process: subprocess.Popen[Any], sig: int = signal.SIGKILL) -> None:
@@ -90,28 +122,17 @@ def ask(argv: Sequence[str], timeout: float) -> Answer:
     Raises:
         ContainerError: the CLI cannot be started (:func:`cannot_run`).
     """
-    process: subprocess.Popen[bytes] | None = None
+    process = spawn(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
-        with starting():
-            try:
-                process = subprocess.Popen(
-                    resolved(argv),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    start_new_session=True,
-                )
-            except OSError as error:
-                raise cannot_run(argv[0], error) from None
         out, err = process.communicate(timeout=max(timeout, 0.1))
     except BaseException as stop:
-        if process is None:
-            raise
-        kill_group(process)
-        for pipe in (process.stdout, process.stderr):
-            if pipe is not None:
-                pipe.close()
-        process.wait()
+        end_group(process)
         if isinstance(stop, subprocess.TimeoutExpired):
             return Answer(124, timed_out=True)
         raise
