@@ -696,10 +696,6 @@ def output_path(text: str | None) -> Path:
     return Path(given).expanduser()
 
 
-def _inside(path: Path, folder: Path) -> bool:
-    return path == folder or folder in path.parents
-
-
 def check_bases(root: Path, folders: list[str]) -> None:
     """Every file and folder each ``kustomization.yaml`` under ``root/folder`` lists
     (``resources``, the ConfigMap generators' ``files``, ``patches`` by ``path``) is
@@ -737,7 +733,7 @@ def check_bases(root: Path, folders: list[str]) -> None:
             if "://" in entry:
                 continue
             path = (folder / entry).resolve()
-            if not _inside(path, root.resolve()) or not path.exists():
+            if not path.is_relative_to(root.resolve()) or not path.exists():
                 raise TargetError(
                     f"the bases are incomplete: {shown} lists {entry}, which is missing; pass "
                     "--manifests DIR with complete bases (a vllm-srun checkout's "
@@ -823,7 +819,7 @@ def write_overlay(
         target = Path(os.path.realpath(output))
         if manifests is not None:
             bases = Path(os.path.realpath(manifests))
-            if _inside(target, bases) or _inside(bases, target):
+            if target.is_relative_to(bases) or bases.is_relative_to(target):
                 raise TargetError(
                     f"--output {written_as} and --manifests {manifests} overlap; write the "
                     "overlay outside the bases it copies",
