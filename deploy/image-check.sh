@@ -44,7 +44,7 @@ CA_DIR=${IMAGE_CHECK_CA_DIR-/usr/local/share/ca-certificates}
 VLLM_SR=${VLLM_SR:-$ROOT/.venv/bin/vllm-sr}
 MODEL=sentence-transformers/all-MiniLM-L6-v2
 NAME=vllm-sr-image-check-$RUN       # step 3's container
-ENGINE=vllm-sr-engine-$PORT         # the container vllm-sr names (frontend/container)
+ENGINE=vllm-sr-engine-$PORT         # the container vllm-sr names (frontend/deploy/container)
 LABEL=vllm-sr-image-check=$RUN      # on every image this run's build makes
 KEEP=0
 REPLACE=0

@@ -7,8 +7,8 @@ replica and serves the native API on the ``http-8899`` listener, the management
 API on 127.0.0.1:8080 and the metrics on 127.0.0.1:9190.
 
 ``vllm-sr serve MODEL... | --models FILE`` without ``-e`` runs ``vllm-srun serve``
-in the foreground in a Docker or Podman container (:mod:`vllm_sr.container`);
-``--target kubernetes`` writes a kustomize overlay instead (:mod:`vllm_sr.kubernetes`).
+in the foreground in a Docker or Podman container (:mod:`vllm_sr.deploy.container`);
+``--target kubernetes`` writes a kustomize overlay instead (:mod:`vllm_sr.deploy.kubernetes`).
 Router mode (``serve`` without ``-e`` and without MODEL or ``--models``) does not
 exist in this project yet and is refused.
 """
@@ -244,8 +244,8 @@ def _add_serve(commands: Any) -> None:
 
 
 def _add_container_flags(serve: argparse.ArgumentParser) -> None:
-    from .container.images import PULL_POLICIES
-    from .container.runtime import RUNTIMES
+    from .deploy.container.images import PULL_POLICIES
+    from .deploy.container.runtime import RUNTIMES
 
     box = serve.add_argument_group("engine container (MODEL... without -e)")
     box.add_argument("--models", metavar="FILE", help="a models file instead of MODEL arguments")
@@ -422,7 +422,7 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         args.container_runtime = args.container_runtime or args.legacy_runtime
     if args.target == "kubernetes":
         return serve_kubernetes(args, parser)
-    from .kubernetes import KUBERNETES_ONLY, TargetError, check_image
+    from .deploy.kubernetes.overlay import KUBERNETES_ONLY, TargetError, check_image
 
     for name, flag in KUBERNETES_ONLY.items():
         if getattr(args, name) is not None:
@@ -597,9 +597,9 @@ def with_router_listener(document: dict[str, Any], port: int) -> dict[str, Any]:
 def serve_container(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """``vllm-sr serve MODEL... | --models FILE`` without ``-e``: the foreground engine
     container; 0 after a requested stop, 2 for bad flags, 1 when it cannot run."""
-    from .container import ContainerError
-    from .container.serve import serve_container as run_container
-    from .kubernetes import TargetError, check_model_name
+    from .deploy.container import ContainerError
+    from .deploy.container.serve import serve_container as run_container
+    from .deploy.kubernetes.overlay import TargetError, check_model_name
     from .names import looks_local
 
     # Before an engine is asked or an image pulled: a name the runtime would refuse, or a
@@ -631,7 +631,7 @@ def serve_kubernetes(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     refusal's code when it cannot (nothing is written then)."""
     import shlex
 
-    from .kubernetes import (
+    from .deploy.kubernetes.overlay import (
         DEFAULT_NAMESPACE,
         DEFAULT_OUTPUT,
         TargetError,

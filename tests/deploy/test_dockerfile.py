@@ -96,7 +96,10 @@ def test_dockerignore_keeps_the_context_small():
     # The Kubernetes bases are package data of vllm-sr: the build needs them.
     assert "!deploy/kubernetes" in ignored
     assert "COPY deploy/kubernetes deploy/kubernetes" in DOCKERFILE.read_text()
-    assert '"vllm_sr.manifests" = "deploy/kubernetes"' in (ROOT / "pyproject.toml").read_text()
+    assert (
+        '"vllm_sr.deploy.kubernetes.manifests" = "deploy/kubernetes"'
+        in (ROOT / "pyproject.toml").read_text()
+    )
 
 
 def test_the_image_check_script_passes_build_args_the_dockerfile_declares():

@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from vllm_sr.cli import ROUTER_MODE_NEEDS_BACKENDS, ROUTER_MODE_NEEDS_CONFIG, main
-from vllm_sr.container import ContainerError
-from vllm_sr.container.command import gpu_flags, user_flags
-from vllm_sr.container.foreground import exit_status
-from vllm_sr.container.mounts import engine_cache_dir
-from vllm_sr.container.runtime import ContainerRuntime, detect_runtime
+from vllm_sr.deploy.container import ContainerError
+from vllm_sr.deploy.container.command import gpu_flags, user_flags
+from vllm_sr.deploy.container.foreground import exit_status
+from vllm_sr.deploy.container.mounts import engine_cache_dir
+from vllm_sr.deploy.container.runtime import ContainerRuntime, detect_runtime
 
 from .conftest import FakeRuntime
 

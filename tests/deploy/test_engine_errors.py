@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from vllm_sr.cli import main
-from vllm_sr.container import ContainerError
-from vllm_sr.container.diagnose import Answer, reach_engine
-from vllm_sr.container.images import ensure_image
-from vllm_sr.container.runtime import ContainerRuntime
+from vllm_sr.deploy.container import ContainerError
+from vllm_sr.deploy.container.diagnose import Answer, reach_engine
+from vllm_sr.deploy.container.images import ensure_image
+from vllm_sr.deploy.container.runtime import ContainerRuntime
 
 from .conftest import FakeRuntime
 

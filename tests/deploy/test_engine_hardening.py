@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-import vllm_sr.container.serve as serve_module
+import vllm_sr.deploy.container.serve as serve_module
 from vllm_sr.cli import main
-from vllm_sr.container.diagnose import said
-from vllm_sr.container.foreground import Interrupted, interruptible
-from vllm_sr.container.images import call
-from vllm_sr.container.probe import ask
-from vllm_sr.container.runtime import ContainerRuntime
+from vllm_sr.deploy.container.diagnose import said
+from vllm_sr.deploy.container.foreground import Interrupted, interruptible
+from vllm_sr.deploy.container.images import call
+from vllm_sr.deploy.container.probe import ask
+from vllm_sr.deploy.container.runtime import ContainerRuntime
 
 from .conftest import ROOT, FakeRuntime
 from .test_engine_signals import WAIT_S, read_until

@@ -33,10 +33,10 @@ from typing import Any
 
 import yaml
 
-from .config.flags import ENGINE_FLAGS, PLATFORMS, FlagError, check_device
-from .config.schema import ConfigError, parse_config
-from .names import closest, is_image_reference, is_repository_id, looks_local
-from .workers.plan import LOG_LEVELS
+from ...config.flags import ENGINE_FLAGS, PLATFORMS, FlagError, check_device
+from ...config.schema import ConfigError, parse_config
+from ...names import closest, is_image_reference, is_repository_id, looks_local
+from ...workers.plan import LOG_LEVELS
 
 FRONTEND_DEPLOYMENT = "vllm-sr"
 """The frontend (router) Deployment and Service of ``deploy/kubernetes/frontend``."""
@@ -190,7 +190,7 @@ def shipped_manifests() -> Path:
     packaged = Path(__file__).resolve().with_name("manifests")
     if packaged.is_dir():
         return packaged
-    return Path(__file__).resolve().parents[1] / "deploy" / "kubernetes"
+    return Path(__file__).resolve().parents[3] / "deploy" / "kubernetes"
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from ..config.flags import FlagError, check_device, check_model
+from ...config.flags import FlagError, check_device, check_model
 from .errors import ContainerError
 
 MODELS_VOLUME = "/app/models"

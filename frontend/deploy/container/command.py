@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..config.flags import PLATFORMS
+from ...config.flags import PLATFORMS
 from .mounts import MODELS_FILE, MODELS_VOLUME, RUNTIME_CACHE, Mount
 from .runtime import ContainerRuntime
 
