@@ -422,7 +422,7 @@ def serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         args.container_runtime = args.container_runtime or args.legacy_runtime
     if args.target == "kubernetes":
         return serve_kubernetes(args, parser)
-    from .deploy.kubernetes.overlay import KUBERNETES_ONLY, TargetError, check_image
+    from .deploy.kubernetes import KUBERNETES_ONLY, TargetError, check_image
 
     for name, flag in KUBERNETES_ONLY.items():
         if getattr(args, name) is not None:
@@ -599,7 +599,7 @@ def serve_container(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     container; 0 after a requested stop, 2 for bad flags, 1 when it cannot run."""
     from .deploy.container import ContainerError
     from .deploy.container.serve import serve_container as run_container
-    from .deploy.kubernetes.overlay import TargetError, check_model_name
+    from .deploy.kubernetes import TargetError, check_model_name
     from .names import looks_local
 
     # Before an engine is asked or an image pulled: a name the runtime would refuse, or a
@@ -631,7 +631,7 @@ def serve_kubernetes(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     refusal's code when it cannot (nothing is written then)."""
     import shlex
 
-    from .deploy.kubernetes.overlay import (
+    from .deploy.kubernetes import (
         DEFAULT_NAMESPACE,
         DEFAULT_OUTPUT,
         TargetError,

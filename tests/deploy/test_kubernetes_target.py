@@ -17,7 +17,7 @@ import yaml
 
 from vllm_sr.cli import main
 from vllm_sr.config.schema import load_config, parse_config
-from vllm_sr.deploy.kubernetes.overlay import BUILTIN_MODELS
+from vllm_sr.deploy.kubernetes import BUILTIN_MODELS
 from vllm_srun.cli import build_parser as runtime_parser
 from vllm_srun.serve.command import serve_config
 
@@ -590,7 +590,7 @@ def test_force_replaces_only_our_files_and_refuses_a_folder_we_did_not_write(tmp
 def test_a_failed_write_leaves_the_overlay_as_it_was(tmp_path, capsys, monkeypatch):
     assert write(tmp_path, capsys, "--namespace", "first", MINILM)[0] == 0
     before = {p: p.read_bytes() for p in (tmp_path / "overlay").rglob("*") if p.is_file()}
-    import vllm_sr.deploy.kubernetes.overlay as kubernetes
+    import vllm_sr.deploy.kubernetes.write as kubernetes
 
     real = os.rename
     calls = []
@@ -658,7 +658,7 @@ def test_output_paths_the_file_system_refuses(tmp_path, capsys):
 
 
 def test_an_unwritable_output_is_told(tmp_path, capsys, monkeypatch):
-    import vllm_sr.deploy.kubernetes.overlay as kubernetes
+    import vllm_sr.deploy.kubernetes.write as kubernetes
 
     def refused(**_: object) -> str:
         raise PermissionError(13, "Permission denied")

@@ -19,7 +19,7 @@ import pytest
 
 from vllm_sr.cli import ROUTER_MODE_NEEDS_CONFIG, build_parser, main, ready_timeout
 from vllm_sr.deploy.container.serve import engine_argv
-from vllm_sr.deploy.kubernetes.overlay import overlay_from_args
+from vllm_sr.deploy.kubernetes import overlay_from_args
 
 from .conftest import FAKE_COMMAND, free_ports
 from .fake_worker import JEV_DESCRIPTION, JEV_RELEASE_DATE
