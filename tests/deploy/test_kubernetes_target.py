@@ -1,14 +1,12 @@
 """``vllm-sr serve --target kubernetes``: the self-contained overlay it writes from any
 directory renders and validates strict, runs MODEL... where it says (the router pod, or
-the shared runtime with the frontend attached), and its refusals."""
+the shared runtime with the frontend attached), and its refusals (the built wheel:
+test_frontend_distribution.py)."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,7 @@ from vllm_sr.deploy.kubernetes import BUILTIN_MODELS
 from vllm_srun.cli import build_parser as runtime_parser
 from vllm_srun.serve.command import serve_config
 
-from .conftest import MANIFESTS, ROOT, by_kind, render, validate
+from .conftest import MANIFESTS, by_kind, render, validate
 
 COMMIT = "0123456789abcdef" * 2 + "01234567"
 EDGE = f"vllm-sr/d3-edge@{COMMIT}"
@@ -671,55 +669,6 @@ def test_an_unwritable_output_is_told(tmp_path, capsys, monkeypatch):
         "a directory you may write to [unwritable_output]\n"
     )
     assert not (tmp_path / "overlay").exists()
-
-
-@pytest.mark.slow
-def test_the_wheel_ships_the_manifests_and_its_command_writes_the_overlay(tmp_path):
-    """Built as a wheel, vllm-sr carries every YAML of deploy/kubernetes; unpacked (no
-    checkout beside it) and run from an empty directory, it writes an overlay that renders
-    and validates strict."""
-    source = tmp_path / "source"
-    for folder in ("core", "plugins", "families", "engines", "accelerators", "extensions",
-                   "frontend", "deploy/kubernetes"):  # fmt: skip
-        shutil.copytree(
-            ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__")
-        )
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         str(source), "-w", str(tmp_path / "wheel")],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert built.returncode == 0, built.stderr
-    (wheel,) = (tmp_path / "wheel").glob("*.whl")
-    expected = {
-        f"vllm_sr/deploy/kubernetes/manifests/{p.relative_to(MANIFESTS).as_posix()}"
-        for p in MANIFESTS.rglob("*.yaml")
-    }
-    with zipfile.ZipFile(wheel) as archive:
-        names = set(archive.namelist())
-        assert expected <= names
-        assert "vllm_sr/deploy/kubernetes/manifests/frontend/pvc.yaml" in names
-        archive.extractall(tmp_path / "installed")
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    script = (
-        "import vllm_sr, sys; print(vllm_sr.__file__, file=sys.stderr); "
-        "from vllm_sr.cli import main; raise SystemExit(main(sys.argv[1:]))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script, "serve", "--target", "kubernetes", "--platform", "cuda",
-         MINILM],
-        cwd=empty, capture_output=True, text=True, timeout=120, check=False,
-        env={**os.environ, "PYTHONPATH": str(tmp_path / "installed")},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert done.stderr.strip() == str(tmp_path / "installed" / "vllm_sr" / "__init__.py")
-    documents = render(empty / "vllm-sr-kubernetes")
-    assert validate(documents) == []
-    (container,) = pod(documents, "vllm-sr")["containers"]
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 uses). A rule matches when the detected code is its ``name`` with a confidence at or
 above its ``threshold`` (0, the default, reads as 0.3, upstream's).
 
-lingua is an optional dependency (``pip install 'vllm-srun[language]'``): a configuration
+lingua is an optional dependency (``pip install 'vllm-sr[language]'``): a configuration
 with language rules is refused without it. Its detector is built once per process, in low
 accuracy mode (fast, small), and warmed before the routes open (:func:`warm`): the first
 detection loads the language models, about two seconds.
