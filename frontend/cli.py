@@ -11,6 +11,12 @@ in the foreground in a Docker or Podman container (:mod:`vllm_sr.deploy.containe
 ``--target kubernetes`` writes a kustomize overlay instead (:mod:`vllm_sr.deploy.kubernetes`).
 Router mode (``serve`` without ``-e`` and without MODEL or ``--models``) does not
 exist in this project yet and is refused.
+
+Why one module of 800-odd lines: it is the ``vllm-sr`` command line, each flag declared
+with its help and each command's entry turning the flags into calls of the modules that do
+the work; ``serve`` is one command with three targets (Engine mode, the container, the
+Kubernetes overlay), so its flags and the checks that keep each target's flags from the
+others sit together, where apart they would drift.
 """
 
 from __future__ import annotations

@@ -14,6 +14,11 @@ SIGTERM or SIGINT starts the shutdown: the listeners answer new requests 503 and
 10 s later), the servers close and the process exits 0. SIGHUP never stops it: it reloads
 the configuration file as ``vllm-sr config apply`` would
 (:meth:`~.reload.Reloads.reread`), or, without one, is logged and ignored.
+
+Why one module of 500-odd lines: :class:`Frontend` is one process's life, start,
+activation (at start and on each reload) and shutdown over the same servers, generations
+and listeners, each step leaving what a later one closes; the parts it composes (the plan,
+the supervisors, the pools, the reloads, the routes) already live in modules of their own.
 """
 
 from __future__ import annotations

@@ -8,6 +8,11 @@ engine arguments, ``--runtime-profile`` and ``--systemone-schema`` its ``profile
 ``systemone_schema``, and a fresh Engine-mode setup gets a listener that publishes it.
 :func:`apply_serve_options` returns the new document; :func:`~.schema.parse_config`
 then checks it like any other.
+
+Why one module of 400-odd lines: it is one translation, the serve flags (and
+``VLLM_SR_PORT_OFFSET``) into the document, each flag's check beside the write it guards
+and every refusal a :class:`FlagError` in upstream's words before the schema sees the
+result; apart, a check and its write could disagree about a flag.
 """
 
 from __future__ import annotations

@@ -5,6 +5,12 @@ The supported core of the upstream v0.3 document (ROUTER-SPEC §1.3, §1.6-§1.9
 key outside it is refused with its key path and a sentence saying this router does not
 support it (:func:`unsupported`), never ignored. The rules and messages follow upstream
 (``pkg/config``) where it has them, so an operator who knows those reads the same here.
+
+Why one module of 800-odd lines: it is Router mode's part of one document, a class per
+mapping in the order ROUTER-SPEC §1.3 and §1.6-§1.9 give them and read against that text,
+followed by the refusals of the keys it leaves out and the checks across its sections (a
+decision's ``modelRefs`` name ``providers.models``); split, one spec would be read across
+modules.
 """
 
 from __future__ import annotations

@@ -6,6 +6,12 @@ it was found at (``global.model_catalog.deployments.primary.replicas[1].device:
 messages are upstream's (``pkg/config``): an operator who knows those messages
 reads the same ones here. :func:`load_config` reads a file, :func:`parse_config`
 a document already read; both raise :class:`ConfigError` listing every problem.
+
+Why one module of a thousand lines: it is the schema of one document, a class per mapping
+read top to bottom against ``config.yaml`` and upstream's messages, and the reading at its
+end walks those classes to name each problem's key path and what its mapping takes; Router
+mode's sections already live in :mod:`.routing`, and splitting the rest would scatter one
+document.
 """
 
 from __future__ import annotations

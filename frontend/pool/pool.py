@@ -23,6 +23,12 @@ Becoming suspect asks the health poller for a short probe; a suspect replica who
 probe fails is ``unreachable`` even when every replica is suspect. A suspect replica
 whose probe answers, with no other replica to take its work, keeps its exchanges (busy
 on a long request, not stopped).
+
+Why one module of 700-odd lines: :class:`ReplicaPool` is one piece of state (each
+replica's exchanges, outstanding bytes, back-off and suspicion) that the choice, the
+dispatch, the compatibility check and the states it reports all read; apart, each would
+keep its own idea of which replica may take work. The transport, the result cache and the
+liveness rule already live in modules of their own.
 """
 
 from __future__ import annotations

@@ -12,6 +12,11 @@ not an object with ``messages``), the listener's ``models`` allow-list (403
 Every answer carries ``x-vsr-schema-version: 2`` and ``x-vsr-response-path``; a routed
 2xx answer from a backend carries the ``x-vsr-selected-*`` headers, and with
 ``x-vsr-debug: true`` the ``x-vsr-matched-*`` ones.
+
+Why one module of 400-odd lines: it is the Chat routes' answer, read in the order the
+checks above run, every way out (an error, a fast response, a cached or a backend's
+answer) carrying the same headers and metrics; the routing, the selection, the forwarding
+and the cache it calls already live in modules of their own.
 """
 
 from __future__ import annotations

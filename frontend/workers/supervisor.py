@@ -19,6 +19,12 @@ every model failed to load 3 times in a row; a model failed in a process that is
 not recycled; an ``incompatible`` worker; a socket another frontend's worker answers
 on. Clocks and sleeps are injectable
 (:class:`Clock`), so the back-off is tested without waiting for it.
+
+Why one module of 400-odd lines: :class:`Supervisor` is one process's life (clear the
+socket, start, re-log, watch, back off, recycle, stop) as one loop over one state, and
+:attr:`Supervisor.fatal` is set from each step of it; the plan it starts, the health poll
+and the worker it reports through already live in :mod:`.plan`, :mod:`.health` and
+:mod:`.worker`.
 """
 
 from __future__ import annotations

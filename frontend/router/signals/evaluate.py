@@ -8,6 +8,12 @@ PII), and one ``/v1/decisions`` per decision deployment holding every question a
 it (decision rules, and the built-in questions of unbound domains and jailbreak rules).
 What has not answered at the deadline is abandoned and resolves as the unknown table
 says; each such answer counts in ``vsr_model_runtime_unknown_answers_total``.
+
+Why one module of 700-odd lines: :class:`Evaluation` is one request's signals under one
+deadline, every kind writing the same results and resolving a failure by the same unknown
+table, and its calls cross kinds (one ``/v1/decisions`` holds domain, jailbreak and
+decision questions); the local matchers and the calls themselves already live in modules
+of their own.
 """
 
 from __future__ import annotations
