@@ -60,7 +60,7 @@ from .config.schema import (
     parse_config,
     read_document,
 )
-from .workers.plan import LOG_LEVELS, PlanError
+from .workers.environment import LOG_LEVELS, PlanError
 
 ROUTER_MODE_NEEDS_CONFIG = (
     "vllm-sr serve without -e starts Router mode (signals, decisions and Chat routing) "
@@ -476,7 +476,7 @@ def _serve_frontend(args: argparse.Namespace, parser: argparse.ArgumentParser, r
     from .pool.cache import entries_from_environment
     from .reload import ConfigSource
     from .workers.devices import Devices
-    from .workers.plan import RuntimeEnvironment, worker_command
+    from .workers.environment import RuntimeEnvironment, worker_command
 
     environ = dict(os.environ)
     try:

@@ -55,7 +55,8 @@ from .router.preview import Preview
 from .router.route import Router
 from .startup import DeploymentView, StartupFailed, StartupStatus, wait_for_deployments
 from .workers.devices import Devices
-from .workers.plan import PlanError, RuntimeEnvironment, needs_auto
+from .workers.environment import PlanError, RuntimeEnvironment
+from .workers.plan import needs_auto
 from .workers.supervisor import Clock, RealClock
 
 log = logging.getLogger("vllm_sr")

@@ -28,8 +28,9 @@ from .metrics import Metrics
 from .pool import ReplicaPool
 from .router.route import Router
 from .startup import DeploymentView
+from .workers.environment import RuntimeEnvironment
 from .workers.health import HealthPoller
-from .workers.plan import ReplicaPlan, RuntimeEnvironment, plan_workers
+from .workers.plan import ReplicaPlan, plan_workers
 from .workers.supervisor import Clock, Supervisor
 from .workers.worker import Worker
 

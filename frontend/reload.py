@@ -40,7 +40,7 @@ from .config.in_use import unserved_grants
 from .config.schema import Config, ConfigError, parse_config
 from .router.compose import RouterUnready, router_mode
 from .startup import StartupFailed, wait_for_deployments
-from .workers.plan import PlanError
+from .workers.environment import PlanError
 
 if TYPE_CHECKING:
     from .generation import Generation

@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from vllm_sr.config.schema import parse_config
-from vllm_sr.workers.plan import ReplicaPlan, RuntimeEnvironment, plan_workers
+from vllm_sr.workers.environment import RuntimeEnvironment
+from vllm_sr.workers.plan import ReplicaPlan, plan_workers
 from vllm_sr.workers.worker import Worker
 
 FAKE_WORKER = Path(__file__).with_name("fake_worker.py")

@@ -201,7 +201,7 @@ class ThreadedFrontend:
     def __init__(self, document: dict[str, Any]) -> None:
         from vllm_sr.config.schema import parse_config
         from vllm_sr.frontend import Frontend
-        from vllm_sr.workers.plan import RuntimeEnvironment
+        from vllm_sr.workers.environment import RuntimeEnvironment
 
         self.dir = Path(tempfile.mkdtemp(prefix="vsrr-", dir="/tmp"))
         self.mgmt_port, self.metrics_port = free_ports(2)

@@ -16,7 +16,7 @@ import pytest
 
 from vllm_sr.config.schema import parse_config
 from vllm_sr.frontend import Frontend
-from vllm_sr.workers.plan import RuntimeEnvironment
+from vllm_sr.workers.environment import RuntimeEnvironment
 
 from .conftest import FAKE_COMMAND, free_ports, run
 

@@ -16,17 +16,14 @@ import pytest
 
 from vllm_sr.config.schema import Replica, parse_config
 from vllm_sr.workers.devices import Devices
-from vllm_sr.workers.plan import (
+from vllm_sr.workers.environment import (
     PlanError,
     RuntimeEnvironment,
     cpu_threads,
-    needs_auto,
-    plan_workers,
     private_directory,
-    replica_id,
-    sanitized,
     sweep_stale_directories,
 )
+from vllm_sr.workers.plan import needs_auto, plan_workers, replica_id, sanitized
 
 from .conftest import FAKE_COMMAND, environment
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 
 from ...config.flags import ENGINE_FLAGS, PLATFORMS, FlagError, check_device
-from ...workers.plan import LOG_LEVELS
+from ...workers.environment import LOG_LEVELS
 from .command import IMAGES, EngineContainer
 from .diagnose import reach_engine
 from .errors import ContainerError

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from ...workers.plan import LOG_LEVELS
+from ...workers.environment import LOG_LEVELS
 from .checks import Model
 
 FRONTEND_DEPLOYMENT = "vllm-sr"
