@@ -27,7 +27,10 @@ import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from vllm_srun.plugins.cards import Scalar
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 """``--dtype`` values: ``auto`` is the precision the model was released in."""
@@ -153,7 +156,7 @@ class EngineArgs:
         "it; its files are checked against the hashes the package records",
     )
 
-    def card(self) -> dict[str, Any]:
+    def card(self) -> dict[str, Scalar]:
         """The values in effect of the arguments the card shows (``engine_args``)."""
         return {f.name: getattr(self, f.name) for f in engine_fields() if rule(f).on_card}
 

@@ -9,7 +9,8 @@
   package), the engine models (:class:`EncoderModel`, :class:`DecoderModel`
   and their batches), :class:`LoadedModel` and :class:`Plan` (a family's
   loaded model and its planned requests), :class:`WorkItem` (one row),
-  :class:`RowError` and :class:`RequestError`, :class:`ModelCard`;
+  :class:`RowError` and :class:`RequestError`, :class:`FamilyCard` (what a family
+  writes on its model card) and :class:`ModelCard` (the card served);
 - discovery and composition: :func:`discover`, :func:`build_catalog`,
   :func:`load_catalog`;
 - the conformance kit: :mod:`vllm_srun.plugins.testing`.
@@ -30,6 +31,15 @@ from vllm_srun.plugins.accelerator import (
     torch_memory_info,
 )
 from vllm_srun.plugins.cache import intact_build, runtime_cache_dir, write_json_atomically
+from vllm_srun.plugins.cards import (
+    EmbeddingCard,
+    FamilyCard,
+    HeadCard,
+    ModelCard,
+    RerankCard,
+    RerankExit,
+    Window,
+)
 from vllm_srun.plugins.discovery import ENV_DISABLE, ENV_ONLY, GROUP, DiscoveredPlugin, discover
 from vllm_srun.plugins.engine import Engine
 from vllm_srun.plugins.extension import SurfaceExtension, SurfaceModel
@@ -53,16 +63,7 @@ from vllm_srun.plugins.hookspecs import (
 )
 from vllm_srun.plugins.kernel import Kernel, select_kernel
 from vllm_srun.plugins.layers import LAYERS, Layer
-from vllm_srun.plugins.loaded import (
-    EmbeddingCard,
-    ExitCard,
-    HeadCard,
-    LoadedModel,
-    ModelCard,
-    Plan,
-    RerankCard,
-    WindowCard,
-)
+from vllm_srun.plugins.loaded import Answer, Answered, LoadedModel, Plan
 from vllm_srun.plugins.manager import (
     Catalog,
     Clash,
@@ -89,6 +90,28 @@ from vllm_srun.plugins.requests import (
     SurfaceRequest,
     TextPair,
     read_request,
+)
+from vllm_srun.plugins.responses import (
+    ClassifyAnswer,
+    ClassifyResult,
+    ClassifyWindow,
+    Embedding,
+    EmbeddingError,
+    EmbeddingsAnswer,
+    InputUsage,
+    ItemError,
+    RerankAnswer,
+    RerankResult,
+    ResponseMeta,
+    Span,
+    SurfaceAnswer,
+    TokenProbabilities,
+    embedding_error,
+    embedding_item,
+    embeddings_usage,
+    input_usage,
+    item_error,
+    usage,
 )
 from vllm_srun.plugins.spec import (
     ITEM_ERRORS,
@@ -135,24 +158,34 @@ __all__ = [
     "REQUEST_ERRORS",
     "STANDARD_PROFILES",
     "Accelerator",
+    "Answer",
+    "Answered",
     "Catalog",
     "Clash",
+    "ClassifyAnswer",
     "ClassifyRequest",
+    "ClassifyResult",
+    "ClassifyWindow",
     "DecoderBatch",
     "DecoderModel",
     "DeviceInfo",
     "DiscoveredPlugin",
+    "Embedding",
     "EmbeddingCard",
+    "EmbeddingError",
+    "EmbeddingsAnswer",
     "EmbeddingsRequest",
     "EncoderBatch",
     "EncoderModel",
     "Engine",
     "EngineModel",
     "ExecutionProvider",
-    "ExitCard",
     "Family",
+    "FamilyCard",
     "GoldenReference",
     "HeadCard",
+    "InputUsage",
+    "ItemError",
     "ItemErrorCode",
     "Kernel",
     "Layer",
@@ -177,22 +210,34 @@ __all__ = [
     "RegisterSurfaceExtension",
     "RequestError",
     "RequestErrorCode",
+    "RerankAnswer",
     "RerankCard",
+    "RerankExit",
     "RerankRequest",
+    "RerankResult",
+    "ResponseMeta",
     "RowError",
     "RowOutput",
+    "Span",
+    "SurfaceAnswer",
     "SurfaceExtension",
     "SurfaceModel",
     "SurfaceRequest",
     "TextPair",
-    "WindowCard",
+    "TokenProbabilities",
+    "Window",
     "WorkItem",
     "build_catalog",
     "decoder_positions",
     "discover",
+    "embedding_error",
+    "embedding_item",
+    "embeddings_usage",
     "hookimpl",
     "hookspec",
+    "input_usage",
     "intact_build",
+    "item_error",
     "load_catalog",
     "read_config",
     "read_json",
@@ -204,6 +249,7 @@ __all__ = [
     "slug",
     "torch_devices",
     "torch_memory_info",
+    "usage",
     "weight_files",
     "write_json_atomically",
     "write_reference_answers",

@@ -24,7 +24,8 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Any, ClassVar, Generic
 
-from vllm_srun.plugins.loaded import LoadedModel, ModelCard, PlanT
+from vllm_srun.plugins.cards import FamilyCard
+from vllm_srun.plugins.loaded import Answer, LoadedModel, PlanT
 from vllm_srun.plugins.requests import SurfaceRequest
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ class SurfaceExtension(abc.ABC):
     method: ClassVar[str] = ""
 
     @abc.abstractmethod
-    def qualifies(self, card: ModelCard) -> str | None:
+    def qualifies(self, card: FamilyCard) -> str | None:
         """``None`` when the extension can serve the model with this card, else why not.
 
         Args:
@@ -65,7 +66,7 @@ class SurfaceExtension(abc.ABC):
         """
 
     @abc.abstractmethod
-    def attach(self, host: LoadedModel[Any], card: ModelCard) -> SurfaceModel[Any]:
+    def attach(self, host: LoadedModel[Any], card: FamilyCard) -> SurfaceModel[Any]:
         """A loaded model answering :attr:`surfaces` through ``host``.
 
         The returned object follows the loaded-model protocol
@@ -96,7 +97,7 @@ class SurfaceModel(abc.ABC, Generic[PlanT]):
         """
 
     @abc.abstractmethod
-    def finish(self, plan: PlanT, outputs: list[RowOutput]) -> dict[str, Any]:
+    def finish(self, plan: PlanT, outputs: list[RowOutput]) -> Answer:
         """The response body from the host's outputs for the plan's rows."""
 
     def warm(self) -> None:
@@ -105,10 +106,11 @@ class SurfaceModel(abc.ABC, Generic[PlanT]):
         ``warming``, before it is ready; nothing by default. An exception is logged and
         the model serves (the extension then pays on its first request)."""
 
-    def card(self) -> dict[str, Any]:
+    def card(self) -> dict[str, object]:
         """What the card's ``extensions`` entry says about these answers beside
-        ``name``, ``surfaces``, ``numerics`` and ``method`` (a ``question_types``
-        key moves up to the model's card)."""
+        ``name``, ``surfaces``, ``numerics`` and ``method``: a JSON object of the
+        extension's own (free-form; a ``question_types`` key, a list of strings, moves
+        up to the model's card)."""
         return {}
 
 

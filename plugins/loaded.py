@@ -1,11 +1,11 @@
-"""The loaded-model contract: what a family's ``load`` returns, and the card it describes.
+"""The loaded-model contract: what a family's ``load`` returns.
 
 A family turns a package into a :class:`LoadedModel`: three verbs the
 runtime calls in order for every request (``plan`` on the model's planning
 thread, ``run`` on its scheduler's worker with rows of many requests,
 ``finish`` once a request's rows are done), plus two things the runtime reads
-once at load (``card`` for ``/v1/models``, ``probe_items`` for the
-batch-invariance probe and the forward-cost measurement).
+once at load (``card`` for ``/v1/models``, a :class:`~vllm_srun.plugins.cards.FamilyCard`;
+``probe_items`` for the batch-invariance probe and the forward-cost measurement).
 
 A :class:`Plan` is the family's record of one planned request: the rows to run
 and whatever the family needs to finish it.
@@ -14,9 +14,17 @@ and whatever the family needs to finish it.
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, Generic, NotRequired, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar, cast
 
+from vllm_srun.plugins.cards import FamilyCard
+from vllm_srun.plugins.decisions.answers import AnsweredDecisions, DecisionsAnswer
 from vllm_srun.plugins.requests import SurfaceRequest
+from vllm_srun.plugins.responses import (
+    ClassifyResponse,
+    EmbeddingsResponse,
+    RerankResponse,
+    SurfaceAnswer,
+)
 from vllm_srun.plugins.spec import WorkItem
 
 if TYPE_CHECKING:  # torch is imported by what runs a model, not by the plugin API
@@ -53,130 +61,22 @@ class Plan:
         return None
 
 
-class WindowCard(TypedDict):
-    """How a head reads an input longer than the model's limit under ``overflow:
-    window``: windows of ``tokens`` tokens (special tokens included), neighbours
-    sharing ``overlap`` content tokens."""
-
-    tokens: int
-    overlap: int
-
-
-class HeadCard(TypedDict, total=False):
-    """One output head on the card (wire contract 2.3 ``HeadCard``, plus extensions).
-
-    Keys:
-        name: the head's name (``classify`` requests select it with ``head``).
-        kind: ``sequence``, ``scores``, ``token`` (the contract's kinds), or
-            ``relevance`` and ``pooled`` (this runtime's own).
-        labels: label names, in output order.
-        inputs: what one input may carry: ``text``, ``pair`` (a ``text_pair``).
-        default_threshold: the threshold applied when a request sends none (0..1),
-            else ``None``.
-        thresholds: the packaged per-label operating point, in ``labels`` order,
-            else ``None``.
-        operating_point_sha256: the SHA-256 of the file ``thresholds`` come from.
-        overflow: the head's default overflow policy (``reject``, ``truncate`` or
-            ``window``), what a request that sends none gets.
-        overflow_policies: every policy a request may choose (an extension).
-        window: the windows ``overflow: window`` reads (:class:`WindowCard`), or ``None``.
-        reduction: how windows merge back, in the contract's words: ``max`` (per
-            label, over windows) or ``span_union``; ``None`` when the head merges
-            otherwise (then ``window_reduction`` says how).
-        window_reduction: how windows merge back, in this runtime's words (an extension).
-    """
-
-    name: str
-    kind: str
-    labels: list[str]
-    inputs: list[str]
-    default_threshold: float | None
-    thresholds: list[float] | None
-    operating_point_sha256: str | None
-    overflow: str
-    overflow_policies: list[str]
-    window: WindowCard | None
-    reduction: str | None
-    window_reduction: str
-
-
-class EmbeddingCard(TypedDict):
-    """A pooled head's vectors (wire contract 2.3 ``EmbeddingCard``, plus ``max_tokens``).
-
-    Keys:
-        dimensions: the vector sizes the model declares: its full size, then any
-            Matryoshka sizes its package declares (integers).
-        layers: the layers its vectors can be read at (at least the last layer,
-            numbered from 1).
-        modalities: what it embeds (``text``).
-        normalized: whether vectors have unit L2 norm.
-        pooling: ``mean``, ``cls``, ``max``, ``lasttoken``, ...
-        input_types: the ``input_type`` values it tells apart (``query``,
-            ``document``); empty for a model that is not instructed.
-        max_tokens: its input limit in tokens (an extension).
-    """
-
-    dimensions: list[int]
-    layers: list[int]
-    modalities: list[str]
-    normalized: bool
-    pooling: str
-    input_types: list[str]
-    max_tokens: NotRequired[int]
-
-
-class ExitCard(TypedDict):
-    """One representation a request may read: the hidden states after ``layer``,
-    ``dimension`` floats wide."""
-
-    layer: int
-    dimension: int
-
-
-class RerankCard(TypedDict):
-    """The representations rerank may read (``exits``) and the one it reads when a
-    request names none (``default``)."""
-
-    exits: list[ExitCard]
-    default: ExitCard
-
-
-class ModelCard(TypedDict, total=False):
-    """The family's part of a ``/v1/models`` card (the runtime adds identity,
-    engine, device, probes, status and plugins).
-
-    Keys:
-        surfaces: the surfaces the model serves.
-        question_types: ``choice``, ``noul``, ``score`` for a model answering decisions.
-        modalities: what a decisions state may hold (``text``).
-        heads: its output heads (:class:`HeadCard`).
-        embedding: its pooled vectors (:class:`EmbeddingCard`), or ``None``.
-        rerank: what rerank reads (:class:`RerankCard`), for a model serving rerank.
-        limits: integer limits: ``max_input_tokens`` (its input limit, special
-            tokens included), and for decision models ``max_model_len`` and
-            ``model_max_tokens``; ``None`` where unset.
-        decisions: how a decision model reads its answers (method, numerics,
-            template, temperatures, ...).
-        extensions: the surface extensions attached to the model, each with
-            ``name``, ``surfaces``, ``numerics``, ``method`` and its own card.
-        weights: what the weights are when the family converted them from another
-            format (a GGUF file: ``format``, ``quantisation``, the conversion); absent
-            for a package whose weights load as they are.
-    """
-
-    surfaces: list[str]
-    question_types: list[str]
-    modalities: list[str]
-    heads: list[HeadCard]
-    embedding: EmbeddingCard | None
-    rerank: RerankCard | None
-    limits: dict[str, int | None]
-    decisions: dict[str, Any]
-    extensions: list[dict[str, Any]]
-    weights: dict[str, Any]
-
-
 PlanT = TypeVar("PlanT", bound=Plan)
+
+Answer = SurfaceAnswer | DecisionsAnswer
+"""What ``finish`` returns: an embeddings, classify or rerank answer
+(:mod:`vllm_srun.plugins.responses`) or a decisions answer
+(:mod:`vllm_srun.plugins.decisions.answers`); the runtime adds ``model``."""
+
+Answered = EmbeddingsResponse | ClassifyResponse | RerankResponse | AnsweredDecisions
+"""An :data:`Answer` with the ``model`` that gave it (:func:`answered`)."""
+
+
+def answered(answer: Answer, model: str) -> Answered:
+    """``answer`` with ``model`` (the served model's name) added: each answer type plus
+    ``model`` is its ``Answered`` type (mypy cannot follow ``{**answer, ...}`` over a
+    union, hence the one cast)."""
+    return cast(Answered, {"model": model, **answer})
 
 
 class LoadedModel(abc.ABC, Generic[PlanT]):
@@ -228,17 +128,18 @@ class LoadedModel(abc.ABC, Generic[PlanT]):
         """
 
     @abc.abstractmethod
-    def finish(self, plan: PlanT, outputs: list[RowOutput]) -> dict[str, Any]:
-        """The response body for a plan, given one output (or
-        :class:`~vllm_srun.plugins.spec.RowError`) per item.
+    def finish(self, plan: PlanT, outputs: list[RowOutput]) -> Answer:
+        """The answer for a plan (the response without ``model``, :data:`Answer`), given
+        one output (or :class:`~vllm_srun.plugins.spec.RowError`) per item.
 
         An input any of whose rows failed answers with that row's error in its
         place; its siblings answer normally.
         """
 
-    def card(self) -> ModelCard:
-        """The family's part of the model card (nothing by default)."""
-        return {}
+    def card(self) -> FamilyCard:
+        """The family's part of the model card (:class:`~vllm_srun.plugins.cards.FamilyCard`):
+        by default its surfaces alone (the runtime writes an empty value for every other key)."""
+        return {"surfaces": list(self.surfaces)}
 
     def warm(self) -> None:
         """Prepare now what the first request would otherwise pay for (tables to load,
@@ -258,13 +159,10 @@ class LoadedModel(abc.ABC, Generic[PlanT]):
 
 
 __all__ = [
-    "EmbeddingCard",
-    "ExitCard",
-    "HeadCard",
+    "Answer",
+    "Answered",
     "LoadedModel",
-    "ModelCard",
     "Plan",
     "PlanT",
-    "RerankCard",
-    "WindowCard",
+    "answered",
 ]

@@ -26,7 +26,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import Field
+from typing_extensions import TypedDict  # pydantic reads typing's TypedDict only from 3.12
+
+from vllm_srun.plugins.responses import opened
 
 Numerics = Literal["exact", "approximate"]
 """What a profile's answers are: ``exact`` (the reference bits) or ``approximate``."""
@@ -39,6 +44,20 @@ PROFILE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 DEFAULT_PROFILE = "exact"
 """The profile a model is loaded under when none is named."""
+
+
+# A card's ``profiles`` entry (:meth:`Profile.card`), here beside the profile rather than in
+# vllm_srun.plugins.cards (which re-exports it): the cards name Numerics, so this module
+# cannot import them.
+@opened
+class ProfileInfo(TypedDict):
+    """A numeric profile the model may be served or asked under."""
+
+    name: str
+    numerics: Numerics
+    description: Annotated[
+        str, Field(description="What the profile promises and what it changes on the engine.")
+    ]
 
 
 @dataclass(frozen=True)
@@ -75,7 +94,7 @@ class Profile:
         optionally other fields: how an engine declares a standard profile its own way."""
         return replace(self, description=description, **changes)  # type: ignore[arg-type]
 
-    def card(self) -> dict[str, str]:
+    def card(self) -> ProfileInfo:
         """The card's ``profiles`` entry (wire contract 2.3 ``ProfileInfo``)."""
         return {"name": self.name, "numerics": self.numerics, "description": self.description}
 
@@ -152,6 +171,7 @@ __all__ = [
     "KernelPolicy",
     "Numerics",
     "Profile",
+    "ProfileInfo",
     "not_a_profile_name",
     "profile_violations",
 ]

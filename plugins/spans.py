@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 import numpy as np
 import numpy.typing as npt
 
+from vllm_srun.plugins import responses
 from vllm_srun.plugins.words import EMOJI_TAGS, is_cjk, split_words
 
 if TYPE_CHECKING:  # a tensor exists only once torch is imported: the API does not import it
@@ -68,8 +69,9 @@ class Span:
     label: str
     probability: float
 
-    def to_json(self) -> dict[str, object]:
-        """A JSON-ready dict with every field, ``start`` 0 included."""
+    def to_json(self) -> responses.Span:
+        """The span as the wire has it (:class:`~vllm_srun.plugins.responses.Span`),
+        ``start`` 0 included."""
         return {
             "start": self.start,
             "end": self.end,

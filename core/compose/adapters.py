@@ -52,6 +52,7 @@ from vllm_srun.compose.registry.verify import (
 )
 from vllm_srun.errors import LoadError
 from vllm_srun.plugins import ModelEntry, intact_build, runtime_cache_dir, sha256_file
+from vllm_srun.plugins.cards import AdapterCard
 
 log = logging.getLogger("vllm_srun.compose.adapters")
 
@@ -210,7 +211,7 @@ class AdapterModel:
     base_verification: str
     reused: bool
 
-    def card(self) -> dict[str, Any]:
+    def card(self) -> AdapterCard:
         """The card's ``adapter`` field."""
         return {
             "package": str(self.adapter),

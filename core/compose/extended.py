@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from vllm_srun.plugins import Catalog
+from vllm_srun.plugins.cards import ExtensionCard, FamilyCard
 from vllm_srun.plugins.extension import SurfaceExtension, SurfaceModel
-from vllm_srun.plugins.loaded import LoadedModel, ModelCard, Plan
+from vllm_srun.plugins.loaded import Answer, LoadedModel, Plan
 from vllm_srun.plugins.requests import SurfaceRequest
 from vllm_srun.plugins.spec import RowOutput, WorkItem
 
@@ -109,30 +110,31 @@ class ExtendedModel(LoadedModel[Plan]):
             except Exception:
                 log.exception("extension %s failed to warm up; it warms on first use", ext.name)
 
-    def finish(self, plan: Plan, outputs: list[RowOutput]) -> dict[str, Any]:
+    def finish(self, plan: Plan, outputs: list[RowOutput]) -> Answer:
         """The answer, from whoever planned it."""
         if isinstance(plan, RoutedPlan):
-            return dict(plan.owner.finish(plan.inner, outputs))
-        return dict(self.host.finish(plan, outputs))
+            return plan.owner.finish(plan.inner, outputs)
+        return self.host.finish(plan, outputs)
 
-    def card(self) -> ModelCard:
+    def card(self) -> FamilyCard:
         """The host's card with the added surfaces, question types and ``extensions``."""
         card = self.host.card().copy()
         card["surfaces"] = list(self.surfaces)
         extensions = []
         for ext, model, added in self.attached:
             extra = dict(model.card())
-            if "question_types" in extra:
-                card["question_types"] = extra.pop("question_types")
-            extensions.append(
-                {
-                    "name": ext.name,
-                    "surfaces": list(added),
-                    "numerics": ext.numerics,
-                    "method": ext.method,
-                    **extra,
-                }
-            )
+            question_types = extra.pop("question_types", None)
+            if isinstance(question_types, list):
+                card["question_types"] = [str(kind) for kind in question_types]
+            entry: dict[str, object] = {
+                "name": ext.name,
+                "surfaces": list(added),
+                "numerics": ext.numerics,
+                "method": ext.method,
+                **extra,
+            }
+            # the four typed keys, then the extension's own, free-form (ExtensionCard)
+            extensions.append(cast(ExtensionCard, entry))
         card["extensions"] = extensions
         return card
 

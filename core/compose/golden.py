@@ -36,10 +36,11 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from vllm_srun.compose.loader import ServedModel
 from vllm_srun.plugins import Accelerator, Catalog, GoldenReference, read_reference_file
+from vllm_srun.plugins.cards import GoldenState, GoldenStatus
 from vllm_srun.plugins.golden import write_reference_answers
 from vllm_srun.plugins.loaded import LoadedModel
 from vllm_srun.plugins.spec import RequestError
@@ -47,7 +48,7 @@ from vllm_srun.plugins.spec import RequestError
 _KEY_CLASS = re.compile(r"[:@]")
 
 
-GOLDEN_STATUSES = ("pending", "matched", "unverified", "failed")
+GOLDEN_STATUSES: tuple[GoldenState, ...] = get_args(GoldenState)
 """The card's ``golden.status`` values: ``pending`` until the self-check ran (the model
 is loading), then ``matched``, ``unverified`` or ``failed``."""
 
@@ -72,14 +73,14 @@ class GoldenResult:
             ``None`` under ``exact`` or when nothing recorded was compared.
     """
 
-    status: str
+    status: GoldenState
     checked: int
     matched: int
     reference: str | None
     reason: str | None = None
     deviation: float | None = None
 
-    def card(self) -> dict[str, Any]:
+    def card(self) -> GoldenStatus:
         """The ``golden`` object of a ``/v1/models`` card (wire contract 2.3
         ``GoldenStatus``: ``status``, ``checked`` and ``matched`` counts, ``reference``)."""
         return {

@@ -29,7 +29,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Required
 
 import torch
 
@@ -61,12 +61,13 @@ from vllm_srun.compose.probes import (
     measure_forward_cost,
     release_freed_heap,
 )
-from vllm_srun.compose.registry import prepare
+from vllm_srun.compose.registry import IdentityCard, prepare
 from vllm_srun.engine_args import EngineArgs
 from vllm_srun.errors import LoadError, is_retryable
 from vllm_srun.plugins import Catalog, Engine, Family, load_catalog
-from vllm_srun.plugins.loaded import LoadedModel
-from vllm_srun.plugins.profiles import EXACT, Profile
+from vllm_srun.plugins.cards import AdapterCard, FamilyCard, ProfileInfo
+from vllm_srun.plugins.loaded import Answered, LoadedModel, answered
+from vllm_srun.plugins.profiles import EXACT, Numerics, Profile
 from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.spec import ModelSpec, RequestError, RowOutput, WorkItem
 
@@ -95,6 +96,38 @@ class LoadOptions(EngineArgs):
     offline: bool = False
     accept_licences: tuple[str, ...] = ()
     family_options: dict[str, Any] = field(default_factory=dict)
+
+
+class ServedCard(FamilyCard, total=False):
+    """What a loaded model's card says (:meth:`ServedModel.card`): the family's part
+    (:class:`~vllm_srun.plugins.cards.FamilyCard`), the composition, the identity the
+    registry verified (absent for a model loaded without it) and the adapter. The serve
+    layer adds the state and writes the rest of the wire's
+    :class:`~vllm_srun.plugins.cards.ModelCard`, each key of which this is typed as."""
+
+    id: Required[str]
+    family: Required[str]
+    engine: Required[str]
+    accelerator: Required[str]
+    device: Required[str]
+    dtype: Required[str]
+    attention: Required[str | None]
+    kernels: Required[dict[str, str]]
+    profile: Required[str]
+    profiles: Required[list[ProfileInfo]]
+    numerics: Required[Numerics]
+    batch_invariance: Required[dict[str, object]]
+    forward_cost: Required[dict[str, object]]
+    repo: str | None
+    revision: str | None
+    licence: str | None
+    parameters: int | None
+    source: str
+    model_sha256: str | None
+    verification: str | None
+    files: dict[str, str]
+    extra_files: list[str]
+    adapter: AdapterCard | None
 
 
 @dataclass
@@ -138,15 +171,14 @@ class ServedModel:
     profiles: tuple[Profile, ...] = (EXACT,)
     compute_dtype: str | None = None
 
-    def card(self) -> dict[str, Any]:
-        """The model's ``/v1/models`` card: composition, identity (repo, revision,
-        ``model_sha256``, verification, licence, parameters, files) and the family's part."""
-        family_card = self.loaded.card()
-        identity = self.prepared.card() if self.prepared is not None else {}
-        return {
+    def card(self) -> ServedCard:
+        """The model's ``/v1/models`` card as far as loading it tells: composition, identity
+        (repo, revision, ``model_sha256``, verification, licence, parameters, files) and the
+        family's part (:class:`ServedCard`)."""
+        composition: ServedCard = {
             "id": self.name,
             "family": self.family.name,
-            **identity,
+            "surfaces": list(self.loaded.surfaces),
             "engine": self.engine.name,
             "accelerator": self.placement.accelerator.name,
             "device": self.placement.device.device,
@@ -158,9 +190,14 @@ class ServedModel:
             "numerics": self.profile.numerics,
             "batch_invariance": dict(self.batch_invariance),
             "forward_cost": dict(self.forward_cost),
-            **family_card,
-            **({"adapter": self.adapter.card()} if self.adapter is not None else {}),
         }
+        card: ServedCard = {**composition, **self.loaded.card()}
+        if self.prepared is not None:
+            identity: IdentityCard = self.prepared.card()
+            card = {**card, **identity}
+        if self.adapter is not None:
+            card["adapter"] = self.adapter.card()
+        return card
 
     def exact_shapes(self) -> ExactShapes | None:
         """Under a profile with ``batch_tolerance`` 0.0 (``exact``), the forward shapes
@@ -218,15 +255,14 @@ class ServedModel:
                 results[item.key] = output
         return [results[item.key] for item in items]
 
-    def answer(self, surface: str, request: dict[str, Any]) -> dict[str, Any]:
+    def answer(self, surface: str, request: dict[str, Any]) -> Answered:
         """Answer one surface request synchronously (plan, run, finish).
 
         Raises:
             RequestError: the request as a whole cannot be taken.
         """
         plan = self.loaded.plan(surface, read_request(surface, request))
-        body = self.loaded.finish(plan, self.run_items(plan.items))
-        return {"model": self.name, **body}
+        return answered(self.loaded.finish(plan, self.run_items(plan.items)), self.name)
 
 
 def choose_family(catalog: Catalog, package: Path, forced: str | None) -> Family:

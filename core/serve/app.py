@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from fastapi import FastAPI, Request
@@ -18,11 +18,19 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import PlainTextResponse, Response
 
 from vllm_srun import __version__
+from vllm_srun.plugins.cards import ModelCard
+from vllm_srun.plugins.decisions.answers import AnsweredDecisions, DecisionsResponse
 from vllm_srun.plugins.requests import (
     ClassifyRequest,
     EmbeddingsRequest,
     RerankRequest,
     SurfaceRequest,
+)
+from vllm_srun.plugins.responses import (
+    ClassifyResponse,
+    EmbeddingsResponse,
+    ErrorResponse,
+    RerankResponse,
 )
 from vllm_srun.plugins.spec import RequestError
 from vllm_srun.service.model import ClientGone
@@ -46,7 +54,7 @@ RETRY_AFTER_HEADER = {
 """How the 429 and 503 answers document their ``Retry-After`` header."""
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": schemas.ErrorResponse}
+    status: {"model": ErrorResponse}
     | ({"headers": RETRY_AFTER_HEADER} if status in (429, 503) else {})
     for status in (400, 404, 413, 422, 429, 500, 503)
 }
@@ -97,7 +105,7 @@ BUNDLE_BODY = {
 
 SYSTEMONE_ERRORS: dict[int | str, dict[str, Any]] = {  # type: ignore[assignment]
     status: {
-        "model": schemas.ErrorResponse | schemas.JevError,
+        "model": ErrorResponse | schemas.JevError,
         "description": "This runtime's error document; in the jev schema, Jev's detail "
         "object beside it.",
     }
@@ -105,7 +113,7 @@ SYSTEMONE_ERRORS: dict[int | str, dict[str, Any]] = {  # type: ignore[assignment
     for status in (400, 404, 413, 429, 500, 502, 503, 504)
 } | {
     422: {
-        "model": schemas.ErrorResponse | schemas.JevValidationError,
+        "model": ErrorResponse | schemas.JevValidationError,
         "description": "unsupported_surface; in the jev schema, a malformed body or an "
         "invalid question (Jev's detail list).",
     }
@@ -161,7 +169,9 @@ def build_app(runtime: Runtime) -> FastAPI:
             refusal = plain_embeddings_refusal(body, result)
             if refusal is not None:
                 raise refusal
-            return respond(200, result if shape is None else reshape(result, shape), timing)
+            if shape is not None:  # only a decisions request has a shape
+                return respond(200, reshape(cast(AnsweredDecisions, result), shape), timing)
+            return respond(200, result, timing)
         except (ApiError, RequestError) as caught:
             err = as_api_error(caught)
             if shape is not None and shape.schema == jev.SCHEMA:
@@ -183,7 +193,7 @@ def build_app(runtime: Runtime) -> FastAPI:
     @app.post(
         "/v1/embeddings",
         response_model=None,
-        responses={200: {"model": schemas.EmbeddingsResponse}, **ERROR_RESPONSES},
+        responses={200: {"model": EmbeddingsResponse}, **ERROR_RESPONSES},
     )
     async def embeddings(request: Request, body: EmbeddingsRequest) -> Response:
         """OpenAI-compatible embeddings."""
@@ -192,7 +202,7 @@ def build_app(runtime: Runtime) -> FastAPI:
     @app.post(
         "/v1/classify",
         response_model=None,
-        responses={200: {"model": schemas.ClassifyResponse}, **ERROR_RESPONSES},
+        responses={200: {"model": ClassifyResponse}, **ERROR_RESPONSES},
     )
     async def classify(request: Request, body: ClassifyRequest) -> Response:
         """Label distributions, label scores or token spans of a head."""
@@ -201,7 +211,7 @@ def build_app(runtime: Runtime) -> FastAPI:
     @app.post(
         "/v1/rerank",
         response_model=None,
-        responses={200: {"model": schemas.RerankResponse}, **ERROR_RESPONSES},
+        responses={200: {"model": RerankResponse}, **ERROR_RESPONSES},
     )
     async def rerank(request: Request, body: RerankRequest) -> Response:
         """Documents by descending relevance to a query."""
@@ -244,7 +254,7 @@ def build_app(runtime: Runtime) -> FastAPI:
     @app.post(
         "/v1/decisions",
         response_model=None,
-        responses={200: {"model": schemas.DecisionsResponse}, **ERROR_RESPONSES},
+        responses={200: {"model": DecisionsResponse}, **ERROR_RESPONSES},
         openapi_extra=DECISIONS_BODY,
     )
     async def decisions(request: Request) -> Response:
@@ -255,7 +265,7 @@ def build_app(runtime: Runtime) -> FastAPI:
         "/v1/systemone",
         response_model=None,
         responses={
-            200: {"model": schemas.DecisionsResponse | schemas.JevSystemOneResponse},
+            200: {"model": DecisionsResponse | schemas.JevSystemOneResponse},
             **SYSTEMONE_ERRORS,
         },
         openapi_extra=DECISIONS_BODY,
@@ -292,29 +302,31 @@ def build_app(runtime: Runtime) -> FastAPI:
     async def models() -> Response:
         """Every model's card, the process limits and the active plugins; ``models`` lists
         the decision models as Jev clients read them (:func:`~.jev.models_list`)."""
-        plugins = [
-            {"name": p.name, "distribution": p.distribution, "version": p.version, "error": p.error}
-            for p in runtime.catalog.plugins
-        ]
-        return respond(
-            200,
-            {
-                "object": "list",
-                "api_version": schemas.API_VERSION,
-                "limits": {
-                    "max_bundle_tasks": runtime.config.max_bundle_tasks,
-                    "max_request_bytes": runtime.config.max_request_bytes,
-                },
-                "plugins": plugins,
-                "data": cards(runtime),
-                "models": jev.models_list(runtime),
+        body: schemas.ModelList = {
+            "object": "list",
+            "api_version": schemas.API_VERSION,
+            "limits": {
+                "max_bundle_tasks": runtime.config.max_bundle_tasks,
+                "max_request_bytes": runtime.config.max_request_bytes,
             },
-        )
+            "plugins": [
+                {
+                    "name": p.name,
+                    "distribution": p.distribution,
+                    "version": p.version,
+                    "error": p.error,
+                }
+                for p in runtime.catalog.plugins
+            ],
+            "data": cards(runtime),
+            "models": jev.models_list(runtime),
+        }
+        return respond(200, body)
 
     @app.get(
         "/v1/models/{model_id:path}",
         response_model=None,
-        responses={200: {"model": schemas.ModelCard}, 404: {"model": schemas.ErrorResponse}},
+        responses={200: {"model": ModelCard}, 404: {"model": ErrorResponse}},
     )
     async def model(model_id: str) -> Response:
         """One model's card (OpenAI's retrieve-model call)."""
@@ -336,7 +348,8 @@ def build_app(runtime: Runtime) -> FastAPI:
     @app.get("/health/live", response_model=None, responses={200: {"model": schemas.Liveness}})
     async def live() -> Response:
         """200 while the process serves HTTP."""
-        return respond(200, {"status": "alive", "api_version": schemas.API_VERSION})
+        body: schemas.Liveness = {"status": "alive", "api_version": schemas.API_VERSION}
+        return respond(200, body)
 
     @app.get("/openapi.yaml", include_in_schema=False)
     async def openapi_yaml() -> Response:

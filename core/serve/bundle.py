@@ -20,13 +20,15 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from pydantic import Field, ValidationError
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from vllm_srun.plugins.decisions import describe_path, loads_checked, non_finite
+from vllm_srun.plugins.decisions.answers import AnsweredDecisions
+from vllm_srun.plugins.loaded import Answered
 from vllm_srun.plugins.requests import (
     TEXT_REQUESTS,
     Strict,
@@ -307,17 +309,20 @@ def admit_by_model(outcomes: list[Any], deadline_ms: float | None) -> None:
                 outcomes[outcomes.index(call)] = refusal
 
 
-def task_result(task: Task, outcome: Any) -> dict[str, Any]:
-    """A task's entry in ``results``: its answer with status 200, or its error."""
+def task_result(task: Task, outcome: Answered | BaseException) -> schemas.BundleResult:
+    """A task's entry in ``results``: its answer with status 200 under the task's key, or
+    its error."""
     if isinstance(outcome, (ApiError, RequestError)):
         error = as_api_error(outcome)
         return {"id": task.id, "status": error.status, "error": error.body()["error"]}
     if isinstance(outcome, BaseException):
         error = ApiError("internal_error", type(outcome).__name__)
         return {"id": task.id, "status": 500, "error": error.body()["error"]}
-    if task.shape is not None:
-        outcome = reshape(outcome, task.shape)
-    return {"id": task.id, "status": 200, task.key: outcome}
+    answer: object = outcome
+    if task.shape is not None:  # a decisions or systemone_batch task
+        answer = reshape(cast(AnsweredDecisions, outcome), task.shape)
+    # The task's key names its surface, and the answer is that surface's response.
+    return cast(schemas.BundleResult, {"id": task.id, "status": 200, task.key: answer})
 
 
 async def answer_bundle(runtime: Runtime, accounting: Accounting, request: Request) -> Response:

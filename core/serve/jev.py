@@ -29,11 +29,23 @@ decisions request, like the other schemas (:mod:`.systemone`):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from vllm_srun.plugins.decisions.answers import (
+    AnsweredDecisions,
+    FailedAnswer,
+    QuestionAnswer,
+)
 from vllm_srun.plugins.spec import MESSAGE_LIMIT, clip
 
 from .requests import ApiError, error_document
+from .schemas import (
+    JevAnswer,
+    JevBatchResponse,
+    JevModel,
+    JevSystemOneResponse,
+    SystemOneBatchResponse,
+)
 
 if TYPE_CHECKING:
     from vllm_srun.service.runtime import ModelState, Runtime
@@ -152,32 +164,46 @@ def score_confidence(probabilities: Sequence[float]) -> float:
 # -- answers ------------------------------------------------------------------------------
 
 
-def answer(name: str, found: Mapping[str, Any]) -> dict[str, Any]:
-    """One answer in the Jev shape (``found`` is a decisions answer).
+def answer(name: str, found: QuestionAnswer) -> JevAnswer:
+    """One answer in the Jev shape (``found`` is a decisions answer): its fields, with
+    Jev's ``confidence`` (:func:`choice_confidence`, :func:`score_confidence`).
 
     Raises:
         JevError: the question failed (``{type, error, message}``): the status of
             :data:`FAILED_ANSWER_STATUS`, the message naming the question.
     """
     if "error" in found:
-        code = str(found["error"])
+        failed = cast(FailedAnswer, found)
+        code = failed["error"]
         status = FAILED_ANSWER_STATUS.get(code, 500)
-        raise JevError(status, code, f"question {clip(name)!r}: {found.get('message') or code}")
-    kind = found["type"]
-    shaped = {key: found[key] for key in ANSWER_FIELDS[kind]}
-    if kind != "noul":
-        values = [float(p) for p in found["probabilities"].values()]
-        rule = choice_confidence if kind == "choice" else score_confidence
-        shaped["confidence"] = rule(values)
-    return shaped
+        raise JevError(status, code, f"question {clip(name)!r}: {failed['message'] or code}")
+    given = found
+    if given["type"] == "noul":
+        return {"type": "noul", "noul": given["noul"]}
+    probabilities = dict(given["probabilities"])
+    values = [float(p) for p in probabilities.values()]
+    if given["type"] == "choice":
+        return {
+            "type": "choice",
+            "choice": given["choice"],
+            "probabilities": probabilities,
+            "confidence": choice_confidence(values),
+        }
+    return {
+        "type": "score",
+        "score": given["score"],
+        "probabilities": probabilities,
+        "confidence": score_confidence(values),
+        "legend": {k: v or "" for k, v in given["legend"].items()},
+    }
 
 
-def answers(found: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def answers(found: Mapping[str, QuestionAnswer]) -> dict[str, JevAnswer]:
     """Every answer of one state in the Jev shape (see :func:`answer`)."""
     return {name: answer(name, value) for name, value in found.items()}
 
 
-def body(decided: Mapping[str, Any]) -> dict[str, Any]:
+def body(decided: AnsweredDecisions) -> JevSystemOneResponse:
     """A decisions answer body as a Jev one: ``{"model", "answers", "usage"}``, then
     ``x_meta`` and ``x_states`` when the request asked for them (each state's answers in
     the Jev shape too).
@@ -185,7 +211,7 @@ def body(decided: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         JevError: a question failed (:func:`answer`).
     """
-    shaped: dict[str, Any] = {
+    shaped: JevSystemOneResponse = {
         "model": decided["model"],
         "answers": answers(decided["answers"]),
         "usage": decided["usage"],
@@ -200,14 +226,14 @@ def body(decided: Mapping[str, Any]) -> dict[str, Any]:
     return shaped
 
 
-def batch_body(decided: Mapping[str, Any]) -> dict[str, Any]:
+def batch_body(decided: SystemOneBatchResponse) -> JevBatchResponse:
     """A ``/v1/systemone/batch`` answer (``{"model", "results", "usage"}``) with every
     result's answers in the Jev shape; ``meta`` becomes ``x_meta``.
 
     Raises:
         JevError: a question failed (:func:`answer`).
     """
-    shaped: dict[str, Any] = {
+    shaped: JevBatchResponse = {
         "model": decided["model"],
         "results": [
             {"index": r["index"], "answers": answers(r["answers"])} for r in decided["results"]
@@ -264,7 +290,7 @@ def schema_of(runtime: Runtime, state: ModelState | None) -> str:
     return runtime.config.systemone_schema
 
 
-def models_list(runtime: Runtime) -> list[dict[str, str]]:
+def models_list(runtime: Runtime) -> list[JevModel]:
     """The ``models`` list Jev clients read from ``GET /v1/models``: every model that
     answers decisions, then :data:`ALIAS` when it reaches one.
 
@@ -279,7 +305,7 @@ def models_list(runtime: Runtime) -> list[dict[str, str]]:
     def date(state: ModelState) -> str:
         return datetime.datetime.fromtimestamp(state.created, datetime.UTC).date().isoformat()
 
-    listed = []
+    listed: list[JevModel] = []
     for state in runtime.models.values():
         card = model_card(state)
         if "decisions" not in card["surfaces"]:

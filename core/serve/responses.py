@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from starlette.responses import Response
 
-from vllm_srun.plugins.requests import EmbeddingsRequest
+from vllm_srun.plugins.loaded import Answered
+from vllm_srun.plugins.requests import EmbeddingsRequest, SurfaceRequest
+from vllm_srun.plugins.responses import EmbeddingError, EmbeddingsResponse
 from vllm_srun.service.metrics import Metrics
 from vllm_srun.service.runtime import Runtime
 from vllm_srun.service.timing import Timing
@@ -73,7 +75,7 @@ SDK_OVERFLOW = (
 argument, and pass unknown fields only through ``extra_body``."""
 
 
-def plain_embeddings_refusal(request: Any, body: dict[str, Any]) -> ApiError | None:
+def plain_embeddings_refusal(request: SurfaceRequest, body: Answered) -> ApiError | None:
     """The request-level error OpenAI gives where our contract answers an item error.
 
     An embeddings request in OpenAI's plain form (no ``options``) is answered
@@ -89,12 +91,12 @@ def plain_embeddings_refusal(request: Any, body: dict[str, Any]) -> ApiError | N
         request: the typed request.
         body: the answer, ``data`` holding one entry per input.
     """
-    if not isinstance(request, EmbeddingsRequest) or not request.plain:
+    if not isinstance(request, EmbeddingsRequest) or not request.plain or "data" not in body:
         return None
-    failed = [item for item in body.get("data", ()) if "error" in item]
+    failed = [item for item in cast(EmbeddingsResponse, body)["data"] if "error" in item]
     if not failed:
         return None
-    first = failed[0]
+    first = cast(EmbeddingError, failed[0])
     more = f" (and {len(failed) - 1} more inputs)" if len(failed) > 1 else ""
     if first["error"] in UNUSABLE_INPUT:
         hint = SDK_OVERFLOW if first["error"] == "max_length_exceeded" else ""

@@ -1,22 +1,34 @@
-"""Request and response models of every surface: the HTTP contract (``/openapi.json``).
+"""The HTTP contract's remaining documents (``/openapi.json``): what the serve layer itself
+builds or reads, beside the bodies the plugin API defines.
 
-Field names follow the router's model runtime contract so existing clients
-work unchanged. The surface requests are the plugin API's typed requests
-(:mod:`vllm_srun.plugins.requests`, re-exported here): validated once, for
-shape, and handed to the family as they are; a model validates what depends on
-it (``dimensions`` against its size, ``head`` against its heads).
+The surface requests are the plugin API's (:mod:`vllm_srun.plugins.requests`), and so
+are the answers families return (:mod:`vllm_srun.plugins.responses`,
+:mod:`vllm_srun.plugins.decisions.answers`) and the cards
+(:mod:`vllm_srun.plugins.cards`). Here: the decisions request documents (the routes
+validate the raw body with :mod:`vllm_srun.plugins.decisions`, so these pydantic models
+document it only), the System One batch and ``jev`` shapes, bundles, and the process
+documents of ``/v1/models`` and ``/health``. Every response type here is a
+:class:`~typing_extensions.TypedDict` the code building it is typed with.
 
-Why one module of 400-odd lines: it is the contract, one pydantic class per
-JSON shape and nothing else, read top to bottom against the OpenAPI snapshot
+Why one module of 400-odd lines: it is the serve layer's part of the contract, one class
+per JSON shape and nothing else, read top to bottom against the OpenAPI snapshot
 (``tests/serve/openapi.json``); splitting it would scatter one document.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import Field, StrictBool
+from typing_extensions import TypedDict
 
+from vllm_srun.plugins.cards import EXTENSION, CardStatus, ModelCard
+from vllm_srun.plugins.decisions.answers import (
+    DecisionsResponse,
+    DecisionUsage,
+    NoulAnswer,
+    QuestionAnswer,
+)
 from vllm_srun.plugins.requests import (
     ClassifyRequest,
     EmbeddingsRequest,
@@ -25,7 +37,15 @@ from vllm_srun.plugins.requests import (
     RerankRequest,
     Strict,
 )
-from vllm_srun.plugins.spec import ItemErrorCode, RequestErrorCode
+from vllm_srun.plugins.responses import (
+    ClassifyResponse,
+    EmbeddingsResponse,
+    ErrorBody,
+    RerankResponse,
+    ResponseMeta,
+    closed,
+    opened,
+)
 
 API_VERSION = "2.3.0"
 """The router's wire contract this runtime serves (``api_version`` on ``/health``,
@@ -33,228 +53,7 @@ API_VERSION = "2.3.0"
 client refuses another major version."""
 
 
-# -- shared -------------------------------------------------------------------------------
-class ErrorBody(Strict):
-    code: RequestErrorCode
-    message: str
-    type: Literal["invalid_request_error", "server_error"] = Field(
-        description="OpenAI's error type: server_error for a 5xx or overloaded, else "
-        "invalid_request_error."
-    )
-    param: str | None = Field(
-        description="The request field at fault (OpenAI's param), null when no one is."
-    )
-
-
-class ErrorResponse(Strict):
-    """Every request-level failure: ``{"error": {"code", "message", "type", "param"}}``."""
-
-    error: ErrorBody
-
-
-class InputUsage(Strict):
-    """What one input used: its tokens, those run, whether it was cut, how many windows."""
-
-    tokens: int = Field(description="Tokens of the whole input as one row, special tokens once.")
-    processed_tokens: int = Field(
-        description="Tokens actually run: special tokens of every row, each content token once."
-    )
-    truncated: bool = Field(description="Whether content was cut (options.overflow truncate).")
-    windows: int = Field(description="Rows the input ran as (1 unless windowed).")
-
-
-class Usage(Strict):
-    """Tokens a classify, rerank or decisions request read (an encoder generates none)."""
-
-    input_tokens: int
-    output_tokens: int = Field(description="Always 0 here.")
-
-
-class EmbeddingsUsage(Strict):
-    """OpenAI's embeddings usage: both are the tokens the request read."""
-
-    prompt_tokens: int
-    total_tokens: int
-
-
-class ItemError(Strict):
-    """An input that failed alone; its siblings are answered."""
-
-    index: int
-    error: ItemErrorCode
-    message: str = Field(
-        description="Extension (a 2.3 client ignores it): what is wrong and how to fix it."
-    )
-
-
-class Representation(Strict):
-    """What an embedding is: which model's which exit, at what size, of what input."""
-
-    model_sha256: str | None = Field(description="The model's digest (the card's model_sha256).")
-    layer: int | None = Field(description="The exit read (the card's embedding.layers).")
-    dimension: int = Field(description="Floats per vector, after dimensions.")
-    normalized: bool = Field(description="Whether each vector has unit L2 norm.")
-    modality: str = Field(description="What was embedded: text.")
-
-
-class ResponseMeta(BaseModel):
-    """``options.return_meta``: which model answered, how, and how long this request took.
-
-    Other keys a family or an extension adds (a decisions readout's ``method``,
-    ``questions``, ``temperature``, ...) are Extensions: a 2.3 client ignores them.
-    """
-
-    model_config = ConfigDict(extra="allow")
-
-    model_id: str | None = Field(None, description="The served model's id (the card's id).")
-    revision: str | None = Field(
-        None, description="The 40-hex commit of the weights; null for a local package."
-    )
-    model_sha256: str | None = Field(None, description="The card's model_sha256.")
-    profile: str | None = Field(
-        None, description="The numeric profile answered in (exact, batching, max_speed, ...)."
-    )
-    numerics: str | None = Field(
-        None,
-        description="exact (the model's own outputs), or approximate (a zero-shot readout, "
-        "such as decisions answered from an embedder's similarities).",
-    )
-    engine: str | None = None
-    accelerator: str | None = None
-    device: str | None = None
-    queue_ms: float | None = Field(
-        None, description="This request's wait from admission to its first forward, ms."
-    )
-    compute_ms: float | None = Field(
-        None, description="Time of the forwards this request's rows ran in, ms."
-    )
-    head: str | None = Field(None, description="Classify: the head that answered.")
-    representation: Representation | None = Field(
-        None, description="Embeddings: what the vectors are."
-    )
-
-
-# -- embeddings ---------------------------------------------------------------------------
-class Embedding(Strict):
-    object: Literal["embedding"] = "embedding"
-    index: int
-    embedding: list[float] | str = Field(
-        description="Floats, or (encoding_format base64) their little-endian float32 bytes."
-    )
-    input: InputUsage
-
-
-class EmbeddingError(ItemError):
-    object: Literal["embedding"] = "embedding"
-
-
-class EmbeddingsResponse(Strict):
-    object: Literal["list"] = "list"
-    data: list[Embedding | EmbeddingError]
-    model: str
-    usage: EmbeddingsUsage
-    meta: ResponseMeta | None = None
-
-
-# -- classify -----------------------------------------------------------------------------
-class Span(Strict):
-    start: int = Field(description="Unicode code point, inclusive.")
-    end: int = Field(description="Unicode code point, exclusive.")
-    text: str
-    label: str
-    probability: float
-    source: Literal["model", "pattern"] | None = Field(
-        None,
-        description="Extension (a 2.3 client ignores it), on models a pattern extension augments: "
-        "model (the token head) or pattern (a validated pattern recognizer).",
-    )
-    recognizer: str | None = Field(
-        None,
-        description="Extension: the pattern recognizer that found the span (Presidio's class "
-        "name, e.g. CreditCardRecognizer); null for the model's spans.",
-    )
-
-
-class ClassifyWindow(Strict):
-    """One window of an input read with options.overflow window."""
-
-    start: int = Field(
-        description="First content token of the window (special tokens not counted)."
-    )
-    end: int = Field(description="Content token after the window's last (exclusive).")
-    probabilities: list[float] | None = Field(
-        None, description="Sequence heads: this window's label distribution."
-    )
-    scores: list[float] | None = Field(
-        None, description="Scores heads: this window's label scores (relevance: its score)."
-    )
-
-
-class TokenProbabilities(Strict):
-    """One content token of a token head's input (options.return_tokens)."""
-
-    start: int = Field(description="Unicode code point, inclusive.")
-    end: int = Field(description="Unicode code point, exclusive.")
-    probabilities: list[float] = Field(
-        description="Per label, in labels order: P(B-label) + P(I-label); 1 minus their sum "
-        "is the chance the token is outside every entity."
-    )
-
-
-class ClassifyResult(Strict):
-    index: int
-    input: InputUsage
-    label: str | None = None
-    probabilities: list[float] | None = None
-    scores: list[float] | None = None
-    selected: list[str] | None = None
-    spans: list[Span] | None = None
-    tokens: list[TokenProbabilities] | None = None
-    windows: list[ClassifyWindow] | None = Field(
-        None,
-        description="options.overflow window: every window, in order; the result merges "
-        "them (a label's maximum; a token's most central window).",
-    )
-
-
-class ClassifyResponse(Strict):
-    model: str
-    head: str
-    kind: Literal["sequence", "scores", "token", "relevance"] = Field(
-        description="relevance (a cross-encoder scoring pairs) is an Extension: a 2.3 client "
-        "reads its scores as a scores head's."
-    )
-    labels: list[str]
-    results: list[ClassifyResult | ItemError]
-    usage: Usage
-    meta: ResponseMeta | None = None
-
-
-# -- rerank -------------------------------------------------------------------------------
-class RerankResult(Strict):
-    index: int
-    relevance_score: float = Field(
-        description="A cross-encoder: the sigmoid of its logit, 0 to 1. A bi-encoder: the "
-        "cosine of the query's and the document's embeddings, -1 to 1."
-    )
-    logit: float = Field(
-        description="A cross-encoder: its raw logit. A bi-encoder: the cosine again."
-    )
-    document: str | None = None
-    input: InputUsage = Field(
-        description="The pair's tokens (a cross-encoder) or the document's (a bi-encoder)."
-    )
-
-
-class RerankResponse(Strict):
-    model: str
-    results: list[RerankResult | ItemError]
-    usage: Usage
-    meta: ResponseMeta | None = None
-
-
-# -- bundle -------------------------------------------------------------------------------
-# -- decisions ----------------------------------------------------------------------------
+# -- decisions requests ---------------------------------------------------------------
 # The request models document /v1/decisions; the route validates the raw body with
 # vllm_srun.plugins.decisions instead, so a bad question fails only itself
 # (invalid_question) and a duplicated key is caught before a parser drops it.
@@ -333,81 +132,6 @@ class DecisionsRequest(Strict):
     options: DecisionOptions | None = None
 
 
-class ChoiceAnswer(Strict):
-    type: Literal["choice"]
-    choice: str
-    probabilities: dict[str, float]
-    confidence: float = Field(description="1 - normalised entropy of the probabilities.")
-
-
-class NoulAnswer(Strict):
-    type: Literal["noul"]
-    noul: float = Field(description="P(true).")
-
-
-class ScoreAnswer(Strict):
-    type: Literal["score"]
-    score: float = Field(
-        description="The expected level, levels numbered from 0 (0 <= score <= N-1)."
-    )
-    probabilities: dict[str, float]
-    confidence: float
-    legend: dict[str, str | None]
-
-
-class FailedAnswer(Strict):
-    type: Literal["choice", "noul", "score"] | None
-    error: Literal[
-        "invalid_question",
-        "max_length_exceeded",
-        "deadline_exceeded",
-        "invalid_model_output",
-        "unavailable",
-    ]
-    message: str
-
-
-DecisionAnswer = ChoiceAnswer | NoulAnswer | ScoreAnswer | FailedAnswer
-
-
-class DecisionUsage(Strict):
-    """The tokens one state and its questions read (``output_tokens``: always 0, nothing
-    is generated)."""
-
-    input_tokens: int
-    output_tokens: int
-
-
-class DecisionStateResponse(Strict):
-    """One ``states`` entry answered as its own request would be."""
-
-    model: str = Field(description="The model that answered the entry.")
-    answers: dict[str, DecisionAnswer]
-    usage: DecisionUsage = Field(description="The tokens this entry read, and only this entry.")
-    meta: dict[str, Any] | None = None
-
-
-class DecisionStateAnswers(DecisionStateResponse):
-    """An entry of a ``states`` array, answered in the same place."""
-
-    index: int = Field(description="The entry's position in the request's states.")
-
-
-class DecisionsResponse(Strict):
-    model: str
-    answers: dict[str, DecisionAnswer]
-    usage: DecisionUsage = Field(
-        description="The tokens the request's own state and questions read; each states "
-        "entry reports its own usage (their sum is what the whole request read)."
-    )
-    states: dict[str, DecisionStateResponse] | list[DecisionStateAnswers] | None = Field(
-        default=None,
-        description="Each states entry's answer, in the form the request's states had: an "
-        "object under the same names, or an array with each entry's index.",
-    )
-    meta: ResponseMeta | None = None
-
-
 class SystemOneBatchRequest(Strict):
     """The same questions about each state (``vllm-sr/4.0`` also accepts the older
     question forms; see ``--systemone-schema``)."""
@@ -422,74 +146,94 @@ class SystemOneBatchRequest(Strict):
     options: DecisionOptions | None = None
 
 
-class SystemOneBatchResult(Strict):
-    index: int = Field(description="The state's position in the request's states.")
-    answers: dict[str, DecisionAnswer]
+@closed
+class SystemOneBatchResult(TypedDict):
+    index: Annotated[int, Field(description="The state's position in the request's states.")]
+    answers: dict[str, QuestionAnswer]
 
 
-class SystemOneBatchResponse(Strict):
+@closed
+class SystemOneBatchResponse(TypedDict):
+    """The answers about each state of a ``/v1/systemone/batch`` request, in order."""
+
     model: str
     results: list[SystemOneBatchResult]
-    usage: DecisionUsage = Field(description="The tokens of every state's questions, summed.")
-    meta: ResponseMeta | None = None
+    usage: Annotated[
+        DecisionUsage, Field(description="The tokens of every state's questions, summed.")
+    ]
+    meta: NotRequired[ResponseMeta]
 
 
 # -- the jev schema (--systemone-schema jev; vllm_srun.serve.jev) ---------------------------
-class JevChoiceAnswer(Strict):
+@closed
+class JevChoiceAnswer(TypedDict):
     type: Literal["choice"]
     choice: str
     probabilities: dict[str, float]
-    confidence: float = Field(description="(max p - 1/n) / (1 - 1/n), Jev's formula.")
+    confidence: Annotated[float, Field(description="(max p - 1/n) / (1 - 1/n), Jev's formula.")]
 
 
-class JevScoreAnswer(Strict):
+@closed
+class JevScoreAnswer(TypedDict):
     type: Literal["score"]
-    score: float = Field(description="The expected level, levels numbered from 0.")
-    probabilities: dict[str, float] = Field(description='Keyed "0".."N-1".')
-    confidence: float = Field(
-        description="1 - sum_i p_i |i - m| / S_n (m the most probable level, S_n the same "
-        "sum for the uniform distribution), Jev's formula."
-    )
+    score: Annotated[float, Field(description="The expected level, levels numbered from 0.")]
+    probabilities: Annotated[dict[str, float], Field(description='Keyed "0".."N-1".')]
+    confidence: Annotated[
+        float,
+        Field(
+            description="1 - sum_i p_i |i - m| / S_n (m the most probable level, S_n the same "
+            "sum for the uniform distribution), Jev's formula."
+        ),
+    ]
     legend: dict[str, str]
 
 
 JevAnswer = JevChoiceAnswer | NoulAnswer | JevScoreAnswer
+"""A question's answer in the ``jev`` schema (a failed question fails the request)."""
 
 
-class JevSystemOneResponse(Strict):
+@closed
+class JevSystemOneResponse(TypedDict):
     """A ``/v1/systemone`` answer in the ``jev`` schema: exactly these fields, this
     runtime's own extras under ``x_`` names."""
 
     model: str
     answers: dict[str, JevAnswer]
     usage: DecisionUsage
-    x_meta: ResponseMeta | None = None
-    x_states: dict[str, Any] | list[Any] | None = Field(
-        default=None, description="The answers of a request's states entries (not Jev's)."
-    )
+    x_meta: NotRequired[ResponseMeta]
+    x_states: NotRequired[
+        Annotated[
+            dict[str, Any] | list[Any],
+            Field(description="The answers of a request's states entries (not Jev's)."),
+        ]
+    ]
 
 
-class JevBatchResult(Strict):
+@closed
+class JevBatchResult(TypedDict):
     index: int
     answers: dict[str, JevAnswer]
 
 
-class JevBatchResponse(Strict):
+@closed
+class JevBatchResponse(TypedDict):
     """A ``/v1/systemone/batch`` answer in the ``jev`` schema."""
 
     model: str
     results: list[JevBatchResult]
     usage: DecisionUsage
-    x_meta: ResponseMeta | None = None
+    x_meta: NotRequired[ResponseMeta]
 
 
-class JevValidationItem(Strict):
-    loc: list[str | int] = Field(description='Where in the body: "body", then the path.')
+@closed
+class JevValidationItem(TypedDict):
+    loc: Annotated[list[str | int], Field(description='Where in the body: "body", then the path.')]
     msg: str
-    type: str = Field(description="invalid_request or invalid_question.")
+    type: Annotated[str, Field(description="invalid_request or invalid_question.")]
 
 
-class JevValidationError(Strict):
+@closed
+class JevValidationError(TypedDict):
     """A ``jev`` schema validation failure (422): Jev's ``detail`` list, and this
     runtime's ``error`` beside it."""
 
@@ -497,19 +241,22 @@ class JevValidationError(Strict):
     error: ErrorBody
 
 
-class JevErrorDetail(Strict):
+@closed
+class JevErrorDetail(TypedDict):
     error_type: str
     message: str
 
 
-class JevErrorBody(Strict):
+@closed
+class JevErrorBody(TypedDict):
     code: str
     message: str
     type: Literal["invalid_request_error", "server_error"]
     param: str | None
 
 
-class JevError(Strict):
+@closed
+class JevError(TypedDict):
     """Any other ``jev`` schema failure: Jev's ``detail`` object, and ``error`` beside it."""
 
     detail: JevErrorDetail
@@ -546,21 +293,23 @@ class BundleRequest(Strict):
     options: BundleOptions | None = None
 
 
-class BundleResult(Strict):
+@closed
+class BundleResult(TypedDict):
     """A task's answer, in task order: the surface's response under the task's key with
     status 200, or the error and the status the task would have had alone."""
 
     id: str
     status: int
-    embeddings: EmbeddingsResponse | None = None
-    classify: ClassifyResponse | None = None
-    rerank: RerankResponse | None = None
-    decisions: DecisionsResponse | None = None
-    systemone_batch: SystemOneBatchResponse | None = None
-    error: ErrorBody | None = None
+    embeddings: NotRequired[EmbeddingsResponse]
+    classify: NotRequired[ClassifyResponse]
+    rerank: NotRequired[RerankResponse]
+    decisions: NotRequired[DecisionsResponse]
+    systemone_batch: NotRequired[SystemOneBatchResponse]
+    error: NotRequired[ErrorBody]
 
 
-class BundleResponse(Strict):
+@closed
+class BundleResponse(TypedDict):
     results: list[BundleResult]
 
 
@@ -568,283 +317,84 @@ class BundleResponse(Strict):
 # Wire contract 2.3 (API_VERSION). The router's Go client decodes these: unknown keys
 # are ignored, a value of another JSON type fails its whole decode, so every integer
 # below is a JSON integer. Fields the contract does not have are marked "Extension".
-EXTENSION = "Extension (not in the 2.3 contract; a 2.3 client ignores it): "
-
-CardStatus = Literal["starting", "loading", "warming", "ready", "degraded", "failed"]
-"""A model's or the process's state."""
+# The cards themselves are the plugin API's (vllm_srun.plugins.cards); here are the
+# process documents the serve layer builds around them (vllm_srun.serve.status).
 
 
-class Window(BaseModel):
-    tokens: int = Field(description="Tokens per window, special tokens included.")
-    overlap: int = Field(description="Content tokens two neighbouring windows share.")
+@opened
+class ProcessLimits(TypedDict):
+    max_bundle_tasks: Annotated[int, Field(description="Most tasks in one /v1/bundle request.")]
+    max_request_bytes: Annotated[int, Field(description="Largest request body, in bytes.")]
 
 
-class HeadCard(BaseModel):
-    """One output head of a model."""
-
-    model_config = ConfigDict(extra="allow")
-
-    name: str = Field(description="The head's name; a classify request selects it with head.")
-    kind: str = Field(
-        description="sequence (one label, softmax), scores (sigmoid per label) or token "
-        "(spans), as the contract lists; this runtime also has relevance (a cross-encoder's "
-        "one logit) and pooled (an embedder's vectors)."
-    )
-    labels: list[str] = Field(description="The labels, in the order results list them.")
-    inputs: list[str] = Field(
-        description="What one input may carry: text, and pair for a head reading text pairs."
-    )
-    default_threshold: float | None = Field(
-        description="The threshold a request that sends none gets (the models file's family "
-        "option threshold), else null."
-    )
-    thresholds: list[float] | None = Field(
-        description="The packaged per-label operating point (thresholds.json), in labels "
-        "order, else null."
-    )
-    operating_point_sha256: str | None = Field(
-        None, description="SHA-256 of the file the thresholds come from, else null."
-    )
-    overflow: Literal["reject", "truncate", "window"] = Field(
-        description="The policy a request that names none gets for an input over the limit."
-    )
-    overflow_policies: list[str] | None = Field(
-        None, description=EXTENSION + "every overflow policy a request may choose."
-    )
-    window: Window | None = Field(description="The windows overflow: window reads.")
-    reduction: Literal["max", "span_union"] | None = Field(
-        description="How windows merge back: max (per label, over windows); null when the "
-        "head merges otherwise (see window_reduction)."
-    )
-    window_reduction: str | None = Field(
-        None, description=EXTENSION + "how windows merge back, in this runtime's words."
-    )
-
-
-class EmbeddingCard(BaseModel):
-    """What an embedder's vectors are."""
-
-    model_config = ConfigDict(extra="allow")
-
-    dimensions: list[int] = Field(
-        description="The vector sizes the model declares: its full size, then any Matryoshka "
-        "sizes its package declares (config.json matryoshka_dimensions)."
-    )
-    layers: list[int] = Field(
-        description="The layers vectors can be read at, numbered from 1 (the last is the "
-        "number of hidden layers)."
-    )
-    modalities: list[str] = Field(description="What it embeds: text.")
-    normalized: bool = Field(description="Whether vectors have unit L2 norm.")
-    pooling: str = Field(description="How token states become one vector: mean, cls, max...")
-    input_types: list[str] = Field(
-        description="The input_type values it tells apart; empty: not an instructed model."
-    )
-    max_tokens: int | None = Field(None, description=EXTENSION + "its input limit in tokens.")
-
-
-class RerankExit(BaseModel):
-    layer: int = Field(description="The layer read, numbered from 1.")
-    dimension: int = Field(description="Floats per representation read there.")
-
-
-class RerankCard(BaseModel):
-    """The representations rerank reads: a bi-encoder's embeddings, or a cross-encoder's
-    hidden states."""
-
-    exits: list[RerankExit] = Field(description="Every representation a request may name.")
-    default: RerankExit = Field(description="The one read when a request names none.")
-
-
-class ModelLimits(BaseModel):
-    """A model's limits, all integers."""
-
-    model_config = ConfigDict(extra="allow")
-
-    max_input_tokens: int | None = Field(
-        None, description="The most tokens one input may have, special tokens included."
-    )
-    min_options: int | None = Field(None, description="Decision models: fewest choice options.")
-    max_options: int | None = Field(None, description="Decision models: most choice options.")
-    min_levels: int | None = Field(None, description="Decision models: fewest score levels.")
-    max_levels: int | None = Field(None, description="Decision models: most score levels.")
-    max_inputs: int | None = Field(
-        None,
-        description="The most inputs or documents one classify, embeddings or rerank request "
-        "may carry (--max-inputs); a larger one is 400 invalid_request, so a client splits it. "
-        "Absent on a card that serves none of those surfaces.",
-    )
-    max_model_len: int | None = Field(
-        None, description=EXTENSION + "decision models: the --max-model-len in effect."
-    )
-    model_max_tokens: int | None = Field(
-        None, description=EXTENSION + "decision models: the model's own token limit."
-    )
-
-
-class GoldenStatus(BaseModel):
-    """The golden self-check run while the model warms."""
-
-    model_config = ConfigDict(extra="allow")
-
-    status: Literal["pending", "matched", "unverified", "failed"] = Field(
-        description="pending until the check ran; matched (answers agree with a reference "
-        "recorded for this device), unverified (none recorded: the answers were only "
-        "checked to be well formed and deterministic) or failed."
-    )
-    checked: int = Field(description="Golden cases run.")
-    matched: int = Field(description="Golden cases that agreed with the recorded reference.")
-    reference: str | None = Field(
-        description="The reference key compared; empty when none is recorded for this "
-        "device; null before the check ran."
-    )
-
-
-class ProfileInfo(BaseModel):
-    """A numeric profile the model may be served or asked under."""
-
-    model_config = ConfigDict(extra="allow")
-
-    name: str
-    numerics: Literal["exact", "approximate"]
-    description: str | None = None
-
-
-class PluginInfo(BaseModel):
-    """A plugin composing the model."""
-
-    model_config = ConfigDict(extra="allow")
-
-    group: str = Field(description="family, engine, accelerator, kernel or extension.")
-    name: str = Field(description="The object's name in its plugin layer.")
-    distribution: str | None = Field(description="The distribution that declares the plugin.")
-    version: str | None = Field(description="That distribution's version.")
-    capabilities: dict[str, Any] = Field(description="What the object declares about itself.")
-    plugin: str | None = Field(None, description=EXTENSION + "the plugin's entry-point name.")
-
-
-class ModelCard(BaseModel):
-    """One served model: identity, what it answers, its limits, composition and state.
-    Every field is present whatever the state (null or empty until known)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    id: str = Field(description="The model ID requests use.")
-    object: Literal["model"] = Field(description="OpenAI's object type.")
-    created: int = Field(
-        description=EXTENSION + "when the runtime took the model on (Unix seconds)."
-    )
-    owned_by: str = Field(
-        description="The repository's owner on the Hub, or vllm-srun for a local package."
-    )
-    family: str | None
-    repo: str | None = Field(description="The Hub repository, or null for a local package.")
-    revision: str | None = Field(description="The 40-hex commit, or null for a local package.")
-    model_sha256: str | None = Field(description="SHA-256 over the package's loadable files.")
-    verification: str | None = Field(description=EXTENSION + "how the files were checked.")
-    surfaces: list[str]
-    question_types: list[str]
-    presets: list[str] = Field(description="Named request presets; none in this version.")
-    modalities: list[str] = Field(
-        description="What a decisions state may hold (text); empty for a model without decisions."
-    )
-    heads: list[HeadCard]
-    embedding: EmbeddingCard | None
-    rerank: RerankCard | None = Field(description="Set on every model serving rerank.")
-    limits: ModelLimits
-    licence: str | None
-    profile: str = Field(description="The numeric profile the model is served under.")
-    profiles: list[ProfileInfo] = Field(
-        description="Every profile the model can be loaded under on its engine; a request "
-        "may name only the one it was loaded with."
-    )
-    numerics: Literal["exact", "approximate"] = Field(
-        description=EXTENSION + "the numerics of the profile it is served under."
-    )
-    engine: str | None
-    accelerator: str | None
-    accelerator_validated: bool = Field(
-        description="Whether this model's golden answers matched a reference recorded on "
-        "this accelerator."
-    )
-    device: str | None
-    dtype: str | None
-    parameters: int | None
-    ready: bool = Field(description="Whether the model answers requests now.")
-    status: CardStatus
-    reason: str | None = Field(description="Why it is failed, retrying or not ready.")
-    golden: GoldenStatus
-    plugins: list[PluginInfo]
-
-
-class ProcessLimits(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    max_bundle_tasks: int = Field(description="Most tasks in one /v1/bundle request.")
-    max_request_bytes: int = Field(description="Largest request body, in bytes.")
-
-
-class ProcessPlugin(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
+@opened
+class ProcessPlugin(TypedDict):
     name: str
     distribution: str | None
     version: str | None
     error: str | None
 
 
-class JevModel(BaseModel):
+@closed
+class JevModel(TypedDict):
     """A decision model as Jev clients list it (``GET /v1/models`` ``models``)."""
 
-    name: str = Field(description="The model ID, or the alias jev-latest.")
+    name: Annotated[str, Field(description="The model ID, or the alias jev-latest.")]
     description: str
-    release_date: str = Field(
-        description="YYYY-MM-DD: the UTC date the runtime took the model on (a runtime "
-        "does not know a model's release date)."
-    )
+    release_date: Annotated[
+        str,
+        Field(
+            description="YYYY-MM-DD: the UTC date the runtime took the model on (a runtime "
+            "does not know a model's release date)."
+        ),
+    ]
 
 
-class ModelList(BaseModel):
+@opened
+class ModelList(TypedDict):
     """Every served model's card, and the process limits."""
 
-    model_config = ConfigDict(extra="allow")
-
-    api_version: str = Field(description="The wire contract version, 2.3.0.")
-    object: Literal["list"] = "list"
+    api_version: Annotated[str, Field(description="The wire contract version, 2.3.0.")]
+    object: Literal["list"]
     data: list[ModelCard]
     limits: ProcessLimits
-    plugins: list[ProcessPlugin] = Field(
-        description=EXTENSION + "every plugin installed, with why any contributes nothing."
-    )
-    models: list[JevModel] = Field(
-        description=EXTENSION + "the decision models as Jev clients read them, and the "
-        "alias jev-latest when it reaches one."
-    )
+    plugins: Annotated[
+        list[ProcessPlugin],
+        Field(description=EXTENSION + "every plugin installed, with why any contributes nothing."),
+    ]
+    models: Annotated[
+        list[JevModel],
+        Field(
+            description=EXTENSION + "the decision models as Jev clients read them, and the "
+            "alias jev-latest when it reaches one."
+        ),
+    ]
 
 
-class ModelHealth(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
+@opened
+class ModelHealth(TypedDict):
     status: CardStatus
     reason: str | None
 
 
-class Health(BaseModel):
+@opened
+class Health(TypedDict):
     """Readiness: 200 when every model is ready, else 503."""
 
-    model_config = ConfigDict(extra="allow")
-
-    api_version: str = Field(description="The wire contract version, 2.3.0.")
+    api_version: Annotated[str, Field(description="The wire contract version, 2.3.0.")]
     status: CardStatus
     reason: str | None
-    model: str | None = Field(description="The model's name in a one-model process, else null.")
-    models: dict[str, ModelHealth] = Field(description="Each served model's state, by name.")
+    model: Annotated[
+        str | None, Field(description="The model's name in a one-model process, else null.")
+    ]
+    models: Annotated[
+        dict[str, ModelHealth], Field(description="Each served model's state, by name.")
+    ]
 
 
-class Liveness(BaseModel):
+@opened
+class Liveness(TypedDict):
     """The process serves HTTP."""
 
-    model_config = ConfigDict(extra="allow")
-
-    api_version: str = Field(description="The wire contract version, 2.3.0.")
+    api_version: Annotated[str, Field(description="The wire contract version, 2.3.0.")]
     status: Literal["alive"]

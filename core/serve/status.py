@@ -2,27 +2,28 @@
 
 Both follow wire contract 2.3 (:data:`~.schemas.API_VERSION`), which the router's
 generated Go client decodes: a value of the wrong JSON type (a float where an
-integer goes, a list where a string goes) fails its whole decode, so every card
-is put in the contract's shapes here, whatever the family wrote.
+integer goes, a list where a string goes) fails its whole decode. The documents are
+typed with the contract's shapes (:class:`~vllm_srun.plugins.cards.ModelCard`,
+:class:`~.schemas.Health`), and so is the family's part of every card
+(:class:`~vllm_srun.plugins.cards.FamilyCard`): a family writes the 2.3 forms itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import get_args
 
 from vllm_srun.plugins import Catalog
+from vllm_srun.plugins.cards import CardStatus, ModelCard, PluginGroup, PluginInfo, ProfileInfo
 from vllm_srun.plugins.decisions import MAX_CHOICES, MAX_LEVELS, MIN_CHOICES, MIN_LEVELS
 from vllm_srun.service.runtime import ModelState, Runtime
 
 from . import autotune
-from .schemas import API_VERSION
+from .schemas import API_VERSION, Health, ModelHealth
 
-WIRE_REDUCTIONS = ("max", "span_union")
-"""The window reductions the contract names; a head's other merges go under
-``window_reduction`` with ``reduction: null``."""
+CARD_STATUSES: tuple[CardStatus, ...] = get_args(CardStatus)
+"""Every state a card or ``/health`` reports."""
 
-PLUGIN_GROUPS = (
+PLUGIN_GROUPS: tuple[tuple[PluginGroup, str], ...] = (
     ("family", "families"),
     ("engine", "engines"),
     ("accelerator", "accelerators"),
@@ -30,7 +31,19 @@ PLUGIN_GROUPS = (
 """The card's plugin groups named by one card field each, with their catalog layer."""
 
 
-def health_document(runtime: Runtime) -> tuple[int, dict[str, Any]]:
+def card_status(status: str) -> CardStatus:
+    """A model state's name as the contract types it (:data:`CARD_STATUSES`).
+
+    Raises:
+        ValueError: a state the contract has no name for (a runtime bug).
+    """
+    for known in CARD_STATUSES:
+        if status == known:
+            return known
+    raise ValueError(f"model state {status!r} is none of {', '.join(CARD_STATUSES)}")
+
+
+def health_document(runtime: Runtime) -> tuple[int, Health]:
     """``/health``: 200 only when every model is ready, else 503.
 
     Returns:
@@ -39,8 +52,11 @@ def health_document(runtime: Runtime) -> tuple[int, dict[str, Any]]:
         ``reason``, ``model`` (the served model's name in a one-model process,
         else ``None``) and ``models`` (each model's ``status`` and ``reason``).
     """
-    models = {n: {"status": s.status, "reason": s.reason} for n, s in runtime.models.items()}
+    models: dict[str, ModelHealth] = {
+        n: {"status": card_status(s.status), "reason": s.reason} for n, s in runtime.models.items()
+    }
     states = {s.status for s in runtime.models.values()}
+    status: CardStatus
     reason = None
     if not runtime.accepting:
         status, reason = "failed", "shutting down"
@@ -57,7 +73,7 @@ def health_document(runtime: Runtime) -> tuple[int, dict[str, Any]]:
     else:
         status, reason = "degraded", "some models failed to load: " + _failures(runtime)
     single = next(iter(runtime.models)) if len(runtime.models) == 1 else None
-    body = {
+    body: Health = {
         "status": status,
         "api_version": API_VERSION,
         "reason": reason,
@@ -77,7 +93,7 @@ def _failures(runtime: Runtime) -> str:
     )
 
 
-def cards(runtime: Runtime) -> list[dict[str, Any]]:
+def cards(runtime: Runtime) -> list[ModelCard]:
     """Every model's ``/v1/models`` card."""
     return [
         model_card(state, runtime.catalog, runtime.config.max_inputs)
@@ -85,17 +101,22 @@ def cards(runtime: Runtime) -> list[dict[str, Any]]:
     ]
 
 
-def profiles(profile: str) -> list[dict[str, str]]:
+def profiles(profile: str) -> list[ProfileInfo]:
     """The card's ``profiles`` before the model is loaded (its engine, which declares
     them, is not chosen yet): the configured ``profile`` alone, its numerics unknown
     until then unless it is ``exact``."""
-    numerics = "exact" if profile == "exact" else "approximate"
-    return [{"name": profile, "numerics": numerics, "description": "not loaded yet"}]
+    return [
+        {
+            "name": profile,
+            "numerics": "exact" if profile == "exact" else "approximate",
+            "description": "not loaded yet",
+        }
+    ]
 
 
 def model_card(
     state: ModelState, catalog: Catalog | None = None, max_inputs: int | None = None
-) -> dict[str, Any]:
+) -> ModelCard:
     """One model's card (wire contract 2.3 ``ModelCard`` plus this runtime's extensions).
 
     Every field is present whatever the model's state (``null`` or empty until it
@@ -106,7 +127,7 @@ def model_card(
     (``max_inputs``, the process's ``--max-inputs``) on a model serving classify,
     embeddings or rerank.
     """
-    card: dict[str, Any] = {
+    card: ModelCard = {
         "id": state.name,
         "object": "model",
         "created": state.created,
@@ -135,7 +156,7 @@ def model_card(
         "dtype": state.config.dtype,
         "parameters": None,
         "ready": False,
-        "status": state.status,
+        "status": card_status(state.status),
         "reason": state.reason,
         "golden": state.golden.card(),
         "plugins": [],
@@ -144,11 +165,11 @@ def model_card(
         "options": dict(state.config.options),
         "adapter": None,
         "autotune_cache": autotune.applied(),
+        "deviation_from_exact": None,
     }
     details = state.served.card() if state.served is not None else state.details
     if details is not None:
-        card.update(details)
-        card["id"] = state.name
+        card = {**card, **details, "id": state.name}
     card["deviation_from_exact"] = (
         None
         if card["numerics"] == "exact"
@@ -159,21 +180,18 @@ def model_card(
             "reference": state.golden.reference,
         }
     )
-    repo = card.get("repo")
-    if isinstance(repo, str) and "/" in repo:
+    repo = card["repo"]
+    if repo is not None and "/" in repo:
         card["owned_by"] = repo.split("/", 1)[0]  # the Hub organisation, as OpenAI names owners
-    _wire_family_card(card)
+    limits = card["limits"] = card["limits"].copy()  # the family's own stays as it wrote it
     if "decisions" in card["surfaces"]:
         card["modalities"] = card["modalities"] or ["text"]
-        for key, value in (
-            ("min_options", MIN_CHOICES),
-            ("max_options", MAX_CHOICES),
-            ("min_levels", MIN_LEVELS),
-            ("max_levels", MAX_LEVELS),
-        ):
-            card["limits"].setdefault(key, value)
+        limits.setdefault("min_options", MIN_CHOICES)
+        limits.setdefault("max_options", MAX_CHOICES)
+        limits.setdefault("min_levels", MIN_LEVELS)
+        limits.setdefault("max_levels", MAX_LEVELS)
     if max_inputs is not None and set(card["surfaces"]) & {"classify", "embeddings", "rerank"}:
-        card["limits"].setdefault("max_inputs", max_inputs)
+        limits.setdefault("max_inputs", max_inputs)
     card["ready"] = state.status == "ready"
     # Validated: this model answered its golden requests as recorded on this accelerator.
     card["accelerator_validated"] = state.golden.status == "matched"
@@ -182,45 +200,7 @@ def model_card(
     return card
 
 
-def _wire_family_card(card: dict[str, Any]) -> None:
-    """Put the family's part of ``card`` in the contract's shapes, in place.
-
-    The built-in families already write them; a family written against the plugin
-    API before contract 2.3 may still give ``embedding.dimensions`` as one
-    integer, a head's ``overflow`` as the list of policies, a ``reduction`` the
-    contract has no name for, or ``limits.max_tokens``. Each becomes the 2.3 form,
-    with the old value kept under the extension key the built-in families use.
-    """
-    card["limits"] = dict(card.get("limits") or {})
-    limits = card["limits"]
-    if "max_tokens" in limits:
-        limits.setdefault("max_input_tokens", limits.pop("max_tokens"))
-    embedding = card.get("embedding")
-    if isinstance(embedding, Mapping):
-        embedding = dict(embedding)
-        if isinstance(embedding.get("dimensions"), int):
-            embedding["dimensions"] = [embedding["dimensions"]]
-        for key, default in (("layers", []), ("modalities", ["text"]), ("input_types", [])):
-            embedding.setdefault(key, default)
-        card["embedding"] = embedding
-    heads = []
-    for head in card.get("heads") or ():
-        head = dict(head)
-        if isinstance(head.get("overflow"), list):
-            policies = head["overflow"]
-            head.setdefault("overflow_policies", list(policies))
-            head["overflow"] = policies[0] if policies else None
-        reduction = head.get("reduction")
-        if reduction is not None and reduction not in WIRE_REDUCTIONS:
-            head.setdefault("window_reduction", reduction)
-            head["reduction"] = None
-        for key in ("default_threshold", "thresholds", "reduction", "window"):
-            head.setdefault(key, None)
-        heads.append(head)
-    card["heads"] = heads
-
-
-def composing_plugins(card: Mapping[str, Any], catalog: Catalog) -> list[dict[str, Any]]:
+def composing_plugins(card: ModelCard, catalog: Catalog) -> list[PluginInfo]:
     """The plugins a model is composed of (the card's ``plugins``): its family, engine,
     accelerator, kernels and attached extensions, as far as the card names them.
 
@@ -230,18 +210,17 @@ def composing_plugins(card: Mapping[str, Any], catalog: Catalog) -> list[dict[st
     owns the name), ``capabilities`` (what the object declares about itself), and
     ``plugin``, the entry-point name (an extension of the contract).
     """
-    wanted: list[tuple[str, str, str]] = [
-        (group, layer, card[group])
+    named = {"family": card["family"], "engine": card["engine"], "accelerator": card["accelerator"]}
+    wanted: list[tuple[PluginGroup, str, str]] = [
+        (group, layer, name)
         for group, layer in PLUGIN_GROUPS
-        if isinstance(card.get(group), str)
+        if (name := named.get(group)) is not None
     ]
-    kernels = card.get("kernels")
-    if isinstance(kernels, Mapping):
-        wanted += [("kernel", "kernels", f"{slot}.{name}") for slot, name in kernels.items()]
-    for extension in card.get("extensions") or ():
-        if isinstance(extension, Mapping) and isinstance(extension.get("name"), str):
-            wanted.append(("extension", "surface_extensions", extension["name"]))
-    listed = []
+    kernels = card.get("kernels", {})
+    wanted += [("kernel", "kernels", f"{slot}.{name}") for slot, name in kernels.items()]
+    for extension in card["extensions"]:
+        wanted.append(("extension", "surface_extensions", extension["name"]))
+    listed: list[PluginInfo] = []
     for group, layer, name in wanted:
         owner = catalog.owner(layer, name)
         listed.append(
@@ -257,7 +236,7 @@ def composing_plugins(card: Mapping[str, Any], catalog: Catalog) -> list[dict[st
     return listed
 
 
-def _capabilities(group: str, obj: Any) -> dict[str, Any]:
+def _capabilities(group: PluginGroup, obj: object) -> dict[str, object]:
     """What a composed object declares about itself, by group (empty when unknown)."""
     if obj is None:
         return {}

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import ValuesView
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from vllm_srun.config import SYSTEMONE_SCHEMAS
 from vllm_srun.plugins.decisions import (
@@ -33,11 +33,23 @@ from vllm_srun.plugins.decisions import (
     loads_checked,
     parse_request,
 )
+from vllm_srun.plugins.decisions.answers import (
+    AnsweredDecisions,
+    DecisionsResponse,
+    DecisionUsage,
+    IndexedStateAnswer,
+)
 from vllm_srun.plugins.decisions.schema import REQUEST_FIELDS
 from vllm_srun.plugins.spec import RequestError
 
 from . import jev
 from .requests import ApiError
+from .schemas import (
+    JevBatchResponse,
+    JevSystemOneResponse,
+    SystemOneBatchResponse,
+    SystemOneBatchResult,
+)
 
 if TYPE_CHECKING:
     from vllm_srun.service.runtime import Runtime
@@ -284,7 +296,9 @@ def batch_paths(message: str) -> str:
     return re.sub(r"(^|: |; )state\b", r"\1states[0]", message)
 
 
-def reshape(body: dict[str, Any], shape: Shape) -> dict[str, Any]:
+def reshape(
+    body: AnsweredDecisions, shape: Shape
+) -> DecisionsResponse | SystemOneBatchResponse | JevSystemOneResponse | JevBatchResponse:
     """The decisions answer in the route's own shape (``body`` is left as it is).
 
     A decisions answer keeps its form; each ``states`` entry (array or named
@@ -301,26 +315,33 @@ def reshape(body: dict[str, Any], shape: Shape) -> dict[str, Any]:
     return _batched(body) if shape.batch else _named(body)
 
 
-def _batched(body: dict[str, Any]) -> dict[str, Any]:
-    """A decisions answer as a batch's ``{"model", "results", "usage"}``."""
-    entries = body.get("states") or []
-    results = [{"index": 0, "answers": body["answers"]}]
+def _batched(body: AnsweredDecisions) -> SystemOneBatchResponse:
+    """A decisions answer as a batch's ``{"model", "results", "usage"}`` (a batch's
+    ``states`` is always an array: :func:`batch_body`)."""
+    entries = cast(list[IndexedStateAnswer], body.get("states") or [])
+    results: list[SystemOneBatchResult] = [{"index": 0, "answers": body["answers"]}]
     results += [{"index": s["index"] + 1, "answers": s["answers"]} for s in entries]
-    usage = {
-        key: body["usage"][key] + sum(s["usage"][key] for s in entries) for key in body["usage"]
+    usage: DecisionUsage = {
+        "input_tokens": body["usage"]["input_tokens"]
+        + sum(s["usage"]["input_tokens"] for s in entries),
+        "output_tokens": body["usage"]["output_tokens"]
+        + sum(s["usage"]["output_tokens"] for s in entries),
     }
-    reshaped = {"model": body["model"], "results": results, "usage": usage}
+    reshaped: SystemOneBatchResponse = {"model": body["model"], "results": results, "usage": usage}
     if "meta" in body:
         reshaped["meta"] = body["meta"]
     return reshaped
 
 
-def _named(body: dict[str, Any]) -> dict[str, Any]:
+def _named(body: AnsweredDecisions) -> DecisionsResponse:
     """A decisions answer whose ``states`` entries each name the ``model`` that answered."""
+    model = body["model"]
+    named: DecisionsResponse = {"model": model, "answers": body["answers"], "usage": body["usage"]}
     states = body.get("states")
-    model = body.get("model")
     if isinstance(states, dict):
-        return {**body, "states": {k: {"model": model, **v} for k, v in states.items()}}
-    if isinstance(states, list):
-        return {**body, "states": [{"index": v["index"], "model": model, **v} for v in states]}
-    return body
+        named["states"] = {k: {"model": model, **v} for k, v in states.items()}
+    elif isinstance(states, list):
+        named["states"] = [{"index": v["index"], "model": model, **v} for v in states]
+    if "meta" in body:
+        named["meta"] = body["meta"]
+    return named

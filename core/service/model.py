@@ -28,14 +28,16 @@ import concurrent.futures
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from vllm_srun.compose.batching import SchedulerLimits
 from vllm_srun.compose.loader import ServedModel
 from vllm_srun.plugins.decisions import DecisionsRequest
+from vllm_srun.plugins.loaded import Answered, answered
 from vllm_srun.plugins.requests import SurfaceBody, SurfaceRequest
+from vllm_srun.plugins.responses import ResponseMeta
 from vllm_srun.plugins.spec import RequestError, RowOutput, clip
 
 from .finish import Finisher
@@ -48,7 +50,7 @@ IDLE_CHECK_SECONDS = 0.05
 """How long :meth:`ModelService.stop` waits at least for the planning thread to show it
 is idle."""
 
-Body = dict[str, Any]
+Body = Answered
 """An answer body as the family's ``finish`` builds it, with ``model`` (and ``meta``)."""
 
 
@@ -250,7 +252,7 @@ class ModelService:
         started = time.perf_counter()
         answer: Body | RequestError
         try:
-            body = {"model": self.name, **self.served.loaded.finish(call.plan, outputs)}
+            body = answered(self.served.loaded.finish(call.plan, outputs), self.name)
             if call.meta:
                 body["meta"] = self.response_meta(call, job, body.get("meta"))
             answer = body
@@ -287,7 +289,7 @@ class ModelService:
             self.scheduler.cancel(call.job)
 
     # -- meta -------------------------------------------------------------------------------
-    def identity_meta(self, profile: str) -> dict[str, Any]:
+    def identity_meta(self, profile: str) -> ResponseMeta:
         """The model's identity in every ``meta``: the fields its ``/v1/models`` card
         gives them (``model_id`` is the card's ``id``; ``revision`` the 40-hex commit,
         ``null`` for a local package), the ``profile`` the request was answered in and its
@@ -307,7 +309,7 @@ class ModelService:
             "device": served.placement.device.device,
         }
 
-    def response_meta(self, call: Call, job: Job, own: Any) -> dict[str, Any]:
+    def response_meta(self, call: Call, job: Job, own: ResponseMeta | None) -> ResponseMeta:
         """The ``meta`` of an answer that asked for it (``options.return_meta``).
 
         The model's identity (:meth:`identity_meta`), then this call's ``queue_ms`` (from
@@ -320,15 +322,15 @@ class ModelService:
         """
         identity = self.identity_meta(call.profile)
         queued = 0.0 if job.dispatched_at is None else job.dispatched_at - job.enqueued
-        meta: dict[str, Any] = {
+        meta: ResponseMeta = {
             **identity,
             "queue_ms": round(max(0.0, queued) * 1000, 3),
             "compute_ms": round(job.forward_seconds * 1000, 3),
         }
-        if isinstance(own, Mapping):
+        if own is not None:
             meta.update(own)
         representation = meta.get("representation")
-        if isinstance(representation, Mapping) and "model_sha256" not in representation:
+        if representation is not None and "model_sha256" not in representation:
             meta["representation"] = {"model_sha256": identity["model_sha256"], **representation}
         return meta
 

@@ -30,7 +30,14 @@ from typing import Any
 
 from vllm_srun.compose.golden import PENDING, GoldenResult
 from vllm_srun.compose.golden import check as check_golden
-from vllm_srun.compose.loader import LoadError, LoadOptions, ServedModel, is_retryable, load_model
+from vllm_srun.compose.loader import (
+    LoadError,
+    LoadOptions,
+    ServedCard,
+    ServedModel,
+    is_retryable,
+    load_model,
+)
 from vllm_srun.config import ModelConfig, ServeConfig
 from vllm_srun.plugins import Catalog, load_catalog
 from vllm_srun.plugins.spec import RequestError, clip
@@ -76,7 +83,7 @@ class ModelState:
     service: ModelService | None = None
     attempts: int = 0
     golden: GoldenResult = PENDING
-    details: dict[str, Any] | None = None
+    details: ServedCard | None = None
 
     @property
     def name(self) -> str:

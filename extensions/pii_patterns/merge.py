@@ -19,25 +19,26 @@ and ``recognizer`` (the Presidio class for a pattern, ``null`` for the model).
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+
+from vllm_srun.plugins.responses import Span
 
 from .recognizers import RECOGNIZERS, Found
 
 _ORDER = {spec.name: index for index, spec in enumerate(RECOGNIZERS)}
 
 
-def _overlap(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    return int(a["start"]) < int(b["end"]) and int(b["start"]) < int(a["end"])
+def _overlap(a: Span, b: Span) -> bool:
+    return a["start"] < b["end"] and b["start"] < a["end"]
 
 
 def _rank(
-    span: Mapping[str, Any],
+    span: Span,
     model_labels: Collection[str],
     model_kinds: Mapping[tuple[int, int], str],
 ) -> tuple[int, int, int, float, int]:
-    pattern = span["source"] == "pattern"
+    pattern = span.get("source") == "pattern"
     unknown = pattern and span["label"] not in model_labels
-    extent = (int(span["start"]), int(span["end"]))
+    extent = (span["start"], span["end"])
     # at equal extent: a pattern of another label (2), the model (1), a pattern of its label (0)
     if pattern:
         order = 2 if extent in model_kinds and model_kinds[extent] != span["label"] else 0
@@ -47,17 +48,17 @@ def _rank(
         1 if unknown else 0,
         extent[1] - extent[0],
         order,
-        float(span["probability"]),
+        span["probability"],
         -_ORDER.get(str(span.get("recognizer")), 0),
     )
 
 
 def merged(
     text: str,
-    model_spans: Sequence[Mapping[str, Any]],
+    model_spans: Sequence[Span],
     found: Sequence[Found],
     model_labels: Collection[str],
-) -> list[dict[str, Any]]:
+) -> list[Span]:
     """The model's spans and the pattern finds as one list, in text order.
 
     Args:
@@ -71,9 +72,7 @@ def merged(
         Span dicts with ``source`` and ``recognizer`` added, sorted by ``(start, end)``;
         no two overlap.
     """
-    candidates: list[dict[str, Any]] = [
-        {**span, "source": "model", "recognizer": None} for span in model_spans
-    ]
+    candidates: list[Span] = [from_model(span) for span in model_spans]
     candidates += [
         {
             "start": f.start,
@@ -86,14 +85,19 @@ def merged(
         }
         for f in found
     ]
-    kinds = {(int(s["start"]), int(s["end"])): str(s["label"]) for s in model_spans}
-    kept: list[dict[str, Any]] = []
+    kinds = {(s["start"], s["end"]): s["label"] for s in model_spans}
+    kept: list[Span] = []
     ranked = sorted(candidates, key=lambda s: _rank(s, model_labels, kinds), reverse=True)
     for span in ranked:
         if not any(_overlap(span, other) for other in kept):
             kept.append(span)
-    kept.sort(key=lambda s: (int(s["start"]), int(s["end"])))
+    kept.sort(key=lambda s: (s["start"], s["end"]))
     return kept
 
 
-__all__ = ["merged"]
+def from_model(span: Span) -> Span:
+    """A model's span marked as one (``source: model``, ``recognizer: null``)."""
+    return {**span, "source": "model", "recognizer": None}
+
+
+__all__ = ["from_model", "merged"]

@@ -22,15 +22,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from vllm_srun.plugins import SurfaceExtension
+from vllm_srun.plugins.cards import FamilyCard
 from vllm_srun.plugins.extension import SurfaceModel
-from vllm_srun.plugins.loaded import LoadedModel, ModelCard, Plan
+from vllm_srun.plugins.loaded import LoadedModel, Plan
 from vllm_srun.plugins.requests import ClassifyRequest, SurfaceRequest
+from vllm_srun.plugins.responses import ClassifyAnswer, ClassifyResult, SurfaceAnswer
 from vllm_srun.plugins.spec import WorkItem
 
-from .merge import merged
+from .merge import from_model, merged
 from .recognizers import RECOGNIZERS, PatternScanner, shared_scanner
 
 if TYPE_CHECKING:
@@ -48,7 +50,7 @@ METHOD = (
 )
 
 
-def _entity_types(card: ModelCard) -> set[str]:
+def _entity_types(card: FamilyCard) -> set[str]:
     types: set[str] = set()
     for head in card.get("heads") or ():
         if head.get("kind") == "token":
@@ -65,7 +67,7 @@ class PiiPatterns(SurfaceExtension):
     numerics = "approximate"
     method = METHOD
 
-    def qualifies(self, card: ModelCard) -> str | None:
+    def qualifies(self, card: FamilyCard) -> str | None:
         """``None`` for a model with a token head that serves ``classify``, else why not."""
         if "classify" not in (card.get("surfaces") or ()):
             return "the model serves no classify"
@@ -73,7 +75,7 @@ class PiiPatterns(SurfaceExtension):
             return "the model has no token head"
         return None
 
-    def attach(self, host: LoadedModel[Any], card: ModelCard) -> PatternSpans:
+    def attach(self, host: LoadedModel[Any], card: FamilyCard) -> PatternSpans:
         """A classify model over ``host`` that merges pattern spans into its answers.
 
         Raises:
@@ -135,44 +137,44 @@ class PatternSpans(SurfaceModel[PatternPlan]):
             texts = [p.text if p.text_pair is None else None for p in request.pairs]
         return PatternPlan(inner=inner, texts=texts, patterns=patterns)
 
-    def finish(self, plan: PatternPlan, outputs: list[RowOutput]) -> dict[str, Any]:
+    def finish(self, plan: PatternPlan, outputs: list[RowOutput]) -> SurfaceAnswer:
         """The host's answer, each result's spans merged with the pattern finds.
 
         A truncated input's spans all end at or before where its reading stopped
         (:meth:`PatternPlan.read_end`); a pattern crossing that point is dropped.
         """
-        body = dict(self.host.finish(plan.inner, outputs))
-        results = body.get("results")
-        if not isinstance(results, list):
-            return body
-        for result in results:
-            spans = result.get("spans") if isinstance(result, dict) else None
-            if spans is None:
+        body = self.host.finish(plan.inner, outputs)
+        if "results" not in body:  # an embeddings answer: no spans to merge
+            return cast(SurfaceAnswer, body)
+        # Only a token head's classify results carry spans (a rerank result never does).
+        for result in cast(ClassifyAnswer, body)["results"]:
+            if "spans" not in result:
                 continue
-            index = int(result.get("index", 0))
+            result = cast(ClassifyResult, result)
+            spans = result["spans"]
+            index = result["index"]
             text = plan.texts[index] if index < len(plan.texts) else None
-            tagged = any(str(s.get("label", ""))[:2] in ("B-", "I-") for s in spans)
+            tagged = any(s["label"][:2] in ("B-", "I-") for s in spans)
             cut = plan.read_end(index)
-            usage = result.get("input")
-            unknown_cut = cut is None and isinstance(usage, dict) and bool(usage.get("truncated"))
+            unknown_cut = cut is None and result["input"]["truncated"]
             if plan.patterns and text is not None and not tagged and not unknown_cut:
                 found = self.scanner.find(text if cut is None else text[: cut + SCAN_PAST_CUT])
                 if cut is not None:
                     found = [f for f in found if f.end <= cut]
                 spans = merged(text, spans, found, self.model_labels)
             else:
-                spans = [{**s, "source": "model", "recognizer": None} for s in spans]
+                spans = [from_model(s) for s in spans]
             if cut is not None:
-                spans = [s for s in spans if int(s["end"]) <= cut]
+                spans = [s for s in spans if s["end"] <= cut]
             result["spans"] = spans
-        return body
+        return cast(ClassifyAnswer, body)
 
     def warm(self) -> None:
         """Compile the recognizers' patterns and load their tables before the first request
         (:meth:`.recognizers.PatternScanner.warm`)."""
         self.scanner.warm()
 
-    def card(self) -> dict[str, Any]:
+    def card(self) -> dict[str, object]:
         """The recognizers (label, Presidio class and validation of each) and the held-out
         figures ``make eval`` wrote (``held_out``, ``null`` when it has not run)."""
         held_out = Path(__file__).with_name("held_out.json")

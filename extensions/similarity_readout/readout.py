@@ -45,17 +45,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from vllm_srun.plugins import SurfaceExtension
+from vllm_srun.plugins.cards import FamilyCard
 from vllm_srun.plugins.decisions import (
+    DecisionsAnswer,
+    DecisionsMeta,
     DecisionsRequest,
     InvalidQuestion,
     Question,
+    QuestionAnswer,
     answer,
     failed_answer,
     response_body,
 )
 from vllm_srun.plugins.extension import SurfaceModel
-from vllm_srun.plugins.loaded import LoadedModel, ModelCard, Plan
+from vllm_srun.plugins.loaded import LoadedModel, Plan
 from vllm_srun.plugins.requests import EmbeddingsRequest, InputOptions, SurfaceRequest
+from vllm_srun.plugins.responses import Embedding, EmbeddingError, EmbeddingsAnswer
 from vllm_srun.plugins.spec import RequestError, WorkItem
 
 if TYPE_CHECKING:
@@ -143,7 +148,7 @@ class SimilarityReadout(SurfaceExtension):
     numerics = "approximate"
     method = METHOD
 
-    def qualifies(self, card: ModelCard) -> str | None:
+    def qualifies(self, card: FamilyCard) -> str | None:
         """``None`` for a model that serves ``embeddings`` with a pooled head, else why not."""
         if "embeddings" not in (card.get("surfaces") or ()):
             return "the model serves no embeddings"
@@ -151,7 +156,7 @@ class SimilarityReadout(SurfaceExtension):
             return "the model has no pooled head"
         return None
 
-    def attach(self, host: LoadedModel[Any], card: ModelCard) -> SimilarityDecisions:
+    def attach(self, host: LoadedModel[Any], card: FamilyCard) -> SimilarityDecisions:
         """A decisions model that embeds through ``host``."""
         return SimilarityDecisions(host, read_calibration())
 
@@ -201,7 +206,7 @@ class SimilarityDecisions(SurfaceModel[SimilarityPlan]):
         self.temperature: dict[str, float] = dict(calibration["temperature"])
         self.noul_baseline = float(calibration.get("noul_baseline", 0.0))
 
-    def card(self) -> dict[str, Any]:
+    def card(self) -> dict[str, object]:
         """What the model card says about these answers."""
         return {
             "question_types": ["choice", "noul", "score"],
@@ -255,12 +260,12 @@ class SimilarityDecisions(SurfaceModel[SimilarityPlan]):
         )
         return SimilarityPlan(parsed, states_plan, options_plan, entries)
 
-    def finish(self, plan: SimilarityPlan, outputs: list[RowOutput]) -> dict[str, Any]:
+    def finish(self, plan: SimilarityPlan, outputs: list[RowOutput]) -> DecisionsAnswer:
         """The decisions response body (without ``model``)."""
         similarities, tokens = self.similarities(plan, outputs)
         answered = []
         for entry in similarities:
-            answers: dict[str, Any] = {}
+            answers: dict[str, QuestionAnswer] = {}
             for name, (question, found) in entry.items():
                 if isinstance(question, InvalidQuestion):
                     answers[name] = question.answer()
@@ -271,12 +276,13 @@ class SimilarityDecisions(SurfaceModel[SimilarityPlan]):
             answered.append(answers)
         body = response_body(plan.request, answered, tokens)
         if plan.request.return_meta:
-            body["meta"] = {
+            meta: DecisionsMeta = {
                 "readout": NAME,
                 "numerics": "approximate",
                 "method": METHOD,
                 "temperature": dict(self.temperature),
             }
+            body["meta"] = meta
         return body
 
     def similarities(
@@ -292,11 +298,21 @@ class SimilarityDecisions(SurfaceModel[SimilarityPlan]):
             request would: its state and each distinct option text its valid
             questions embed (a text two entries share counts in both).
         """
-        import torch
 
         split = len(plan.states.items)
-        states = self.host.finish(plan.states, list(outputs[:split]))["data"]
-        options = self.host.finish(plan.options, list(outputs[split:]))["data"]
+        states = cast(EmbeddingsAnswer, self.host.finish(plan.states, list(outputs[:split])))
+        options = cast(EmbeddingsAnswer, self.host.finish(plan.options, list(outputs[split:])))
+        return self._found(plan, states["data"], options["data"])
+
+    def _found(
+        self,
+        plan: SimilarityPlan,
+        states: list[Embedding | EmbeddingError],
+        options: list[Embedding | EmbeddingError],
+    ) -> tuple[list[dict[str, tuple[Any, Any]]], list[int]]:
+        """:meth:`similarities` from the host's embeddings of every state and option text."""
+        import torch
+
         tokens = [
             _tokens(states[entry.state_input])
             + sum(
@@ -308,12 +324,13 @@ class SimilarityDecisions(SurfaceModel[SimilarityPlan]):
         ]
         # Each text's unit vector once, however many questions use it.
         units: list[torch.Tensor | None] = [
-            None if "error" in item else _unit(item["embedding"]) for item in options
+            None if "error" in item else _unit(cast(list[float], item["embedding"]))
+            for item in options
         ]
         found: list[dict[str, tuple[Any, Any]]] = []
         for entry in plan.entries:
             state = states[entry.state_input]
-            anchor = None if "error" in state else _unit(state["embedding"])
+            anchor = None if "error" in state else _unit(cast(list[float], state["embedding"]))
             per_question: dict[str, tuple[Any, Any]] = {}
             for question in entry.questions:
                 if isinstance(question, InvalidQuestion):

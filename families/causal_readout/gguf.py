@@ -65,7 +65,7 @@ class Conversion:
     record: Mapping[str, Any]
     reused: bool
 
-    def card(self) -> dict[str, Any]:
+    def card(self) -> dict[str, object]:
         """The card's ``weights`` object: ``format`` ``gguf``, the file and its SHA-256,
         the quantisation (the file's ``general.file_type``, and tensor count per type),
         and how it was converted (dequantised to float32 by transformers, where it is kept)."""

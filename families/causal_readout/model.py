@@ -17,12 +17,17 @@ from typing import Any, cast
 
 import torch
 
+from vllm_srun.plugins.cards import FamilyCard
 from vllm_srun.plugins.decisions import (
     QUESTION_ERRORS,
     QUESTION_TYPES,
+    DecisionsAnswer,
+    DecisionsMeta,
     DecisionsRequest,
     InvalidQuestion,
     Question,
+    QuestionAnswer,
+    QuestionReadout,
     StateEntry,
     answer,
     failed_answer,
@@ -30,7 +35,7 @@ from vllm_srun.plugins.decisions import (
     response_body,
     state_answers,
 )
-from vllm_srun.plugins.loaded import LoadedModel, ModelCard, Plan
+from vllm_srun.plugins.loaded import LoadedModel, Plan
 from vllm_srun.plugins.requests import SurfaceRequest
 from vllm_srun.plugins.spec import DecoderBatch, DecoderModel, RequestError, RowOutput, WorkItem
 
@@ -219,9 +224,9 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
         self.weights = weights
 
     # -- the card -------------------------------------------------------------------------
-    def card(self) -> ModelCard:
+    def card(self) -> FamilyCard:
         """The family's part of the ``/v1/models`` card."""
-        return {
+        card: FamilyCard = {
             "surfaces": list(self.surfaces),
             "question_types": list(QUESTION_TYPES),
             "heads": [],
@@ -240,8 +245,10 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
                 "readout": self.readout,
                 "temperature": dict(self.temperatures),
             },
-            **({"weights": dict(self.weights)} if self.weights is not None else {}),
         }
+        if self.weights is not None:
+            card["weights"] = dict(self.weights)
+        return card
 
     # -- plan -----------------------------------------------------------------------------
     def plan(self, surface: str, request: SurfaceRequest) -> ReadoutPlan:
@@ -411,7 +418,7 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
         return items
 
     # -- finish ---------------------------------------------------------------------------
-    def finish(self, plan: ReadoutPlan, outputs: list[RowOutput]) -> dict[str, Any]:
+    def finish(self, plan: ReadoutPlan, outputs: list[RowOutput]) -> DecisionsAnswer:
         """The response body (without ``model``): ``answers``, ``usage``, and
         ``states`` / ``meta`` when the request asked.
 
@@ -424,11 +431,11 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
         if plan.request.return_meta:
             body["meta"] = self._meta(plan.entries[0])
             for state, entry in zip(state_answers(body), plan.entries[1:], strict=True):
-                state["meta"] = {"questions": self._meta(entry)["questions"]}
+                state["meta"] = {"questions": self._questions(entry)}
         return body
 
-    def _answers(self, entry: EntryPlan, outputs: list[RowOutput]) -> dict[str, Any]:
-        answers: dict[str, Any] = {}
+    def _answers(self, entry: EntryPlan, outputs: list[RowOutput]) -> dict[str, QuestionAnswer]:
+        answers: dict[str, QuestionAnswer] = {}
         for slot in entry.slots:
             question = slot.question
             if isinstance(question, InvalidQuestion):
@@ -461,8 +468,10 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
             total /= torch.tensor(slot.lengths, dtype=torch.float64)
         return total
 
-    def _meta(self, entry: EntryPlan) -> dict[str, Any]:
-        questions = {
+    def _questions(self, entry: EntryPlan) -> dict[str, QuestionReadout]:
+        """How each valid question of ``entry`` was read out: its labels, their texts and
+        the temperature (``meta.questions``)."""
+        return {
             slot.question.name: {
                 "labels": list(slot.labels.shown),
                 "tokens": list(slot.labels.texts),
@@ -471,6 +480,9 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
             for slot in entry.slots
             if slot.labels is not None
         }
+
+    def _meta(self, entry: EntryPlan) -> DecisionsMeta:
+        """The answer's ``meta``: how this family read the answers out."""
         return {
             "method": "causal_readout",
             "numerics": "exact",
@@ -478,7 +490,7 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
             "shared_context": self.shared_context,
             "readout": self.readout,
             "prefix_tokens": entry.prefix,
-            "questions": questions,
+            "questions": self._questions(entry),
         }
 
 

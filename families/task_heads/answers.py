@@ -18,13 +18,32 @@ import base64
 import copy
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from vllm_srun.plugins.loaded import Plan
+from vllm_srun.plugins.responses import (
+    ClassifyAnswer,
+    ClassifyKind,
+    ClassifyResult,
+    ClassifyWindow,
+    Embedding,
+    EmbeddingError,
+    EmbeddingsAnswer,
+    ItemError,
+    RerankAnswer,
+    RerankResult,
+    ResponseMeta,
+    SurfaceAnswer,
+    embedding_error,
+    embedding_item,
+    embeddings_usage,
+    item_error,
+    usage,
+)
 from vllm_srun.plugins.spans import decode_spans
-from vllm_srun.plugins.spec import ItemErrorCode, RowError, RowOutput, WorkItem
+from vllm_srun.plugins.spec import RowError, RowOutput, WorkItem
 
 from .inputs import EncodedInput
 from .package import Head, Pooling
@@ -76,11 +95,7 @@ def _finite(tensor: torch.Tensor) -> bool:
     return bool(torch.isfinite(tensor).all())
 
 
-def _error(index: int, code: ItemErrorCode, message: str) -> dict[str, Any]:
-    return {"index": index, "error": code, "message": message}
-
-
-def answer(plan: TaskPlan, outputs: list[RowOutput], pooling: Pooling | None) -> dict[str, Any]:
+def answer(plan: TaskPlan, outputs: list[RowOutput], pooling: Pooling | None) -> SurfaceAnswer:
     """The response body (without ``model``) for a plan and one output per planned row.
 
     An input with a failed row (:class:`RowError`) answers with that error in its place.
@@ -91,39 +106,40 @@ def answer(plan: TaskPlan, outputs: list[RowOutput], pooling: Pooling | None) ->
         per_input.append(outputs[cursor : cursor + len(encoded.rows)])
         cursor += len(encoded.rows)
     used = sum(e.processed_tokens for e in plan.inputs if e.error is None)
-    body: dict[str, Any]
+    meta: ResponseMeta | None = plan.options.get("meta")
     if plan.surface == "embeddings":
         data = [
             _embedding(i, e, r, plan, pooling)
             for i, (e, r) in enumerate(zip(plan.inputs, per_input, strict=True))
         ]
-        body = {
+        embeddings: EmbeddingsAnswer = {
             "object": "list",
             "data": data,
-            "usage": {"prompt_tokens": used, "total_tokens": used},
+            "usage": embeddings_usage(used),
         }
-    elif plan.surface == "classify":
+        if meta is not None:
+            embeddings["meta"] = copy.deepcopy(meta)
+        return embeddings
+    if plan.surface == "classify":
         results = [
             _classified(i, e, r, plan)
             for i, (e, r) in enumerate(zip(plan.inputs, per_input, strict=True))
         ]
         head = plan.head
-        body = {
+        classified: ClassifyAnswer = {
             "head": head.name,
-            "kind": head.kind,
+            "kind": cast(ClassifyKind, head.kind),  # a classify plan's head is never pooled
             "labels": list(head.labels),
             "results": results,
-            "usage": {"input_tokens": used, "output_tokens": 0},
+            "usage": usage(used),
         }
-    else:
-        body = {
-            "results": _reranked(plan, per_input, pooling),
-            "usage": {"input_tokens": used, "output_tokens": 0},
-        }
-    meta = plan.options.get("meta")
+        if meta is not None:
+            classified["meta"] = copy.deepcopy(meta)
+        return classified
+    reranked: RerankAnswer = {"results": _reranked(plan, per_input, pooling), "usage": usage(used)}
     if meta is not None:
-        body["meta"] = copy.deepcopy(meta)
-    return body
+        reranked["meta"] = copy.deepcopy(meta)
+    return reranked
 
 
 def _pooled(
@@ -140,42 +156,38 @@ def _embedding(
     rows: list[torch.Tensor],
     plan: TaskPlan,
     pooling: Pooling | None,
-) -> dict[str, Any]:
-    item: dict[str, Any] = {"object": "embedding", "index": index}
+) -> Embedding | EmbeddingError:
     if encoded.error is not None:
-        return {**item, "error": encoded.error[0], "message": encoded.error[1]}
+        return embedding_error(index, *encoded.error)
     failed = _failed(rows)
     if failed is not None:
-        return {**item, "error": failed.code, "message": failed.message}
+        return embedding_error(index, failed.code, failed.message)
     assert pooling is not None
     vector = finish_embedding(
         _pooled(pooling, encoded, rows), pooling.normalize, plan.options["dimensions"]
     )
     if not _finite(vector):
-        return {
-            **item,
-            "error": "invalid_model_output",
-            "message": "the embedding is not finite",
-        }
+        return embedding_error(index, "invalid_model_output", "the embedding is not finite")
+    payload: list[float] | str
     if plan.options["encoding_format"] == "base64":
-        payload: Any = base64.b64encode(vector.numpy().astype("<f4").tobytes()).decode("ascii")
+        payload = base64.b64encode(vector.numpy().astype("<f4").tobytes()).decode("ascii")
     else:
         payload = vector.tolist()
-    return {**item, "embedding": payload, "input": encoded.usage()}
+    return embedding_item(index, payload, encoded.usage())
 
 
 def _classified(
     index: int, encoded: EncodedInput, rows: list[torch.Tensor], plan: TaskPlan
-) -> dict[str, Any]:
+) -> ClassifyResult | ItemError:
     if encoded.error is not None:
-        return _error(index, *encoded.error)
+        return item_error(index, *encoded.error)
     failed = _failed(rows)
     if failed is not None:
-        return _error(index, failed.code, failed.message)
+        return item_error(index, failed.code, failed.message)
     head = plan.head
-    result: dict[str, Any] = {"index": index, "input": encoded.usage()}
+    result: ClassifyResult = {"index": index, "input": encoded.usage()}
     if not all(_finite(r) for r in rows):
-        return _error(index, "invalid_model_output", "the model's output is not finite")
+        return item_error(index, "invalid_model_output", "the model's output is not finite")
     if plan.options.get("windows"):
         result["windows"] = _windows(encoded, rows, head)
     if head.kind == "token":
@@ -200,14 +212,14 @@ def _classified(
             ]
         return result
     if head.kind == "relevance":  # the same score rerank answers, per window at most
-        return {
-            **result,
-            "scores": [max(relevance_score(float(r.reshape(-1)[0])) for r in rows)],
-        }
+        result["scores"] = [max(relevance_score(float(r.reshape(-1)[0])) for r in rows)]
+        return result
     scores = label_scores(rows, head.kind)
     if head.kind == "sequence":
         best = int(torch.argmax(scores))
-        return {**result, "label": head.labels[best], "probabilities": scores.tolist()}
+        result["label"] = head.labels[best]
+        result["probabilities"] = scores.tolist()
+        return result
     values = scores.tolist()
     result["scores"] = values
     threshold = plan.options["threshold"]
@@ -219,13 +231,13 @@ def _classified(
     return result
 
 
-def _windows(encoded: EncodedInput, rows: list[torch.Tensor], head: Head) -> list[dict[str, Any]]:
+def _windows(encoded: EncodedInput, rows: list[torch.Tensor], head: Head) -> list[ClassifyWindow]:
     """Every window of a classified input: its content-token range ``[start, end)`` and,
     except for a token head, that window's own readout (``probabilities`` of a sequence
     head; ``scores`` of a scores or relevance head), which the result merges by maximum."""
-    windows: list[dict[str, Any]] = []
+    windows: list[ClassifyWindow] = []
     for (start, end), row in zip(encoded.windows, rows, strict=True):
-        window: dict[str, Any] = {"start": start, "end": end}
+        window: ClassifyWindow = {"start": start, "end": end}
         if head.kind == "sequence":
             window["probabilities"] = label_scores([row], "sequence").tolist()
         elif head.kind == "scores":
@@ -238,23 +250,25 @@ def _windows(encoded: EncodedInput, rows: list[torch.Tensor], head: Head) -> lis
 
 def _reranked(
     plan: TaskPlan, per_input: list[list[torch.Tensor]], pooling: Pooling | None
-) -> list[dict[str, Any]]:
-    results: list[dict[str, Any]] = []
+) -> list[RerankResult | ItemError]:
+    scored: list[RerankResult] = []
+    unscored: list[ItemError] = []
     if plan.head.kind == "relevance":
         for index, (encoded, rows) in enumerate(zip(plan.inputs, per_input, strict=True)):
             if encoded.error is not None:
-                results.append(_error(index, *encoded.error))
+                unscored.append(item_error(index, *encoded.error))
                 continue
             failed = _failed(rows)
             if failed is not None:
-                results.append(_error(index, failed.code, failed.message))
+                unscored.append(item_error(index, failed.code, failed.message))
                 continue
             logit = float(rows[0].reshape(-1)[0])
             if not math.isfinite(logit):
-                results.append(_error(index, "invalid_model_output", "the logit is not finite"))
+                failure = item_error(index, "invalid_model_output", "the logit is not finite")
+                unscored.append(failure)
                 continue
             score = relevance_score(logit)
-            results.append(
+            scored.append(
                 {
                     "index": index,
                     "relevance_score": score,
@@ -274,19 +288,21 @@ def _reranked(
         documents = plan.texts[1:]
         for index, (encoded, rows) in enumerate(zip(plan.inputs[1:], per_input[1:], strict=True)):
             if encoded.error is not None:
-                results.append(_error(index, *encoded.error))
+                unscored.append(item_error(index, *encoded.error))
                 continue
             failed = query_failed or _failed(rows)
             if failed is not None:
-                results.append(_error(index, failed.code, failed.message))
+                unscored.append(item_error(index, failed.code, failed.message))
                 continue
             doc = torch.nn.functional.normalize(_pooled(pooling, encoded, rows), dim=0)
             cosine = float(torch.dot(query, doc))
             if not math.isfinite(cosine):  # before clamping: max(-1.0, nan) is -1.0
-                results.append(_error(index, "invalid_model_output", "the score is not finite"))
+                unscored.append(
+                    item_error(index, "invalid_model_output", "the score is not finite")
+                )
                 continue
             cosine = min(1.0, max(-1.0, cosine))
-            results.append(
+            scored.append(
                 {
                     "index": index,
                     "relevance_score": cosine,
@@ -294,14 +310,10 @@ def _reranked(
                     "input": encoded.usage(),
                 }
             )
-    ranked = sorted(
-        (r for r in results if "error" not in r),
-        key=lambda r: (-r["relevance_score"], r["index"]),
-    )
-    unscored = [r for r in results if "error" in r]
+    ranked = sorted(scored, key=lambda r: (-r["relevance_score"], r["index"]))
     if plan.options["return_documents"]:
         for r in ranked:
             r["document"] = documents[r["index"]]
-    ordered = ranked + unscored  # failed documents after every scored one
+    ordered: list[RerankResult | ItemError] = [*ranked, *unscored]  # failed ones after
     top_n: int | None = plan.options["top_n"]
     return ordered if top_n is None else ordered[:top_n]

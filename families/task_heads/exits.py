@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vllm_srun.plugins.loaded import ExitCard
+from vllm_srun.plugins.cards import RerankExit
 from vllm_srun.plugins.spec import RequestError
 
 from .package import Description
@@ -39,7 +39,7 @@ class Exit:
     layer: int
     dimension: int
 
-    def card(self) -> ExitCard:
+    def card(self) -> RerankExit:
         """``{"layer", "dimension"}``, as a ``rerank.exits`` entry of the card."""
         return {"layer": self.layer, "dimension": self.dimension}
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_srun.plugins.requests import InputOptions, Overflow
+from vllm_srun.plugins.responses import InputUsage, input_usage
 from vllm_srun.plugins.spec import ItemErrorCode, RequestError, WorkItem
 from vllm_srun.plugins.tokenizing import load_fast_tokenizer
 from vllm_srun.plugins.windows import DEFAULT_OVERLAP, DEFAULT_SCAN_BUDGET, plan_windows
@@ -81,14 +82,9 @@ class EncodedInput:
     truncated: bool = False
     error: tuple[ItemErrorCode, str] | None = None
 
-    def usage(self) -> dict[str, Any]:
+    def usage(self) -> InputUsage:
         """The ``input`` object every result reports."""
-        return {
-            "tokens": self.tokens,
-            "processed_tokens": self.processed_tokens,
-            "truncated": self.truncated,
-            "windows": len(self.rows),
-        }
+        return input_usage(self.tokens, self.processed_tokens, self.truncated, len(self.rows))
 
 
 PREFIX_CHARS_PER_TOKEN = 16

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
-from vllm_srun.plugins.loaded import HeadCard, LoadedModel, ModelCard
+from vllm_srun.plugins.cards import FamilyCard, HeadCard
+from vllm_srun.plugins.loaded import LoadedModel
 from vllm_srun.plugins.requests import (
     OVERFLOW_MODES,
     ClassifyRequest,
@@ -18,6 +19,7 @@ from vllm_srun.plugins.requests import (
     RerankRequest,
     SurfaceRequest,
 )
+from vllm_srun.plugins.responses import SurfaceAnswer
 from vllm_srun.plugins.spec import (
     EncoderBatch,
     EncoderModel,
@@ -66,7 +68,11 @@ WINDOW_MERGES = {
 }
 """How each head kind merges the windows of a long input (:mod:`.readouts`), in words."""
 
-WINDOW_REDUCTIONS = {"sequence": "max", "scores": "max", "relevance": "max"}
+WINDOW_REDUCTIONS: dict[str, Literal["max", "span_union"]] = {
+    "sequence": "max",
+    "scores": "max",
+    "relevance": "max",
+}
 """The merges the wire contract has a name for (``max``: the per-label maximum over
 windows). A token head takes each token from its most central window and a pooled
 head averages windows, which neither ``max`` nor ``span_union`` describes: ``None``."""
@@ -126,11 +132,11 @@ class TaskModel(LoadedModel[TaskPlan]):
         """The layers this model's embeddings can be read at (:func:`.exits.embedding_layers`)."""
         return embedding_layers(self.description)
 
-    def card(self) -> ModelCard:
+    def card(self) -> FamilyCard:
         """The family's part of the ``/v1/models`` card (wire contract 2.3): heads,
         embedding, rerank exits and limits; every number a JSON integer but thresholds."""
         pooling = self.description.pooling
-        card: ModelCard = {
+        card: FamilyCard = {
             "surfaces": list(self.surfaces),
             "heads": [self._head_card(h) for h in self.description.heads],
             "embedding": None
@@ -363,7 +369,7 @@ class TaskModel(LoadedModel[TaskPlan]):
         return [self.encoder.encode(text, None, policy).rows[0] for text in PROBE_TEXTS]
 
     # -- finish -----------------------------------------------------------------------------
-    def finish(self, plan: TaskPlan, outputs: list[RowOutput]) -> dict[str, Any]:
+    def finish(self, plan: TaskPlan, outputs: list[RowOutput]) -> SurfaceAnswer:
         """The response body (without ``model``) for a plan and one output per planned row
         (:func:`.answers.answer`)."""
         return answer(plan, outputs, self.description.pooling)

@@ -34,7 +34,8 @@ by concept into:
   :func:`response_body` (each entry with its own ``usage``; ``states`` answered
   as an array or under its names, as asked) and :func:`state_answers`.
 
-Answer shapes (``probabilities`` in option order; Score levels keyed ``"0"``..``"N-1"``):
+Answer shapes, typed in :mod:`.answers` (``probabilities`` in option order; Score levels
+keyed ``"0"``..``"N-1"``):
 
 - Choice ``{"type": "choice", "choice", "probabilities", "confidence"}``;
 - Noul ``{"type": "noul", "noul"}``, ``noul`` = P(true);
@@ -45,6 +46,20 @@ Answer shapes (``probabilities`` in option order; Score levels keyed ``"0"``..``
 
 from __future__ import annotations
 
+from .answers import (
+    ChoiceAnswer,
+    DecisionsAnswer,
+    DecisionsMeta,
+    DecisionUsage,
+    FailedAnswer,
+    IndexedStateAnswer,
+    NoulAnswer,
+    QuestionAnswer,
+    QuestionReadout,
+    ScoreAnswer,
+    StateAnswer,
+    StateMeta,
+)
 from .body import Path, describe_path, loads_checked, non_finite
 from .questions import (
     NOUL_KEYS,
@@ -89,13 +104,25 @@ __all__ = [
     "NOUL_KEYS",
     "QUESTION_ERRORS",
     "QUESTION_TYPES",
+    "ChoiceAnswer",
+    "DecisionUsage",
+    "DecisionsAnswer",
+    "DecisionsMeta",
     "DecisionsRequest",
+    "FailedAnswer",
+    "IndexedStateAnswer",
     "InvalidQuestion",
     "InvalidQuestions",
+    "NoulAnswer",
     "Option",
     "Path",
     "Question",
+    "QuestionAnswer",
+    "QuestionReadout",
+    "ScoreAnswer",
+    "StateAnswer",
     "StateEntry",
+    "StateMeta",
     "answer",
     "choice_answer",
     "confidence",

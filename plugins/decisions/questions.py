@@ -21,10 +21,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from vllm_srun.plugins.spec import MESSAGE_LIMIT, clip
 
+from .answers import FailedAnswer, QuestionError, QuestionType
 from .body import Path
 
 QUESTION_TYPES = ("choice", "noul", "score")
@@ -94,7 +95,7 @@ class InvalidQuestion:
     type: str | None
     message: str
 
-    def answer(self) -> dict[str, Any]:
+    def answer(self) -> FailedAnswer:
         """The failed answer ``{type, error: "invalid_question", message}``."""
         return failed_answer(self.type, "invalid_question", self.message)
 
@@ -177,7 +178,17 @@ def state_text(state: str | Mapping[str, Any] | Sequence[Any]) -> str:
     return json.dumps(state, ensure_ascii=False, separators=(", ", ": "))
 
 
-def failed_answer(kind: str | None, code: str, message: str) -> dict[str, Any]:
+def failed_answer(kind: str | None, code: str, message: str) -> FailedAnswer:
     """A failed question ``{"type", "error", "message"}`` (``code``: :data:`QUESTION_ERRORS`;
-    ``message`` cut at :data:`~vllm_srun.plugins.spec.MESSAGE_LIMIT` characters)."""
-    return {"type": kind, "error": code, "message": clip(message, MESSAGE_LIMIT)}
+    ``message`` cut at :data:`~vllm_srun.plugins.spec.MESSAGE_LIMIT` characters). A
+    ``kind`` that is not a question type answers ``type: null``; a ``code`` that is not a
+    question error (a row's ``internal_error``) answers ``unavailable``."""
+    if kind not in QUESTION_TYPES:
+        kind = None
+    if code not in QUESTION_ERRORS:  # a row's own code (internal_error, ...): not one a
+        code = "unavailable"  # question answers with; the message still says what happened
+    return {
+        "type": cast(QuestionType | None, kind),
+        "error": cast(QuestionError, code),
+        "message": clip(message, MESSAGE_LIMIT),
+    }

@@ -20,8 +20,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .answers import (
+    ChoiceAnswer,
+    DecisionsAnswer,
+    DecisionUsage,
+    FailedAnswer,
+    IndexedStateAnswer,
+    NoulAnswer,
+    QuestionAnswer,
+    QuestionType,
+    ScoreAnswer,
+    StateAnswer,
+)
 from .questions import DecisionsRequest, Question, failed_answer
 
 if TYPE_CHECKING:  # imported where a readout runs: the plugin API's import stays torch-free
@@ -85,13 +97,13 @@ def _checked(logits: torch.Tensor | Sequence[float], count: int) -> torch.Tensor
     return values
 
 
-def _invalid_output(kind: str) -> dict[str, Any]:
+def _invalid_output(kind: QuestionType) -> FailedAnswer:
     return failed_answer(kind, "invalid_model_output", "the model's logits are not finite")
 
 
 def choice_answer(
     keys: Sequence[str], logits: torch.Tensor | Sequence[float], temperature: float = 1.0
-) -> dict[str, Any]:
+) -> ChoiceAnswer | FailedAnswer:
     """A Choice answer: the most probable key (the first on a tie), probabilities by key.
 
     Args:
@@ -118,7 +130,9 @@ def choice_answer(
     }
 
 
-def noul_answer(logits: torch.Tensor | Sequence[float], temperature: float = 1.0) -> dict[str, Any]:
+def noul_answer(
+    logits: torch.Tensor | Sequence[float], temperature: float = 1.0
+) -> NoulAnswer | FailedAnswer:
     """A Noul answer: ``{"type": "noul", "noul": P(true)}``.
 
     Args:
@@ -135,7 +149,7 @@ def score_answer(
     descriptions: Sequence[str | None],
     logits: torch.Tensor | Sequence[float],
     temperature: float = 1.0,
-) -> dict[str, Any]:
+) -> ScoreAnswer | FailedAnswer:
     """A Score answer over levels ``0..N-1``.
 
     ``score = sum_k k * p_k`` with ``k`` from 0 (the expected level, in ``[0, N-1]``);
@@ -165,7 +179,7 @@ def score_answer(
 
 def answer(
     question: Question, logits: torch.Tensor | Sequence[float], temperature: float = 1.0
-) -> dict[str, Any]:
+) -> QuestionAnswer:
     """The answer to ``question`` from one logit per option (in ``question.options`` order)."""
     if question.type == "choice":
         return choice_answer(question.keys, logits, temperature)
@@ -174,16 +188,16 @@ def answer(
     return score_answer([o.description for o in question.options], logits, temperature)
 
 
-def usage(input_tokens: int, output_tokens: int = 0) -> dict[str, int]:
+def usage(input_tokens: int, output_tokens: int = 0) -> DecisionUsage:
     """The response's ``usage`` object ``{"input_tokens", "output_tokens"}``."""
     return {"input_tokens": input_tokens, "output_tokens": output_tokens}
 
 
 def response_body(
     request: DecisionsRequest,
-    answered: Sequence[dict[str, Any]],
+    answered: Sequence[dict[str, QuestionAnswer]],
     input_tokens: int | Sequence[int],
-) -> dict[str, Any]:
+) -> DecisionsAnswer:
     """The response body (without ``model`` and ``meta``) from each entry's answers.
 
     Every entry is answered as its own request would be, ``usage`` included:
@@ -218,21 +232,24 @@ def response_body(
             f"({entries}), not {len(answered)} and {len(counts)}; pass a list of counts "
             "when the request has states"
         )
-    body: dict[str, Any] = {"answers": answered[0], "usage": usage(counts[0])}
+    body: DecisionsAnswer = {"answers": answered[0], "usage": usage(counts[0])}
     if not request.has_states:
         return body
-    own = [
-        (request.entries[i].key, {"answers": answered[i], "usage": usage(counts[i])})
-        for i in range(1, entries)
-    ]
     if request.named_states:
-        body["states"] = {name: state for name, state in own}
+        body["states"] = {
+            str(request.entries[i].key): {"answers": answered[i], "usage": usage(counts[i])}
+            for i in range(1, entries)
+        }
     else:
-        body["states"] = [{"index": index, **state} for index, (_, state) in enumerate(own)]
+        indexed: list[IndexedStateAnswer] = [
+            {"index": i - 1, "answers": answered[i], "usage": usage(counts[i])}
+            for i in range(1, entries)
+        ]
+        body["states"] = indexed
     return body
 
 
-def state_answers(body: dict[str, Any]) -> list[dict[str, Any]]:
+def state_answers(body: DecisionsAnswer) -> list[StateAnswer]:
     """The ``states`` entries of a response body in request order, whichever form
     (array or named object) :func:`response_body` gave them; a family adds each
     entry's ``meta`` through them. Empty without ``states``."""

@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ..wire_cards import assert_wire_card
 from .test_third_party import BIN, REPO, listed_plugins, pip_install, vllm_srun
 
 pytestmark = [
@@ -146,6 +147,7 @@ def served(
 def test_the_fixture_is_served_by_the_family_on_its_engine(served):
     cards = {c["id"]: c for c in served.get("/v1/models").json()["data"]}
     card = cards["fixture"]
+    assert_wire_card(card)  # a third-party family's card, served as it wrote it
     assert (card["family"], card["engine"], card["device"]) == (
         "nanoguard",
         "nanoguard_torch",

@@ -792,6 +792,21 @@ def test_the_card_describes_the_readout_and_its_limits(unshared, packages, catal
     }
 
 
+def test_every_decoder_card_is_a_wire_model_card(unshared, catalog):
+    from vllm_srun.config import ModelConfig
+    from vllm_srun.serve.status import model_card
+    from vllm_srun.service.runtime import ModelState
+
+    from ..wire_cards import assert_wire_card
+
+    for model_type, served in unshared.items():
+        state = ModelState(ModelConfig(model=model_type), status="ready", served=served)
+        card = model_card(state, catalog, max_inputs=64)
+        assert_wire_card(card)
+        assert card["surfaces"] == ["decisions"] and card["decisions"]["numerics"] == "exact"
+        assert card["limits"]["max_options"] == 255 and "max_inputs" not in card["limits"]
+
+
 def test_rows_are_keyed_by_their_ids_labels_and_prefix(unshared, shared):
     from vllm_srun.families.causal_readout.model import row_key
 

@@ -23,12 +23,24 @@ from .digests import DigestCache
 from .resolve import ResolvedSource, check_revision, resolve, split_model
 from .verify import (
     Verification,
+    VerificationCard,
     count_parameters,
     identity,
     is_loadable,
     pinned_result,
     verify_package,
 )
+
+
+class IdentityCard(VerificationCard):
+    """The identity fields of a card (:meth:`PreparedModel.card`; typed on the wire by
+    :class:`vllm_srun.plugins.cards.ModelCard`)."""
+
+    repo: str | None
+    revision: str | None
+    licence: str | None
+    parameters: int | None
+    source: str
 
 
 @dataclass(frozen=True)
@@ -50,7 +62,7 @@ class PreparedModel:
     licence: str | None
     parameters: int | None
 
-    def card(self) -> dict[str, Any]:
+    def card(self) -> IdentityCard:
         """The identity fields of a ``/v1/models`` card (DESIGN §5)."""
         return {
             "repo": self.repo,

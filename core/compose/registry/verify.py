@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from vllm_srun.errors import LoadError
 from vllm_srun.plugins import Mirror, ModelEntry, sha256_file
@@ -112,6 +112,16 @@ def identity(digests: Mapping[str, str]) -> str:
     return digest.hexdigest()
 
 
+class VerificationCard(TypedDict):
+    """The verification fields of a card (:meth:`Verification.card`; typed on the wire by
+    :class:`vllm_srun.plugins.cards.ModelCard`)."""
+
+    model_sha256: str
+    verification: str
+    files: dict[str, str]
+    extra_files: list[str]
+
+
 @dataclass(frozen=True)
 class Verification:
     """What verification found.
@@ -134,7 +144,7 @@ class Verification:
     extra_files: tuple[str, ...] = ()
     identity: str = ""
 
-    def card(self) -> dict[str, Any]:
+    def card(self) -> VerificationCard:
         """The verification fields of a ``/v1/models`` card."""
         return {
             "model_sha256": self.model_sha256,

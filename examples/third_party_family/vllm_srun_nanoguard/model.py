@@ -26,17 +26,24 @@ from typing import Any
 import torch
 
 from vllm_srun.plugins import (
+    ClassifyAnswer,
     ClassifyRequest,
+    ClassifyResult,
     EncoderBatch,
     EncoderModel,
+    FamilyCard,
+    InputUsage,
+    ItemError,
     LoadedModel,
-    ModelCard,
     Plan,
     RequestError,
     RowError,
     RowOutput,
     SurfaceRequest,
     WorkItem,
+    input_usage,
+    item_error,
+    usage,
 )
 from vllm_srun.plugins.requests import OVERFLOW_MODES
 from vllm_srun.plugins.spec import ItemErrorCode, clip
@@ -84,14 +91,9 @@ class Read:
     truncated: bool = False
     error: tuple[ItemErrorCode, str] | None = None
 
-    def usage(self) -> dict[str, Any]:
+    def usage(self) -> InputUsage:
         """The ``input`` object each result reports."""
-        return {
-            "tokens": self.tokens,
-            "processed_tokens": self.processed,
-            "truncated": self.truncated,
-            "windows": len(self.rows),
-        }
+        return input_usage(self.tokens, self.processed, self.truncated, len(self.rows))
 
 
 @dataclass
@@ -227,18 +229,18 @@ class NanoGuardModel(LoadedModel[GuardPlan]):
         mask = (ids != self.tokenizer.pad_id).long()
         return list(self.engine_model.encode(EncoderBatch(ids, mask)).unbind(0))
 
-    def finish(self, plan: GuardPlan, outputs: list[RowOutput]) -> dict[str, Any]:
+    def finish(self, plan: GuardPlan, outputs: list[RowOutput]) -> ClassifyAnswer:
         """The classify body: per input the label, ``probabilities`` in ``labels`` order
         (softmax in float64; with several windows the per-label maximum, as the
         contract's ``max`` reduction says) and its ``input`` usage, or its item error."""
         results = [self._result(i, read, plan, outputs) for i, read in enumerate(plan.reads)]
         used = sum(read.processed for read in plan.reads if read.error is None)
-        body: dict[str, Any] = {
+        body: ClassifyAnswer = {
             "head": HEAD,
             "kind": "sequence",
             "labels": list(LABELS),
             "results": results,
-            "usage": {"input_tokens": used, "output_tokens": 0},
+            "usage": usage(used),
         }
         if plan.meta:
             body["meta"] = {"head": HEAD}
@@ -246,20 +248,19 @@ class NanoGuardModel(LoadedModel[GuardPlan]):
 
     def _result(
         self, index: int, read: Read, plan: GuardPlan, outputs: list[RowOutput]
-    ) -> dict[str, Any]:
+    ) -> ClassifyResult | ItemError:
         if read.error is not None:
-            return {"index": index, "error": read.error[0], "message": read.error[1]}
+            return item_error(index, *read.error)
         rows = [outputs[r] for r in read.rows]
         failed = next((r for r in rows if isinstance(r, RowError)), None)
         if failed is not None:
-            return {"index": index, "error": failed.code, "message": failed.message}
+            return item_error(index, failed.code, failed.message)
         per_window = [softmax([float(v) for v in r.tolist()]) for r in rows]  # type: ignore[union-attr]
         if not all(math.isfinite(p) for window in per_window for p in window):
-            message = "the model's output is not finite"
-            return {"index": index, "error": "invalid_model_output", "message": message}
+            return item_error(index, "invalid_model_output", "the model's output is not finite")
         probabilities = [max(column) for column in zip(*per_window, strict=True)]
         best = max(range(len(LABELS)), key=probabilities.__getitem__)
-        result: dict[str, Any] = {
+        result: ClassifyResult = {
             "index": index,
             "input": read.usage(),
             "label": LABELS[best],
@@ -272,7 +273,7 @@ class NanoGuardModel(LoadedModel[GuardPlan]):
             ]
         return result
 
-    def card(self) -> ModelCard:
+    def card(self) -> FamilyCard:
         """One ``sequence`` head over ``safe`` and ``injection``; the limit is 512 tokens."""
         room = self.limit - 1
         return {
