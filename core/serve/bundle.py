@@ -43,7 +43,7 @@ from vllm_srun.service.timing import Timing
 
 from . import schemas
 from .jev import SCHEMA as JEV
-from .requests import ApiError, as_api_error, request_timing, validation_param
+from .requests import ApiError, as_api_error, error_document, request_timing, validation_param
 from .responses import CLIENT_CLOSED, Accounting, respond
 from .systemone import SCHEMAS, Shape, reshape, systemone_request
 
@@ -314,10 +314,13 @@ def task_result(task: Task, outcome: Answered | BaseException) -> schemas.Bundle
     its error."""
     if isinstance(outcome, (ApiError, RequestError)):
         error = as_api_error(outcome)
-        return {"id": task.id, "status": error.status, "error": error.body()["error"]}
-    if isinstance(outcome, BaseException):
+    elif isinstance(outcome, BaseException):
         error = ApiError("internal_error", type(outcome).__name__)
-        return {"id": task.id, "status": 500, "error": error.body()["error"]}
+    else:
+        error = None
+    if error is not None:
+        document = error_document(error.status, error.code, error.message, error.param)
+        return {"id": task.id, "status": error.status, "error": document["error"]}
     answer: object = outcome
     if task.shape is not None:  # a decisions or systemone_batch task
         answer = reshape(cast(AnsweredDecisions, outcome), task.shape)

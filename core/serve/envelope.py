@@ -21,7 +21,8 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from vllm_srun.plugins.requests import validation_problems
-from vllm_srun.plugins.spec import RequestError, clip
+from vllm_srun.plugins.responses import ErrorResponse
+from vllm_srun.plugins.spec import RequestError, RequestErrorCode, clip
 from vllm_srun.service.drain import SHUT_DOWN_MESSAGE, Drain
 from vllm_srun.service.runtime import Runtime
 from vllm_srun.service.timing import Timing
@@ -29,6 +30,7 @@ from vllm_srun.service.timing import Timing
 from . import jev
 from .requests import ApiError, as_api_error, error_document, request_timing, validation_param
 from .responses import Accounting, respond
+from .schemas import JevErrorDocument
 
 RETRY_AFTER = {429: {"retry-after": "1"}, 503: {"retry-after": "5"}}
 """429: the queue drains within a forward or two; 503: loading or draining takes longer."""
@@ -202,7 +204,7 @@ class InFlight:
 async def _send_error(
     send: Send,
     status: int,
-    code: str,
+    code: RequestErrorCode,
     message: str,
     headers: list[tuple[bytes, bytes]],
     timing: Timing,
@@ -281,9 +283,11 @@ def install_error_handlers(app: FastAPI, runtime: Runtime, accounting: Accountin
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, err: StarletteHTTPException) -> Response:
         message = f"{request.method} {printable(request.url.path)}: {err.detail}"
-        body = error_document(err.status_code, "invalid_request", message)
+        body: ErrorResponse | JevErrorDocument = error_document(
+            err.status_code, "invalid_request", message
+        )
         if jev_route(request):
-            body["detail"] = {"error_type": "invalid_request", "message": message}
+            body = jev.JevError(err.status_code, "invalid_request", message).body()
         return respond(err.status_code, body, request_timing(request))
 
     @app.exception_handler(Exception)

@@ -38,10 +38,12 @@ from vllm_srun.plugins.decisions.answers import (
 )
 from vllm_srun.plugins.spec import MESSAGE_LIMIT, clip
 
-from .requests import ApiError, error_document
+from .requests import ApiError, error_type
 from .schemas import (
     JevAnswer,
     JevBatchResponse,
+    JevErrorBody,
+    JevErrorDocument,
     JevModel,
     JevSystemOneResponse,
     SystemOneBatchResponse,
@@ -97,10 +99,16 @@ class JevError(ApiError):
         self.param = param
         self.detail = detail if detail is not None else {"error_type": code, "message": message}
 
-    def body(self) -> dict[str, Any]:
-        """The error document, in both shapes."""
-        error = error_document(self.status, self.code, self.message, self.param)
-        return {"detail": self.detail, **error}
+    def body(self) -> JevErrorDocument:
+        """The error document, in both shapes: Jev's ``detail`` and this runtime's ``error``
+        (its ``code`` any question error too, ``max_length_exceeded``, ...)."""
+        error: JevErrorBody = {
+            "code": self.code,
+            "message": self.message,
+            "type": error_type(self.status, self.code),
+            "param": self.param,
+        }
+        return cast(JevErrorDocument, {"detail": self.detail, "error": error})
 
 
 def invalid(problems: Iterable[tuple[Sequence[str | int], str, str]]) -> JevError:

@@ -3,10 +3,13 @@ on arrival), the request-level errors and their statuses, and the model it names
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
+from vllm_srun.plugins.responses import ErrorResponse
 from vllm_srun.plugins.spec import MESSAGE_LIMIT, RequestError, RequestErrorCode, clip
 from vllm_srun.service.timing import Timing
+
+from .schemas import JevErrorDocument
 
 STATUS_OF_CODE: dict[RequestErrorCode, int] = {
     "invalid_request": 400,
@@ -24,20 +27,26 @@ PARAM_OF_CODE: dict[str, str] = {"model_not_found": "model"}
 """The request field at fault of the codes that always name one (OpenAI's ``param``)."""
 
 
-def error_type(status: int, code: str) -> str:
+def error_type(status: int, code: str) -> Literal["invalid_request_error", "server_error"]:
     """OpenAI's error ``type`` of an answer: ``server_error`` for a 5xx or
     ``overloaded`` (nothing the client's request did), else ``invalid_request_error``."""
     return "server_error" if status >= 500 or code == "overloaded" else "invalid_request_error"
 
 
 def error_document(
-    status: int, code: str, message: str, param: str | None = None
-) -> dict[str, Any]:
+    status: int, code: RequestErrorCode, message: str, param: str | None = None
+) -> ErrorResponse:
     """``{"error": {"code", "message", "type", "param"}}``: the runtime's code and message,
     and OpenAI's ``type`` and ``param`` (the request field at fault, ``None`` when no one
     is), which OpenAI's SDKs read as ``APIStatusError.type`` and ``.param``."""
-    error = {"code": code, "message": message, "type": error_type(status, code), "param": param}
-    return {"error": error}
+    return {
+        "error": {
+            "code": code,
+            "message": message,
+            "type": error_type(status, code),
+            "param": param,
+        }
+    }
 
 
 def validation_param(errors: list[Any]) -> str | None:
@@ -64,8 +73,9 @@ class ApiError(Exception):
         self.status = STATUS_OF_CODE[code]
         self.param = param if param is not None else PARAM_OF_CODE.get(code)
 
-    def body(self) -> dict[str, Any]:
-        """The error document."""
+    def body(self) -> ErrorResponse | JevErrorDocument:
+        """The error document (the ``jev`` schema's adds Jev's ``detail``:
+        :class:`~.jev.JevError`)."""
         return error_document(self.status, self.code, self.message, self.param)
 
 

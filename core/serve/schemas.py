@@ -28,6 +28,7 @@ from vllm_srun.plugins.decisions.answers import (
     DecisionUsage,
     NoulAnswer,
     QuestionAnswer,
+    StateMeta,
 )
 from vllm_srun.plugins.requests import (
     ClassifyRequest,
@@ -193,6 +194,20 @@ JevAnswer = JevChoiceAnswer | NoulAnswer | JevScoreAnswer
 
 
 @closed
+class JevStateAnswers(TypedDict):
+    """One ``states`` entry's answers in the ``jev`` schema (``x_states``)."""
+
+    answers: dict[str, JevAnswer]
+    usage: DecisionUsage
+    meta: NotRequired[StateMeta]
+
+
+@closed
+class JevIndexedStateAnswers(JevStateAnswers):
+    index: Annotated[int, Field(description="The entry's position in the request's states.")]
+
+
+@closed
 class JevSystemOneResponse(TypedDict):
     """A ``/v1/systemone`` answer in the ``jev`` schema: exactly these fields, this
     runtime's own extras under ``x_`` names."""
@@ -203,8 +218,11 @@ class JevSystemOneResponse(TypedDict):
     x_meta: NotRequired[ResponseMeta]
     x_states: NotRequired[
         Annotated[
-            dict[str, Any] | list[Any],
-            Field(description="The answers of a request's states entries (not Jev's)."),
+            dict[str, JevStateAnswers] | list[JevIndexedStateAnswers],
+            Field(
+                description="The answers of a request's states entries (not Jev's): an object "
+                "under the request's names, or an array with each entry's index."
+            ),
         ]
     ]
 
@@ -261,6 +279,10 @@ class JevError(TypedDict):
 
     detail: JevErrorDetail
     error: JevErrorBody
+
+
+JevErrorDocument = JevError | JevValidationError
+"""A failure in the ``jev`` schema: a validation failure (422) or any other."""
 
 
 class BundleOptions(Strict):

@@ -317,8 +317,8 @@ class ModelService:
         both float milliseconds, then the answering family's or extension's own ``meta``
         keys (``own``: classify ``head``, embeddings ``representation``, a decisions
         readout's method and questions), which win over the identity's (a zero-shot
-        readout says ``numerics: approximate``). A ``representation`` without
-        ``model_sha256`` gets the model's.
+        readout says ``numerics: approximate``). A ``representation`` whose
+        ``model_sha256`` is null gets the model's.
         """
         identity = self.identity_meta(call.profile)
         queued = 0.0 if job.dispatched_at is None else job.dispatched_at - job.enqueued
@@ -330,8 +330,8 @@ class ModelService:
         if own is not None:
             meta.update(own)
         representation = meta.get("representation")
-        if representation is not None and "model_sha256" not in representation:
-            meta["representation"] = {"model_sha256": identity["model_sha256"], **representation}
+        if representation is not None and representation.get("model_sha256") is None:
+            meta["representation"] = {**representation, "model_sha256": identity["model_sha256"]}
         return meta
 
     # -- shutdown ---------------------------------------------------------------------------

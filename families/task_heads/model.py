@@ -19,7 +19,7 @@ from vllm_srun.plugins.requests import (
     RerankRequest,
     SurfaceRequest,
 )
-from vllm_srun.plugins.responses import SurfaceAnswer
+from vllm_srun.plugins.responses import Representation, SurfaceAnswer
 from vllm_srun.plugins.spec import (
     EncoderBatch,
     EncoderModel,
@@ -228,7 +228,8 @@ class TaskModel(LoadedModel[TaskPlan]):
             "meta": None,
         }
         if input_options.meta:
-            representation: dict[str, Any] = {
+            representation: Representation = {
+                "model_sha256": None,  # the runtime gives the served model's digest
                 "layer": None if chosen is None else chosen.layer,
                 "dimension": size if dimensions is None else dimensions,
                 "normalized": pooling.normalize,
