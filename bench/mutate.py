@@ -153,7 +153,7 @@ MODULES: dict[str, tuple[tuple[str, ...], str, list[str]]] = {
         ],
     ),
     "plugin_conflicts": (
-        ("plugins/manager.py",),
+        ("plugins/host/catalog.py",),
         "plugin registration and name clashes",
         ["tests/plugins"],
     ),

@@ -160,7 +160,7 @@ def catalog_figures() -> dict[str, float]:
     """Plugin discovery and composition against a bare torch import (as before)."""
     code = (
         "import time, statistics, torch\n"
-        "from vllm_srun.plugins import load_catalog\n"
+        "from vllm_srun.plugins.host import load_catalog\n"
         "load_catalog({})\n"
         "t = []\n"
         "for _ in range(20):\n"

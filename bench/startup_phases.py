@@ -57,7 +57,7 @@ def main(model: str) -> dict[str, Any]:
     from vllm_srun.serve.main import serve  # noqa: F401
 
     clock.done("import the serve layer (fastapi, uvicorn, pydantic)")
-    from vllm_srun.plugins import load_catalog
+    from vllm_srun.plugins.host import load_catalog
 
     catalog = load_catalog()
     clock.done("plugin discovery and composition")

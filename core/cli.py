@@ -21,7 +21,7 @@ from vllm_srun.engine_args import add_engine_arguments
 from vllm_srun.serve.command import add_serve_parser, serve_config
 
 if TYPE_CHECKING:
-    from vllm_srun.plugins import Catalog
+    from vllm_srun.plugins.host import Catalog
 
 __all__ = ["build_parser", "devices_json", "main", "serve_config"]
 
@@ -161,7 +161,7 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     if args.command not in ("plugins", "devices", "models", "golden"):
         parser.print_help()
         return 2
-    from vllm_srun.plugins import load_catalog
+    from vllm_srun.plugins.host import load_catalog
 
     with _plugin_output_to_stderr() as out:
         if args.command == "golden":

@@ -81,7 +81,10 @@ class NativeEncoder:
     Attributes:
         compute_dtype: the dtype its weights and activations run at (``float32``,
             ``bfloat16``); the card's ``dtype``.
+        libraries: what its forwards run on: torch and transformers.
     """
+
+    libraries = ("torch", "transformers")
 
     def __init__(self, model: Any, spec: ModelSpec, device: torch.device) -> None:
         self.model = model
@@ -127,7 +130,10 @@ class NativeDecoder:
 
     Attributes:
         compute_dtype: the dtype its weights and activations run at; the card's ``dtype``.
+        libraries: what its forwards run on: torch and transformers.
     """
+
+    libraries = ("torch", "transformers")
 
     def __init__(self, model: Any, spec: ModelSpec, device: torch.device) -> None:
         self.model = model

@@ -153,7 +153,7 @@ def pii_table(rows: list[dict[str, Any]], runs: dict[str, list[list[tuple]]]) ->
 
 def main() -> int:
     from vllm_srun.compose.loader import LoadOptions, load_model
-    from vllm_srun.plugins import load_catalog
+    from vllm_srun.plugins.host import load_catalog
 
     catalog = load_catalog({})
     minilm = load_model(

@@ -126,7 +126,22 @@ class EncoderBatch:
 
 
 class EncoderModel(Protocol):
-    """What an engine's ``load`` returns for an encoder task."""
+    """What an engine's ``load`` returns for an encoder task.
+
+    Attributes:
+        compute_dtype: the dtype its forwards compute in (``float32``, ``bfloat16``;
+            an int8 graph still computes its output in ``float32``): the card's
+            ``dtype``. ``None``: the requested ``--dtype``.
+        libraries: the distributions whose code runs its forwards (``torch``,
+            ``transformers``, ``onnxruntime``, a plugin's own): their versions are
+            part of the key the forward-cost measurement is cached under.
+    """
+
+    @property
+    def compute_dtype(self) -> str | None: ...
+
+    @property
+    def libraries(self) -> tuple[str, ...]: ...
 
     def encode(self, batch: EncoderBatch) -> torch.Tensor:
         """float32 ``[rows, tokens, hidden]`` hidden states, ``[rows, labels]``
@@ -180,7 +195,14 @@ def decoder_positions(attention_mask: torch.Tensor, offset: int = 0) -> torch.Te
 
 
 class DecoderModel(Protocol):
-    """What an engine's ``load`` returns for a decoder task."""
+    """What an engine's ``load`` returns for a decoder task (``compute_dtype`` and
+    ``libraries`` as :class:`EncoderModel` declares them)."""
+
+    @property
+    def compute_dtype(self) -> str | None: ...
+
+    @property
+    def libraries(self) -> tuple[str, ...]: ...
 
     def forward(self, batch: DecoderBatch) -> torch.Tensor:
         """Next-token logits at each row's last position, float32 on the CPU:

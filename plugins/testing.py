@@ -31,9 +31,9 @@ from typing import Any
 import torch
 
 from vllm_srun.plugins.accelerator import DeviceInfo
-from vllm_srun.plugins.discovery import DiscoveredPlugin, discover
+from vllm_srun.plugins.host.catalog import Catalog, build_catalog
+from vllm_srun.plugins.host.discovery import DiscoveredPlugin, discover
 from vllm_srun.plugins.loaded import LoadedModel
-from vllm_srun.plugins.manager import Catalog, build_catalog
 from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.spec import RowOutput
 
@@ -126,7 +126,7 @@ def check_plugin(plugin: str | DiscoveredPlugin | Any) -> ConformanceReport:
 
     Args:
         plugin: an installed plugin's entry-point name, a
-            :class:`~vllm_srun.plugins.discovery.DiscoveredPlugin`, or the plugin
+            :class:`~vllm_srun.plugins.host.discovery.DiscoveredPlugin`, or the plugin
             module (or object) itself.
 
     Returns:
@@ -192,6 +192,9 @@ def _check_behaviour(catalog: Catalog, report: ConformanceReport) -> None:
 CPU = DeviceInfo("cpu", None, "cpu", None, None, {})
 
 
+ENGINE_MODEL_MEMBERS = ("compute_dtype", "libraries")
+"""What every engine model declares besides its forward (``encode`` or ``forward``)."""
+
 WARNING = "warning: "
 """Prefix of a family finding that passes with a warning."""
 
@@ -224,7 +227,15 @@ def _family_problems(family: Any, own_engines: list[Any]) -> list[tuple[str, str
             if engine is None:
                 return [*steps, ("engine", "no installed engine runs the fixture: " + reasons)]
             kernels = engine.select_kernels(_installed_kernels(), CPU.accelerator)
-            loaded = family.load(package, spec, engine.load(spec, CPU, {"kernels": kernels}))
+            engine_model = engine.load(spec, CPU, {"kernels": kernels})
+            undeclared = [n for n in ENGINE_MODEL_MEMBERS if not hasattr(engine_model, n)]
+            if undeclared:
+                problem = (
+                    f"engine {engine.name}'s model lacks {' and '.join(undeclared)}; declare "
+                    "them (vllm_srun.plugins.EncoderModel, DecoderModel)"
+                )
+                return [*steps, ("engine model", problem)]
+            loaded = family.load(package, spec, engine_model)
             if not isinstance(loaded, LoadedModel):
                 return [*steps, ("load()", "must return a vllm_srun.plugins.LoadedModel")]
             plan = loaded.plan(surface, read_request(surface, request))

@@ -169,7 +169,8 @@ def test_a_key_needs_the_model_identity_and_the_hardware_name():
     def key_with(identity, accelerator):
         placement = SimpleNamespace(accelerator=accelerator, device=device)
         spec = SimpleNamespace(dtype="auto")
-        return forward_cost_key(identity, runners, spec, placement, {}, loaded, None)
+        model = SimpleNamespace(compute_dtype=None, libraries=())
+        return forward_cost_key(identity, runners, spec, placement, {}, loaded, None, model)
 
     found = key_with("c" * 64, named)
     assert found is not None
@@ -182,16 +183,18 @@ def test_a_key_needs_the_model_identity_and_the_hardware_name():
     assert key_with("c" * 64, SimpleNamespace(hardware_keys=broken)) is None
 
 
-def test_the_key_names_the_libraries_the_engine_model_runs_on():
-    import decimal
-
+def test_the_key_names_the_libraries_the_engine_model_declares():
     from vllm_srun.compose.probe_cache import runtime_libraries
+    from vllm_srun.engines.native import NativeEncoder
+    from vllm_srun.engines.onnxruntime import OnnxEncoder
 
-    class EngineModel:
-        def __init__(self) -> None:
-            self.session = decimal.Context()  # stands for an inference session's library
-            self.graph = Path("model.onnx")
-            self.names = ["input_ids"]
-
-    assert runtime_libraries(EngineModel()) == ("decimal", "torch", "transformers", "vllm-srun")
-    assert runtime_libraries(None) == ("torch", "transformers", "vllm-srun")
+    declared = SimpleNamespace(libraries=("onnxruntime", "torch"))
+    assert runtime_libraries(declared) == ("onnxruntime", "torch", "transformers", "vllm-srun")
+    assert runtime_libraries(SimpleNamespace(libraries=())) == (
+        "torch",
+        "transformers",
+        "vllm-srun",
+    )
+    # the built-in engines' models declare what the scan of their attributes used to find
+    assert NativeEncoder.libraries == ("torch", "transformers")
+    assert OnnxEncoder.libraries == ("onnxruntime",)

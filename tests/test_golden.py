@@ -24,8 +24,9 @@ from vllm_srun.compose.golden import (
     select_key,
 )
 from vllm_srun.compose.loader import LoadOptions, load_model
-from vllm_srun.plugins import Catalog, GoldenReference, load_catalog, read_reference_file
+from vllm_srun.plugins import GoldenReference, read_reference_file
 from vllm_srun.plugins.golden import write_reference_answers
+from vllm_srun.plugins.host import Catalog, load_catalog
 
 from .fixtures import write_task_package
 

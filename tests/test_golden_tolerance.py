@@ -13,15 +13,9 @@ import torch
 from vllm_srun.compose.golden import check, record
 from vllm_srun.compose.loader import LoadOptions, load_model
 from vllm_srun.compose.placement import Placement
-from vllm_srun.plugins import (
-    Accelerator,
-    Catalog,
-    DeviceInfo,
-    GoldenReference,
-    load_catalog,
-    read_reference_file,
-)
-from vllm_srun.plugins.layers import LAYERS
+from vllm_srun.plugins import Accelerator, DeviceInfo, GoldenReference, read_reference_file
+from vllm_srun.plugins.host import Catalog, load_catalog
+from vllm_srun.plugins.host.layers import LAYERS
 
 from .fixtures import write_task_package
 

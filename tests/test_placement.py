@@ -8,7 +8,7 @@ from vllm_srun.compose.placement import (
     parse_device_spec,
     place,
 )
-from vllm_srun.plugins import build_catalog
+from vllm_srun.plugins.host import build_catalog
 
 from .plugins.test_manager import make_accelerator, plugin
 
@@ -65,7 +65,7 @@ def test_auto_with_nothing_usable():
 
 
 def test_the_real_catalog_places_auto_on_the_cpu_here():
-    from vllm_srun.plugins import load_catalog
+    from vllm_srun.plugins.host import load_catalog
 
     catalog = load_catalog({})
     assert auto_order(catalog) == ["cpu"]

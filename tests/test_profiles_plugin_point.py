@@ -14,18 +14,9 @@ import torch
 from tests.fixtures import write_task_package
 from vllm_srun.compose.loader import LoadOptions, load_model
 from vllm_srun.errors import LoadError
-from vllm_srun.plugins import (
-    BATCHING,
-    EXACT,
-    MAX_SPEED,
-    DeviceInfo,
-    ModelSpec,
-    Profile,
-    build_catalog,
-    discover,
-    hookimpl,
-)
-from vllm_srun.plugins.discovery import DiscoveredPlugin
+from vllm_srun.plugins import BATCHING, EXACT, MAX_SPEED, DeviceInfo, ModelSpec, Profile, hookimpl
+from vllm_srun.plugins.host import build_catalog, discover
+from vllm_srun.plugins.host.discovery import DiscoveredPlugin
 from vllm_srun.plugins.kernel import Kernel, select_kernel
 from vllm_srun.plugins.profiles import profile_violations
 

@@ -87,7 +87,7 @@ def test_the_plugin_api_and_the_plugins_listing_import_no_torch():
 
 CATALOG_WITHOUT_TORCH = """
 import json, sys
-from vllm_srun.plugins import load_catalog
+from vllm_srun.plugins.host import load_catalog
 catalog = load_catalog()
 print(json.dumps({
     "plugins": sorted(p.name for p in catalog.plugins),

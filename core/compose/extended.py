@@ -18,9 +18,9 @@ from typing import Any, cast
 
 import torch
 
-from vllm_srun.plugins import Catalog
 from vllm_srun.plugins.cards import ExtensionCard, FamilyCard
 from vllm_srun.plugins.extension import SurfaceExtension, SurfaceModel
+from vllm_srun.plugins.host import Catalog
 from vllm_srun.plugins.loaded import Answer, LoadedModel, Plan
 from vllm_srun.plugins.requests import SurfaceRequest
 from vllm_srun.plugins.spec import RowOutput, WorkItem
@@ -56,7 +56,15 @@ class ExtendedModel(LoadedModel[Plan]):
         attached: ``(extension, its loaded model, the surfaces it adds)``, in
             attachment order; a surface the host (or an earlier extension)
             serves is never listed as added, except one it augments.
+
+    Attributes:
+        host: the family's loaded model, which runs every row.
+        augmented: the surfaces the host serves whose answers an extension rewrites
+            (the golden self-check compares those on :attr:`host` alone).
     """
+
+    host: LoadedModel[Any]
+    augmented: frozenset[str]
 
     def __init__(
         self,
@@ -160,9 +168,7 @@ def attach_extensions(catalog: Catalog, loaded: LoadedModel[Any]) -> LoadedModel
     for name in sorted(extensions):
         ext = extensions[name]
         new = tuple(s for s in ext.surfaces if s not in served)
-        wrapped = tuple(
-            s for s in getattr(ext, "augments", ()) if s in loaded.surfaces and s not in augmented
-        )
+        wrapped = tuple(s for s in ext.augments if s in loaded.surfaces and s not in augmented)
         if not new and not wrapped:
             continue
         try:

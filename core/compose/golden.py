@@ -38,11 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
+from vllm_srun.compose.extended import ExtendedModel
 from vllm_srun.compose.loader import ServedModel
-from vllm_srun.plugins import Accelerator, Catalog, GoldenReference, read_reference_file
+from vllm_srun.plugins import Accelerator, GoldenReference, read_reference_file
 from vllm_srun.plugins.cards import GoldenState, GoldenStatus
 from vllm_srun.plugins.golden import write_reference_answers
-from vllm_srun.plugins.loaded import LoadedModel
+from vllm_srun.plugins.host import Catalog
 from vllm_srun.plugins.spec import RequestError
 
 _KEY_CLASS = re.compile(r"[:@]")
@@ -204,9 +205,9 @@ def run_requests(served: ServedModel, requests: Sequence[Any]) -> list[dict[str,
         # Golden answers are the family's own: a surface an extension augments (its
         # answers rewritten after the family's) is checked on the family's model alone.
         target = served
-        if request["surface"] in getattr(served.loaded, "augmented", ()):
-            host: LoadedModel[Any] = getattr(served.loaded, "host")  # noqa: B009
-            target = dataclasses.replace(served, loaded=host)
+        loaded = served.loaded
+        if isinstance(loaded, ExtendedModel) and request["surface"] in loaded.augmented:
+            target = dataclasses.replace(served, loaded=loaded.host)
         try:
             answer = target.answer(request["surface"], dict(request["body"]))
         except RequestError as err:

@@ -64,8 +64,9 @@ from vllm_srun.compose.probes import (
 from vllm_srun.compose.registry import IdentityCard, prepare
 from vllm_srun.engine_args import EngineArgs
 from vllm_srun.errors import LoadError, is_retryable
-from vllm_srun.plugins import Catalog, Engine, Family, load_catalog
+from vllm_srun.plugins import Engine, Family
 from vllm_srun.plugins.cards import AdapterCard, FamilyCard, ProfileInfo
+from vllm_srun.plugins.host import Catalog, load_catalog
 from vllm_srun.plugins.loaded import Answered, LoadedModel, answered
 from vllm_srun.plugins.profiles import EXACT, Numerics, Profile
 from vllm_srun.plugins.requests import read_request
@@ -557,6 +558,15 @@ def load_model(
     }
     try:
         engine_model = chosen_engine.load(spec, placement.device, engine_options)
+        undeclared = [
+            name for name in ("compute_dtype", "libraries") if not hasattr(engine_model, name)
+        ]
+        if undeclared:
+            raise LoadError(
+                f"engine {chosen_engine.name} returned a model without "
+                f"{' and '.join(undeclared)}; an engine model declares both "
+                "(vllm_srun.plugins.EncoderModel, DecoderModel)"
+            )
         extra = {"options": options.family_options} if options.family_options else {}
         loaded = attach_extensions(
             catalog, chosen_family.load(package, spec, engine_model, **extra)
@@ -615,7 +625,7 @@ def load_model(
         adapter=adapter,
         profile=profile,
         profiles=served_profiles(chosen_family, chosen_engine, spec),
-        compute_dtype=getattr(engine_model, "compute_dtype", None),
+        compute_dtype=engine_model.compute_dtype,
     )
     served.batch_invariance = invariance
     served.forward_cost = forward_cost

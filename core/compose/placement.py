@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from vllm_srun.errors import LoadError
-from vllm_srun.plugins import Accelerator, Catalog, DeviceInfo
+from vllm_srun.plugins import Accelerator, DeviceInfo
 from vllm_srun.plugins.accelerator import WEIGHT_FORMATS
+from vllm_srun.plugins.host import Catalog
 from vllm_srun.plugins.spec import ModelSpec
 
 _DEVICE_SPEC = re.compile(r"^(?P<name>[a-z][a-z0-9_]*)(?::(?P<index>\d+))?$")

@@ -28,14 +28,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vllm_srun.plugins import runtime_cache_dir, write_json_atomically
+from vllm_srun.plugins import runtime_cache_dir
+from vllm_srun.plugins.cache import write_json_atomically
 
 if TYPE_CHECKING:
     from vllm_srun.compose.placement import Placement
     from vllm_srun.plugins import Engine, Family, Kernel
     from vllm_srun.plugins.loaded import LoadedModel
     from vllm_srun.plugins.profiles import Profile
-    from vllm_srun.plugins.spec import ModelSpec
+    from vllm_srun.plugins.spec import DecoderModel, EncoderModel, ModelSpec
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +55,10 @@ LIBRARIES = ("vllm-srun", "torch", "transformers")
 :func:`runtime_libraries` adds those the engine model runs on."""
 
 
-def runtime_libraries(engine_model: object) -> tuple[str, ...]:
-    """:data:`LIBRARIES` and the top-level package of every object ``engine_model``
-    holds in its attributes (an inference session, a transformers model): the libraries
-    whose code its forwards run, found without naming any engine. Sorted, no duplicates."""
-    held = list(vars(engine_model).values()) if hasattr(engine_model, "__dict__") else []
-    packages = {type(value).__module__.partition(".")[0] for value in held}
-    packages -= {"builtins", "vllm_srun", "pathlib", "collections"}
-    return tuple(sorted(set(LIBRARIES) | packages))
+def runtime_libraries(engine_model: EncoderModel | DecoderModel) -> tuple[str, ...]:
+    """:data:`LIBRARIES` and the distributions the engine model declares its forwards run
+    on (its ``libraries``). Sorted, no duplicates."""
+    return tuple(sorted(set(LIBRARIES) | set(engine_model.libraries)))
 
 
 def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str | None]:
@@ -129,8 +126,8 @@ def forward_cost_key(
     placement: Placement,
     kernels: Mapping[str, Kernel],
     loaded: LoadedModel[Any],
-    options: Mapping[str, Any] | None = None,
-    engine_model: object = None,
+    options: Mapping[str, Any] | None,
+    engine_model: EncoderModel | DecoderModel,
 ) -> ForwardCostKey | None:
     """The key of a loaded model's forward cost, or ``None`` when nothing identifies its
     bytes (``identity`` empty) or the accelerator cannot name the hardware (its
@@ -145,8 +142,8 @@ def forward_cost_key(
         kernels: slot -> kernel the engine chose.
         loaded: the loaded model (its probe rows' lengths).
         options: the models file's family options.
-        engine_model: what the engine loaded: its ``compute_dtype`` and the libraries
-            it holds (:func:`runtime_libraries`).
+        engine_model: what the engine loaded: its declared ``compute_dtype`` and
+            ``libraries`` (:func:`runtime_libraries`).
     """
     import torch  # loaded by now: the model runs on it
 
@@ -164,7 +161,7 @@ def forward_cost_key(
         engine=engine.name,
         profile=profile.name,
         # the dtype it computes in: under max_speed, `auto` may mean bfloat16
-        dtype=getattr(engine_model, "compute_dtype", None) or spec.dtype,
+        dtype=engine_model.compute_dtype or spec.dtype,
         kernels={slot: kernel.name for slot, kernel in sorted(kernels.items())},
         hardware=(reference, placement.device.name),
         threads=torch.get_num_threads(),

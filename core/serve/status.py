@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import get_args
 
-from vllm_srun.plugins import Catalog
 from vllm_srun.plugins.cards import CardStatus, ModelCard, PluginGroup, PluginInfo, ProfileInfo
 from vllm_srun.plugins.decisions import MAX_CHOICES, MAX_LEVELS, MIN_CHOICES, MIN_LEVELS
+from vllm_srun.plugins.host import Catalog
 from vllm_srun.service.runtime import ModelState, Runtime
 
 from . import autotune

@@ -39,7 +39,7 @@ from vllm_srun.compose.loader import (
     load_model,
 )
 from vllm_srun.config import ModelConfig, ServeConfig
-from vllm_srun.plugins import Catalog, load_catalog
+from vllm_srun.plugins.host import Catalog, load_catalog
 from vllm_srun.plugins.spec import RequestError, clip
 
 from .drain import Drain

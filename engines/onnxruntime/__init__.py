@@ -128,7 +128,10 @@ class OnnxEncoder:
         compute_dtype: the precision the graph computes its output in (``float32``
             for ``tensor(float)``; quantised weights, such as an int8 or 4-bit
             graph's, still compute in it); the card's ``dtype``.
+        libraries: what its forwards run on: onnxruntime.
     """
+
+    libraries = ("onnxruntime",)
 
     def __init__(
         self, session: Any, spec: ModelSpec, graph: Path, dropped_providers: list[str]

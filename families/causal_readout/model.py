@@ -18,6 +18,7 @@ from typing import Any, cast
 import torch
 
 from vllm_srun.plugins.cards import FamilyCard
+from vllm_srun.plugins.collate import left_padded
 from vllm_srun.plugins.decisions import (
     QUESTION_ERRORS,
     QUESTION_TYPES,
@@ -37,7 +38,7 @@ from vllm_srun.plugins.decisions import (
 )
 from vllm_srun.plugins.loaded import LoadedModel, Plan
 from vllm_srun.plugins.requests import SurfaceRequest
-from vllm_srun.plugins.spec import DecoderBatch, DecoderModel, RequestError, RowOutput, WorkItem
+from vllm_srun.plugins.spec import DecoderModel, RequestError, RowOutput, WorkItem
 
 from .package import Description
 from .prompts import Labels, Renderer, message
@@ -373,25 +374,15 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
     def _forward(
         self, rows: list[WorkItem], prefix_ids: tuple[int, ...], padded_to: int
     ) -> list[torch.Tensor]:
-        skip = len(prefix_ids)
-        width = max(padded_to, *(row.tokens for row in rows)) - skip
         whole = any(_row(row).normalise for row in rows)
         reads = max(len(_row(row).read_ids) for row in rows)
-        ids = torch.full((len(rows), width), self.renderer.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
         read = torch.zeros((len(rows), reads), dtype=torch.long)
         for r, row in enumerate(rows):
-            suffix = row.input_ids[skip:]
-            ids[r, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
-            mask[r, width - len(suffix) :] = 1
             labels = _row(row).read_ids
             read[r, : len(labels)] = torch.tensor(labels, dtype=torch.long)
-        batch = DecoderBatch(
-            ids,
-            mask,
-            prefix_ids=torch.tensor(prefix_ids, dtype=torch.long) if prefix_ids else None,
-            read_ids=None if whole else read,
-        )
+        batch = left_padded(rows, self.renderer.pad_id, padded_to, skip=len(prefix_ids))
+        batch.prefix_ids = torch.tensor(prefix_ids, dtype=torch.long) if prefix_ids else None
+        batch.read_ids = None if whole else read
         logits = self.engine_model.forward(batch)
         values = []
         # zip(strict=True): an engine answering another number of rows is an error, never

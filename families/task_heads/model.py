@@ -9,6 +9,7 @@ from typing import Any, Literal
 import torch
 
 from vllm_srun.plugins.cards import FamilyCard, HeadCard
+from vllm_srun.plugins.collate import right_padded, split_rows
 from vllm_srun.plugins.loaded import LoadedModel
 from vllm_srun.plugins.requests import (
     OVERFLOW_MODES,
@@ -21,7 +22,6 @@ from vllm_srun.plugins.requests import (
 )
 from vllm_srun.plugins.responses import Representation, SurfaceAnswer
 from vllm_srun.plugins.spec import (
-    EncoderBatch,
     EncoderModel,
     RequestError,
     RowOutput,
@@ -348,21 +348,8 @@ class TaskModel(LoadedModel[TaskPlan]):
         """
         if not items:
             return []
-        width = max(width or 0, *(item.tokens for item in items))
-        ids = torch.full((len(items), width), self.encoder.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(items), width), dtype=torch.long)
-        types = None
-        if any(item.token_type_ids is not None for item in items):
-            types = torch.zeros((len(items), width), dtype=torch.long)
-        for row, item in enumerate(items):
-            ids[row, : item.tokens] = torch.tensor(item.input_ids, dtype=torch.long)
-            mask[row, : item.tokens] = 1
-            if types is not None and item.token_type_ids is not None:
-                types[row, : item.tokens] = torch.tensor(item.token_type_ids, dtype=torch.long)
-        out = self.engine_model.encode(EncoderBatch(ids, mask, types))
-        if out.dim() == 2:
-            return list(out.unbind(0))
-        return [out[row, : item.tokens] for row, item in enumerate(items)]
+        batch = right_padded(items, self.encoder.pad_id, width)
+        return split_rows(self.engine_model.encode(batch), items)
 
     def probe_items(self) -> list[WorkItem]:
         """Rows of several lengths for the load-time batch-invariance probe."""

@@ -293,7 +293,7 @@ def test_pinned_and_built_in_models_pass_without_a_word(tmp_path, capsys, argv, 
 
 
 def test_the_frontends_built_in_names_are_the_runtimes_table():
-    from vllm_srun.plugins import load_catalog
+    from vllm_srun.plugins.host import load_catalog
 
     assert set(load_catalog({}).layer("models")) == BUILTIN_MODELS
 

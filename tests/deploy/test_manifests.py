@@ -149,7 +149,7 @@ def test_runtime_probes_name_routes_the_runtime_serves(rendered):
     assert startup["periodSeconds"] * startup["failureThreshold"] == 3600  # a first download
 
     from vllm_srun.config import ServeConfig
-    from vllm_srun.plugins import load_catalog
+    from vllm_srun.plugins.host import load_catalog
     from vllm_srun.serve.app import build_app
     from vllm_srun.service.runtime import Runtime
 

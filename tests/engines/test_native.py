@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from vllm_srun.engines.native import NativeEngine
-from vllm_srun.plugins import DeviceInfo, discover, select_kernel
-from vllm_srun.plugins.manager import build_catalog
+from vllm_srun.plugins import DeviceInfo, select_kernel
+from vllm_srun.plugins.host import discover
+from vllm_srun.plugins.host.catalog import build_catalog
 from vllm_srun.plugins.spec import EncoderBatch, ModelSpec
 
 from ..fixtures import ENCODER_CONFIGS, TASK_AUTO_CLASSES, padded_batch, spec_for, write_encoder

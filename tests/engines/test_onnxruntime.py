@@ -22,8 +22,9 @@ from vllm_srun.engines.onnxruntime import (
     weights_digest,
 )
 from vllm_srun.engines.onnxruntime import export as ort_export
-from vllm_srun.plugins import DeviceInfo, discover
-from vllm_srun.plugins.manager import build_catalog
+from vllm_srun.plugins import DeviceInfo
+from vllm_srun.plugins.host import discover
+from vllm_srun.plugins.host.catalog import build_catalog
 from vllm_srun.plugins.spec import EncoderBatch, ModelSpec
 from vllm_srun.plugins.testing import assert_conforms
 
@@ -358,7 +359,7 @@ def test_a_model_loads_and_answers_with_the_native_engine_disabled():
     """The core selects no kernel of its own: without ``native`` (and so without any
     registered kernel) the Rampart graph still loads on ``onnxruntime`` and answers."""
     from vllm_srun.compose.loader import LoadOptions, load_model
-    from vllm_srun.plugins import load_catalog
+    from vllm_srun.plugins.host import load_catalog
 
     catalog = load_catalog({"VLLM_SRUN_DISABLE_PLUGINS": "native"})
     assert "native" not in catalog.layer("engines")

@@ -20,8 +20,8 @@ from vllm_srun.extensions.pii_patterns.recognizers import (
     shared_scanner,
 )
 from vllm_srun.extensions.pii_patterns.surface import PatternSpans
-from vllm_srun.plugins import load_catalog
 from vllm_srun.plugins.extension import extension_violations
+from vllm_srun.plugins.host import load_catalog
 from vllm_srun.plugins.loaded import Plan
 from vllm_srun.plugins.requests import ClassifyRequest
 from vllm_srun.service.runtime import Runtime

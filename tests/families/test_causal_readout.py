@@ -18,7 +18,7 @@ from vllm_srun.compose.loader import LoadError, LoadOptions, load_model
 from vllm_srun.families.causal_readout import CausalReadoutFamily
 from vllm_srun.families.causal_readout.model import ReadoutRow
 from vllm_srun.families.task_heads import TaskHeadsFamily
-from vllm_srun.plugins import load_catalog
+from vllm_srun.plugins.host import load_catalog
 from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.spec import RequestError, RowError
 from vllm_srun.plugins.testing import assert_conforms

@@ -11,8 +11,8 @@ import torch
 from vllm_srun.compose.loader import LoadError, LoadOptions, load_model
 from vllm_srun.families.causal_readout import shipped_calibration
 from vllm_srun.families.causal_readout.readouts import option_message, option_texts
-from vllm_srun.plugins import load_catalog
 from vllm_srun.plugins.decisions import parse_request
+from vllm_srun.plugins.host import load_catalog
 
 from ..fixtures import write_decoder
 from .test_causal_readout import CHOICE, NOUL, SCORE, STATE, reference_logits

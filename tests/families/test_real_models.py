@@ -11,7 +11,7 @@ import torch
 from vllm_srun.compose.golden import check
 from vllm_srun.compose.loader import LoadOptions, load_model
 from vllm_srun.config import ModelConfig, ServeConfig
-from vllm_srun.plugins import load_catalog
+from vllm_srun.plugins.host import load_catalog
 from vllm_srun.serve.status import model_card
 from vllm_srun.service.runtime import ModelState, Runtime
 

@@ -16,7 +16,7 @@ from vllm_srun.compose.golden import check, reference_keys, select_key
 from vllm_srun.compose.loader import LoadOptions, load_model
 from vllm_srun.families.causal_readout import GOLDEN_REQUESTS
 from vllm_srun.families.causal_readout.builtin import SMOLLM2, SMOLLM2_FILE, SMOLLM2_SHA256
-from vllm_srun.plugins import load_catalog
+from vllm_srun.plugins.host import load_catalog
 
 pytestmark = pytest.mark.slow
 

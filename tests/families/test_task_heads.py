@@ -15,7 +15,8 @@ from vllm_srun.families.task_heads.package import (
     describe,
     embedding_dimensions,
 )
-from vllm_srun.plugins import PackageError, load_catalog
+from vllm_srun.plugins import PackageError
+from vllm_srun.plugins.host import load_catalog
 from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.spec import RequestError
 

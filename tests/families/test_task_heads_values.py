@@ -26,7 +26,7 @@ from vllm_srun.families.task_heads.readouts import (
     pool,
     token_probabilities,
 )
-from vllm_srun.plugins import load_catalog
+from vllm_srun.plugins.host import load_catalog
 from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.spec import RequestError, RowError
 

@@ -21,7 +21,7 @@ from vllm_srun.families.task_heads.exits import (
 from vllm_srun.families.task_heads.model import TaskModel
 from vllm_srun.families.task_heads.package import describe
 from vllm_srun.families.task_heads.readouts import label_probabilities
-from vllm_srun.plugins import load_catalog
+from vllm_srun.plugins.host import load_catalog
 from vllm_srun.plugins.requests import read_request
 from vllm_srun.plugins.spec import RequestError
 
@@ -196,8 +196,14 @@ def test_each_surface_adds_its_own_meta_keys_when_asked(loaded):
     classified = answer(loaded("scores"), "classify", {"input": "a", "options": meta})
     assert classified["meta"] == {"head": "scores"}
     embedded = answer(loaded("pooled"), "embeddings", {"input": "a", "options": meta})
-    assert embedded["meta"] == {
-        "representation": {"layer": 2, "dimension": 32, "normalized": True, "modality": "text"}
+    assert embedded["meta"] == {  # model_sha256 null: the runtime gives the served model's
+        "representation": {
+            "model_sha256": None,
+            "layer": 2,
+            "dimension": 32,
+            "normalized": True,
+            "modality": "text",
+        }
     }
     reranked = answer(
         loaded("relevance"), "rerank", {"query": "q", "documents": ["d"], "options": meta}

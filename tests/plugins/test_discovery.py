@@ -1,6 +1,6 @@
 from vllm_srun import __version__
-from vllm_srun.plugins import discover
-from vllm_srun.plugins.discovery import parse_plugin_list
+from vllm_srun.plugins.host import discover
+from vllm_srun.plugins.host.discovery import parse_plugin_list
 
 from ..conftest import accelerator_source
 
@@ -80,7 +80,7 @@ def test_disabling_an_unknown_name_is_a_warning(caplog):
 
 
 def test_one_entry_point_declared_by_several_distributions_names_them_all(make_distribution):
-    from vllm_srun.plugins import build_catalog
+    from vllm_srun.plugins.host import build_catalog
 
     make_distribution("dup-one", "cpu", None, target="vllm_srun.accelerators.cpu")
     found = [d for d in discover({}) if d.name == "cpu"]

@@ -1,6 +1,7 @@
 import inspect
 
-from vllm_srun.plugins import LAYERS, hookspecs
+from vllm_srun.plugins import hookspecs
+from vllm_srun.plugins.host import LAYERS
 
 
 def test_seven_hooks_each_take_only_a_register_callback():

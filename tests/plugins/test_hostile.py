@@ -5,16 +5,8 @@ import types
 import pytest
 import torch
 
-from vllm_srun.plugins import (
-    Accelerator,
-    DiscoveredPlugin,
-    GoldenReference,
-    Kernel,
-    ModelEntry,
-    build_catalog,
-    discover,
-    hookimpl,
-)
+from vllm_srun.plugins import Accelerator, GoldenReference, Kernel, ModelEntry, hookimpl
+from vllm_srun.plugins.host import DiscoveredPlugin, build_catalog, discover
 
 from .test_manager import make_accelerator, plugin
 

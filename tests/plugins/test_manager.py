@@ -2,7 +2,8 @@ import types
 
 import torch
 
-from vllm_srun.plugins import Accelerator, DeviceInfo, DiscoveredPlugin, build_catalog, hookimpl
+from vllm_srun.plugins import Accelerator, DeviceInfo, hookimpl
+from vllm_srun.plugins.host import DiscoveredPlugin, build_catalog
 
 
 def make_accelerator(acc_name, priority=None):
@@ -417,7 +418,7 @@ def test_a_plugin_without_hooks_is_named_by_its_entry_point_else_by_its_name():
 
 
 def test_load_catalog_reads_the_plugin_filter_from_the_environment_it_is_given(monkeypatch):
-    from vllm_srun.plugins import load_catalog
+    from vllm_srun.plugins.host import load_catalog
 
     monkeypatch.delenv("VLLM_SRUN_PLUGINS", raising=False)
     monkeypatch.delenv("VLLM_SRUN_DISABLE_PLUGINS", raising=False)

@@ -10,17 +10,16 @@ from typing import get_args
 import pytest
 
 from vllm_srun.plugins import (
-    ITEM_ERRORS,
     OVERFLOW_MODES,
-    REQUEST_ERRORS,
     ClassifyRequest,
     EmbeddingsRequest,
     RequestError,
     RerankRequest,
-    TextPair,
     read_request,
 )
 from vllm_srun.plugins.decisions import DecisionsRequest
+from vllm_srun.plugins.requests import TextPair
+from vllm_srun.plugins.spec import ITEM_ERRORS, REQUEST_ERRORS
 from vllm_srun.serve.requests import STATUS_OF_CODE
 
 SNAPSHOT = Path(__file__).parents[1] / "serve" / "openapi.json"

@@ -3,7 +3,8 @@ import types
 import pytest
 import torch
 
-from vllm_srun.plugins import Accelerator, DeviceInfo, discover, hookimpl
+from vllm_srun.plugins import Accelerator, DeviceInfo, hookimpl
+from vllm_srun.plugins.host import discover
 from vllm_srun.plugins.testing import assert_conforms, check_plugin
 
 BUILTINS = sorted(d.name for d in discover({}) if d.distribution == "vllm-srun")
@@ -214,3 +215,56 @@ def test_a_family_runs_its_fixture_through_an_engine_its_own_plugin_registers():
     assert "ok   family custom_family: classify through custom_engine: as specified" in (
         report.to_text()
     )
+
+
+def test_an_engine_model_that_does_not_declare_its_members_fails_the_kit():
+    """An engine model declares ``compute_dtype`` and ``libraries`` (the card's dtype and
+    the forward-cost cache key read them); the kit names what is missing."""
+    import dataclasses
+
+    from vllm_srun.engines.native import NativeEngine
+    from vllm_srun.families.task_heads import TaskHeadsFamily
+
+    class Bare:  # encodes, and declares nothing else
+        def __init__(self, inner):
+            self.inner = inner
+
+        def encode(self, batch):
+            return self.inner.encode(batch)
+
+    class Custom(TaskHeadsFamily):
+        name = "bare_family"
+
+        def describe(self, package):
+            return dataclasses.replace(super().describe(package), model_type="bare_bert")
+
+    class BareEngine(NativeEngine):
+        name = "bare_engine"
+        auto_priority = 99
+
+        def supports(self, spec, device):
+            if spec.model_type not in ("bare_bert", "bert"):
+                return "bare_engine runs bare_bert only"
+            return super().supports(dataclasses.replace(spec, model_type="bert"), device)
+
+        def load(self, spec, device, options):
+            return Bare(super().load(dataclasses.replace(spec, model_type="bert"), device, options))
+
+    module = types.ModuleType("bare_engine_plugin")
+
+    @hookimpl
+    def register_families(register):
+        register(Custom())
+
+    @hookimpl
+    def register_engines(register):
+        register(BareEngine())
+
+    module.register_families = register_families
+    module.register_engines = register_engines
+    report = check_plugin(module)
+    assert not report.ok
+    assert (
+        "FAIL family bare_family: engine model: engine bare_engine's model lacks compute_dtype "
+        "and libraries; declare them (vllm_srun.plugins.EncoderModel, DecoderModel)"
+    ) in report.to_text()

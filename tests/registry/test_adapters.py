@@ -23,7 +23,7 @@ from vllm_srun.compose.adapters import BASE_RECORD, read_base_record, write_base
 from vllm_srun.compose.loader import LoadOptions, load_model
 from vllm_srun.config import ModelConfig, ServeConfig
 from vllm_srun.errors import LoadError
-from vllm_srun.plugins import load_catalog
+from vllm_srun.plugins.host import load_catalog
 from vllm_srun.serve.app import build_app
 from vllm_srun.service.runtime import Runtime
 

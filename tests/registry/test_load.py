@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from tests.registry.conftest import NAME, REVISION, digests, write_cache
 from vllm_srun.compose.loader import LoadError, LoadOptions, load_model
 from vllm_srun.compose.registry import identity
-from vllm_srun.plugins import load_catalog
+from vllm_srun.plugins.host import load_catalog
 
 
 @pytest.fixture

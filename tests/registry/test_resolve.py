@@ -18,7 +18,8 @@ from huggingface_hub import errors
 from tests.registry.conftest import NAME, REVISION, write_cache
 from vllm_srun.compose.loader import LoadError
 from vllm_srun.compose.registry import prepare, resolve, split_model
-from vllm_srun.plugins import Mirror, load_catalog
+from vllm_srun.plugins import Mirror
+from vllm_srun.plugins.host import load_catalog
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_REVISION = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"

@@ -34,7 +34,7 @@ with warnings.catch_warnings():  # starlette's notice about httpx2 is not ours t
 
 from vllm_srun.compose.loader import LoadOptions, ServedModel, load_model
 from vllm_srun.config import ModelConfig, ServeConfig
-from vllm_srun.plugins import Catalog, load_catalog
+from vllm_srun.plugins.host import Catalog, load_catalog
 from vllm_srun.serve.app import build_app
 from vllm_srun.service.runtime import Runtime
 

@@ -36,7 +36,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_srun.plugins import runtime_cache_dir, sha256_file, write_json_atomically
+from vllm_srun.plugins import runtime_cache_dir, sha256_file
+from vllm_srun.plugins.cache import write_json_atomically
 
 log = logging.getLogger(__name__)
 

@@ -27,11 +27,16 @@ class NanoGuardModule:
     Attributes:
         network: the module, on ``device``.
         device: where it runs.
+        compute_dtype: the dtype of its weights (the card's ``dtype``).
+        libraries: what its forwards run on: torch and this plugin's own network code.
     """
+
+    libraries = ("torch", "vllm-srun-nanoguard")
 
     def __init__(self, network: NanoGuardNetwork, device: torch.device) -> None:
         self.network = network
         self.device = device
+        self.compute_dtype = str(next(network.parameters()).dtype).removeprefix("torch.")
 
     def encode(self, batch: EncoderBatch) -> torch.Tensor:
         """float32 ``[rows, labels]`` logits on the CPU.

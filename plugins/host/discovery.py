@@ -1,7 +1,7 @@
 """Discovery: find the plugins of the ``vllm_srun`` entry-point group with stevedore.
 
 Discovery only finds and imports plugin modules; composing their objects into
-layers is :mod:`vllm_srun.plugins.manager`'s job. A plugin that fails to import
+layers is :mod:`vllm_srun.plugins.host.catalog`'s job. A plugin that fails to import
 is recorded with its error and the others still load.
 """
 

@@ -17,8 +17,8 @@ from typing import Any
 import pluggy
 
 from vllm_srun.plugins import hookspecs
-from vllm_srun.plugins.discovery import DiscoveredPlugin, discover
-from vllm_srun.plugins.layers import LAYERS, Layer
+from vllm_srun.plugins.host.discovery import DiscoveredPlugin, discover
+from vllm_srun.plugins.host.layers import LAYERS, Layer
 
 
 @dataclass

@@ -1,0 +1,59 @@
+"""Rows to one engine batch and back (vllm_srun.plugins.collate), exact tensors."""
+
+import pytest
+import torch
+
+from vllm_srun.plugins import WorkItem, left_padded, right_padded, split_rows
+
+
+def row(ids, types=None, prefix=0):
+    return WorkItem(
+        tuple(ids), None if types is None else tuple(types), key=repr(ids), prefix=prefix
+    )
+
+
+def test_right_padded_pads_on_the_right_and_carries_type_ids_when_any_row_has_them():
+    batch = right_padded([row([5, 6, 7]), row([8, 9], types=[0, 1])], pad_id=0)
+    assert batch.input_ids.tolist() == [[5, 6, 7], [8, 9, 0]]
+    assert batch.attention_mask.tolist() == [[1, 1, 1], [1, 1, 0]]
+    assert batch.token_type_ids is not None
+    assert batch.token_type_ids.tolist() == [[0, 0, 0], [0, 1, 0]]
+    assert batch.input_ids.dtype == torch.long
+
+
+def test_right_padded_to_a_width_and_without_type_ids():
+    batch = right_padded([row([5]), row([6, 7])], pad_id=3, width=4)
+    assert batch.input_ids.tolist() == [[5, 3, 3, 3], [6, 7, 3, 3]]
+    assert batch.attention_mask.tolist() == [[1, 0, 0, 0], [1, 1, 0, 0]]
+    assert batch.token_type_ids is None
+    # a width below the longest row's does not cut it
+    assert right_padded([row([1, 2, 3])], 0, width=2).input_ids.tolist() == [[1, 2, 3]]
+
+
+def test_left_padded_ends_every_row_in_the_last_position_and_skips_a_shared_prefix():
+    batch = left_padded([row([1, 2, 3, 4]), row([1, 2, 5])], pad_id=0, skip=2)
+    assert batch.input_ids.tolist() == [[3, 4], [0, 5]]
+    assert batch.attention_mask.tolist() == [[1, 1], [0, 1]]
+    assert batch.prefix_ids is None and batch.read_ids is None
+    wide = left_padded([row([7, 8])], pad_id=9, width=4)
+    assert wide.input_ids.tolist() == [[9, 9, 7, 8]]
+    assert wide.attention_mask.tolist() == [[0, 0, 1, 1]]
+
+
+def test_split_rows_drops_each_rows_padding_or_keeps_per_row_vectors():
+    items = [row([1, 2, 3]), row([4])]
+    hidden = torch.arange(2 * 3 * 2, dtype=torch.float32).reshape(2, 3, 2)
+    first, second = split_rows(hidden, items)
+    assert first.tolist() == hidden[0].tolist()
+    assert second.tolist() == [[6.0, 7.0]]
+    logits = torch.tensor([[0.5, 1.5], [2.5, 3.5]])
+    assert [t.tolist() for t in split_rows(logits, items)] == [[0.5, 1.5], [2.5, 3.5]]
+
+
+def test_bad_batches_are_refused_with_what_is_wrong():
+    with pytest.raises(ValueError, match="at least one row"):
+        right_padded([], pad_id=0)
+    with pytest.raises(ValueError, match="skip=3 is longer than a row"):
+        left_padded([row([1, 2])], pad_id=0, skip=3)
+    with pytest.raises(ValueError, match="answered 1 rows for 2"):
+        split_rows(torch.zeros(1, 4), [row([1]), row([2])])
