@@ -17,12 +17,14 @@ contract does not have are marked "Extension" (a 2.3 client ignores them).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Annotated, Literal, NotRequired
 
 from pydantic import ConfigDict, Field, with_config
 from typing_extensions import TypedDict  # pydantic reads typing's TypedDict only from 3.12
 
-from vllm_srun.plugins.spec import ItemErrorCode, RequestErrorCode
+from vllm_srun.plugins.spec import ItemErrorCode, RequestErrorCode, RowError
 
 closed = with_config(ConfigDict(extra="forbid"))
 """A body that has exactly its declared keys (``additionalProperties: false``)."""
@@ -355,11 +357,14 @@ class RerankResponse(RerankAnswer):
 
 
 # -- builders ---------------------------------------------------------------------------------
-def input_usage(tokens: int, processed_tokens: int, truncated: bool, windows: int) -> InputUsage:
-    """An input's ``input`` object (:class:`InputUsage`), every count an int."""
+def input_usage(
+    tokens: int, processed_tokens: int | None = None, truncated: bool = False, windows: int = 1
+) -> InputUsage:
+    """An input's ``input`` object (:class:`InputUsage`), every count an int; by default an
+    input read whole as one row (``processed_tokens`` = ``tokens``)."""
     return {
         "tokens": int(tokens),
-        "processed_tokens": int(processed_tokens),
+        "processed_tokens": int(tokens if processed_tokens is None else processed_tokens),
         "truncated": bool(truncated),
         "windows": int(windows),
     }
@@ -379,6 +384,39 @@ def embedding_item(index: int, vector: list[float] | str, usage: InputUsage) -> 
 def embedding_error(index: int, code: ItemErrorCode, message: str) -> EmbeddingError:
     """One embeddings ``data`` item for an input that failed alone."""
     return {"object": "embedding", "index": index, "error": code, "message": message}
+
+
+def embeddings_answer(
+    per_input: Sequence[tuple[list[float] | str, InputUsage] | RowError],
+) -> EmbeddingsAnswer:
+    """An embeddings answer from each input's outcome, in input order.
+
+    Args:
+        per_input: per input, its vector (floats, or base64 float32 bytes) and what it
+            used (:func:`input_usage`), or the :class:`~vllm_srun.plugins.spec.RowError`
+            it failed with (refused by ``plan``, or its forward failed).
+
+    Returns:
+        ``{"object": "list", "data", "usage"}``: an :class:`Embedding` per answered
+        input, an :class:`EmbeddingError` in the place of a failed one, and a vector
+        holding NaN or infinity answered ``invalid_model_output`` (a body never holds
+        them); ``usage`` counts the answered inputs' ``processed_tokens``.
+    """
+    data: list[Embedding | EmbeddingError] = []
+    used = 0
+    for index, outcome in enumerate(per_input):
+        if isinstance(outcome, RowError):
+            data.append(embedding_error(index, outcome.code, outcome.message))
+            continue
+        vector, read = outcome
+        if not isinstance(vector, str) and not all(math.isfinite(v) for v in vector):
+            data.append(
+                embedding_error(index, "invalid_model_output", "the embedding is not finite")
+            )
+            continue
+        data.append(embedding_item(index, vector, read))
+        used += read["processed_tokens"]
+    return {"object": "list", "data": data, "usage": embeddings_usage(used)}
 
 
 def usage(input_tokens: int) -> Usage:
@@ -422,6 +460,7 @@ __all__ = [
     "closed",
     "embedding_error",
     "embedding_item",
+    "embeddings_answer",
     "embeddings_usage",
     "input_usage",
     "item_error",

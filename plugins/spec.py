@@ -9,6 +9,7 @@ next-token logits at each row's last position.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -307,6 +308,18 @@ class WorkItem:
     def tokens(self) -> int:
         """Row length in tokens."""
         return len(self.input_ids)
+
+    @classmethod
+    def of(
+        cls, input_ids: Sequence[int], token_type_ids: Sequence[int] | None = None, prefix: int = 0
+    ) -> WorkItem:
+        """A row keyed by what decides its output: the SHA-256 (hex) of its ids, segment ids
+        and prefix length. A family whose output depends on more than the ids (a
+        readout's label ids) builds its own key instead."""
+        ids = tuple(int(i) for i in input_ids)
+        types = None if token_type_ids is None else tuple(int(t) for t in token_type_ids)
+        key = hashlib.sha256(repr((ids, types, prefix)).encode()).hexdigest()
+        return cls(ids, types, key, prefix)
 
 
 @dataclass(frozen=True)

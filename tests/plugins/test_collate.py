@@ -57,3 +57,16 @@ def test_bad_batches_are_refused_with_what_is_wrong():
         left_padded([row([1, 2])], pad_id=0, skip=3)
     with pytest.raises(ValueError, match="answered 1 rows for 2"):
         split_rows(torch.zeros(1, 4), [row([1]), row([2])])
+
+
+def test_a_row_built_with_of_is_keyed_by_what_decides_its_output():
+    a = WorkItem.of([101, 7, 102])
+    assert (a.input_ids, a.token_type_ids, a.prefix) == ((101, 7, 102), None, 0)
+    assert WorkItem.of((101, 7, 102)).key == a.key  # the same ids: the same key
+    assert len(a.key) == 64 and int(a.key, 16) >= 0
+    others = {
+        WorkItem.of([101, 8, 102]).key,
+        WorkItem.of([101, 7, 102], token_type_ids=[0, 0, 1]).key,
+        WorkItem.of([101, 7, 102], prefix=1).key,
+    }
+    assert a.key not in others and len(others) == 3
