@@ -91,17 +91,15 @@ def run(command: list[str], cwd: Path, env: dict[str, str]) -> str:
 
 
 def test_the_minimal_family_stays_minimal():
-    """The family and its loaded model (steps 2 to 4; the fixture of step 5 aside) take about
-    a hundred lines of code (blank lines and the blocks' file-name comments not counted):
-    collation and the answer builders are the API's."""
-
-    def code(text: str) -> list[str]:
-        return [line for line in text.split("\n") if line.strip() and PLUGIN_HEADER not in line]
-
+    """The family and its loaded model (steps 3 and 4) take under a hundred lines of code
+    (blank lines, the imports of step 2 and the fixture of step 5 not counted): collation
+    and the answer builders are the API's. The whole module, as printed, stays under 190."""
     source = plugin_source()
-    family = source[: source.index(f"{PLUGIN_HEADER}, continued\ndef write_fixture")]
-    assert len(code(family)) <= 110
-    assert len(code(source)) <= 125
+    start = source.index(f"{PLUGIN_HEADER}, continued\nclass ClsEmbedFamily")
+    end = source.index(f"{PLUGIN_HEADER}, continued\ndef write_fixture")
+    code = [line for line in source[start:end].split("\n") if line.strip()]
+    assert len([line for line in code if PLUGIN_HEADER not in line]) <= 100
+    assert len(source.strip().split("\n")) <= 190
 
 
 @pytest.mark.slow
