@@ -13,6 +13,11 @@ it the wire's :class:`ModelCard`. The router's Go client decodes the card: a val
 another JSON type (a float where an integer goes, one integer where a list goes) fails
 its whole decode, so the types here are the contract's (wire contract 2.3). Keys the
 contract does not have are marked "Extension" (a 2.3 client ignores them).
+
+Why one module of 500-odd lines: it is the card's part of the contract, one class per
+JSON shape with the descriptions the OpenAPI document shows, read top to bottom as one
+document; the family's part and the runtime's are kept together so that the served
+card visibly extends what a family writes.
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ family repeats.
 
 Field names follow the router's model runtime contract 2.3; fields the
 contract does not have are marked "Extension" (a 2.3 client ignores them).
+
+Why one module of 400-odd lines: it is the encoder surfaces' part of the contract, one
+class per JSON shape and the builders that write them, read top to bottom against the
+OpenAPI snapshot; splitting it would scatter one document.
 """
 
 from __future__ import annotations

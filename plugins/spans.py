@@ -11,6 +11,10 @@ exclusive): never bytes, never UTF-16 units, so emoji, ZWJ sequences, combining
 accents and CJK before an entity leave it where ``text[start:end]`` says.
 
 Pure helpers: stdlib and numpy (torch tensors are accepted, never imported).
+
+Why one module of 400-odd lines: tokens to words, one label per word and the BIO joining
+are one algorithm over the same offsets and probabilities, each step meaningful only to
+the next; the word cutting it builds on is :mod:`vllm_srun.plugins.words`.
 """
 
 from __future__ import annotations

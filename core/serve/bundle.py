@@ -10,6 +10,10 @@ surface: a body that fails validation becomes that task's 400 with the message
 its surface route gives, and its siblings are still answered. Tasks are planned
 together, submitted per model as one admission, and answered in task order,
 each with the status it would have had alone.
+
+Why one module of 400-odd lines: a bundle is one request read, planned, admitted and
+answered in task order, and every step reads and writes the same :class:`Task` records;
+the surfaces' own reading and answering are the other serve modules'.
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ to read (:class:`ReadoutRow`), keyed by content so equal questions run once
 and a result cache can reuse them. With shared context, the questions of one
 state share their longest common token prefix (the template's head and the
 state): the engine computes it once and every question continues from it.
+
+Why one module of nearly 500 lines: it is the family's loaded model, whose plan, run and
+finish share the rows and slots a plan makes; the package, the prompts, the readout
+maths and GGUF weights are the family's other modules.
 """
 
 from __future__ import annotations
