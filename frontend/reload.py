@@ -1,4 +1,7 @@
-"""Configuration changes without a restart (ROUTER-SPEC §3.2): read, plan, apply, hash.
+"""Configuration changes without a restart (ROUTER-SPEC §3.2): the persisted file
+(:class:`ConfigSource`) and the plan, apply and activation of a new document
+(:class:`Reloads`). The document's own rules (safe YAML, hashes, redaction, merge patch,
+what needs a restart) are :mod:`vllm_sr.config_document`'s.
 
 An apply validates the new document, refuses what needs a restart (the listeners' set,
 address, port or timeout; the mode), backs the file up and writes it atomically, then
@@ -15,19 +18,22 @@ Hashes: ``source_config_hash`` is sha256 of the file's bytes (the ``ETag`` is it
 quotes); ``generated_runtime_hash`` is sha256 of the validated configuration as
 canonical JSON (sorted keys, no spaces); ``active_runtime_hash`` is the generated hash of
 the generation serving. Each activation bumps ``config_version``.
+
+Why one module of nearly 700 lines: :class:`Reloads` is 445 of them and one piece of state (the
+generated, active and failed hashes, the pending :class:`Activation`, the last rejection,
+the generations still retiring) that plan, apply, the activation and its undoing, the
+retirement, SIGHUP and :meth:`~Reloads.close` each read and write; :class:`ConfigSource`
+(the file, its ``ETag`` and backups, under 100 lines) could stand alone, but is what an
+apply's precondition and write act on, and without it this module would still top 400.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import datetime as dt
-import hashlib
-import json
 import logging
 import os
-import re
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +44,17 @@ import yaml
 
 from .config.in_use import unserved_grants
 from .config.schema import Config, ConfigError, parse_config
+from .config_document import (
+    ConfigRefused,
+    merge_patch,
+    problem_reasons,
+    redacted,
+    restart_problems,
+    runtime_hash,
+    safe_yaml,
+    sha256,
+    unset_credentials,
+)
 from .router.compose import RouterUnready, router_mode
 from .startup import StartupFailed, wait_for_deployments
 from .workers.environment import PlanError
@@ -59,173 +76,6 @@ anyway (twice the listeners' 30 s worker timeout)."""
 
 BACKUPS_KEPT = 10
 """Earlier versions of the configuration file kept beside it."""
-
-MAX_NODES = 500_000
-"""The most YAML nodes a configuration document may expand to (its aliases followed): a
-few kilobytes of nested anchors can otherwise stand for billions of nodes."""
-
-REDACTED = "<redacted>"
-"""What ``GET /api/v1/config`` shows instead of an API key."""
-
-
-def safe_yaml(text: str) -> Any:
-    """``yaml.safe_load(text)``, refusing a document that expands to more than
-    :data:`MAX_NODES` nodes (counted on the composed graph, before any is built).
-
-    Raises:
-        yaml.YAMLError: not YAML, or too large once expanded.
-    """
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        try:
-            size = _expanded(node, {})
-        except RecursionError:
-            raise yaml.YAMLError("the document is nested too deeply") from None
-        if size > MAX_NODES:
-            raise yaml.YAMLError(
-                f"the document expands to more than {MAX_NODES} values (its aliases "
-                "followed); write it out without nested anchors"
-            )
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
-
-
-def _expanded(node: yaml.Node, memo: dict[int, int]) -> int:
-    """How many nodes ``node`` stands for with every alias followed (memoised: a shared
-    node is counted once per reference, without walking it again)."""
-    known = memo.get(id(node))
-    if known is not None:
-        return known
-    size = 1
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            size += _expanded(key, memo) + _expanded(value, memo)
-    elif isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            size += _expanded(item, memo)
-    memo[id(node)] = size
-    return size
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def runtime_hash(config: Config) -> str:
-    """``sha256:<hex>`` of the validated configuration as canonical JSON."""
-    document = config.model_dump(mode="json", by_alias=True)
-    text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + sha256(text.encode())
-
-
-SECRET_NAME = re.compile(
-    r"(^|[-_])(authorization|cookie|api[-_]?key|token|secret|password|credential)s?($|[-_])",
-    re.IGNORECASE,
-)
-"""A header name that carries a credential (its value is never shown)."""
-
-
-def redacted(document: Any) -> Any:
-    """``document`` as ``GET /api/v1/config`` shows it: every ``api_keys`` entry, every
-    ``api_key``, every ``extra_headers`` value, a ``header_mutation`` value of a
-    credential header (``Authorization``, ``*-api-key``, ``*-token``, ``Cookie``, ...)
-    and the password of a URL replaced by :data:`REDACTED` (the management API never
-    shows a credential)."""
-    if isinstance(document, dict):
-        out: dict[str, Any] = {}
-        for key, value in document.items():
-            if key == "api_keys" and isinstance(value, list):
-                out[key] = [REDACTED for _ in value]
-            elif key == "api_key" and value is not None:
-                out[key] = REDACTED
-            elif key == "extra_headers" and isinstance(value, dict):
-                out[key] = {name: REDACTED for name in value}
-            elif (
-                set(document) == {"name", "value"}
-                and key == "value"
-                and SECRET_NAME.search(str(document.get("name", "")))
-            ):
-                out[key] = REDACTED
-            elif isinstance(value, str) and "://" in value and "@" in value:
-                out[key] = _without_password(value)
-            else:
-                out[key] = redacted(value)
-        return out
-    if isinstance(document, list):
-        return [redacted(item) for item in document]
-    return document
-
-
-def _without_password(url: str) -> str:
-    """``url`` with the password of its user information redacted."""
-    scheme, sep, rest = url.partition("://")
-    userinfo, at, host = rest.partition("@")
-    if not at or "/" in userinfo:
-        return url
-    user, colon, _ = userinfo.partition(":")
-    return f"{scheme}{sep}{user}{':' + REDACTED if colon else ''}@{host}"
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7396 JSON merge patch: mappings merge key by key, ``null`` removes a key,
-    anything else (lists included) replaces."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    merged = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            merged.pop(key, None)
-        else:
-            merged[key] = merge_patch(merged.get(key), value)
-    return merged
-
-
-def restart_problems(
-    active: Config, candidate: Config, document: dict[str, Any] | None = None
-) -> list[str]:
-    """What in ``candidate`` needs a restart: the listeners' set, an address, port or
-    timeout, or the mode (``global.router.enabled``, also when the serve flags would
-    override what ``document``, the candidate as written, says)."""
-    problems = []
-    glob = (document or {}).get("global")
-    router = glob.get("router") if isinstance(glob, dict) else None
-    written = router.get("enabled") if isinstance(router, dict) else None
-    if isinstance(written, bool) and written != active.router_enabled:
-        problems.append(
-            f"global.router.enabled: {str(written).lower()} asks for "
-            f"{'Router' if written else 'Engine'} mode; the mode is chosen when vllm-sr "
-            "starts: restart it to change modes"
-        )
-    elif active.router_enabled != candidate.router_enabled:
-        problems.append(
-            "global.router.enabled: the mode is chosen when vllm-sr starts; restart it to "
-            "change between Engine and Router mode"
-        )
-    elif router_mode(active) != router_mode(candidate):
-        problems.append(
-            "providers.models: Router mode routes to the provider models; a configuration "
-            "without them is Engine mode, and the mode is chosen when vllm-sr starts"
-        )
-    before = {item.name: item for item in active.listeners}
-    after = {item.name: item for item in candidate.listeners}
-    if set(before) != set(after):
-        problems.append(
-            "listeners: adding, removing or renaming a listener needs a restart "
-            f"(running: {', '.join(sorted(before)) or 'none'}; "
-            f"new: {', '.join(sorted(after)) or 'none'})"
-        )
-    for name in sorted(set(before) & set(after)):
-        for key in ("address", "port", "timeout"):
-            old, new = getattr(before[name], key), getattr(after[name], key)
-            if old != new:
-                problems.append(
-                    f"listeners.{name}.{key}: changing it needs a restart ({old} -> {new})"
-                )
-    return problems
 
 
 class Retiring(Protocol):
@@ -256,51 +106,6 @@ class Target(Protocol):
     async def compose_router(self, generation: Generation) -> None: ...
 
     def activate(self, generation: Generation) -> None: ...
-
-
-def unset_credentials(config: Config) -> list[str]:
-    """A warning per backend whose ``api_key_env`` is not set in this process'
-    environment (that backend would get no credential)."""
-    warnings = []
-    for index, model in enumerate(config.providers.models):
-        for ref_index, ref in enumerate(model.backend_refs):
-            name = ref.api_key_env
-            if name and not os.environ.get(name):
-                warnings.append(
-                    f"providers.models[{index}].backend_refs[{ref_index}].api_key_env: "
-                    f"{name} is not set in vllm-sr's environment, so this backend gets no "
-                    "credential (set it and restart vllm-sr)"
-                )
-    return warnings
-
-
-class ConfigRefused(Exception):
-    """A configuration request answered with an error (status, code, message)."""
-
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        *,
-        reasons: list[dict[str, str]] | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-        self.reasons = reasons
-        self.headers = headers or {}
-
-
-def problem_reasons(problems: list[str], code: str) -> list[dict[str, str]]:
-    """``[{"code", "path", "message"}]`` of ``<key path>: <message>`` lines."""
-    reasons = []
-    for line in problems:
-        path, sep, message = line.partition(": ")
-        if not sep or " " in path:
-            path, message = "", line
-        reasons.append({"code": code, "path": path, "message": message})
-    return reasons
 
 
 class ConfigSource:

@@ -30,7 +30,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..bodies import BodyTooLarge, read_body
-from ..reload import ConfigRefused, Reloads
+from ..config_document import ConfigRefused
+from ..reload import Reloads
 from ..router.preview import Preview
 from ..startup import StartupStatus
 

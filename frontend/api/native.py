@@ -42,6 +42,13 @@ nothing else of the worker's answer (its ``error`` message, any other key, the i
 echoed) is passed on.
 
 Grants never union across listeners: each listener app sees its own grant only.
+
+Why one module of 600-odd lines: it is one :class:`Listener` (450 of them), whose System
+One, runtime, bundle and Chat routes share one path: the publication read once and
+counted in flight, the admission (stopping, grant, api key), the body read, a pool's
+failures as refusals, and the answer in the listener's own or Jev's shapes; what follows
+the class (the Chat fast path, a bundle's per-task results, the JSON answers) is the
+small glue it serves through.
 """
 
 from __future__ import annotations

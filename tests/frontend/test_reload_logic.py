@@ -11,16 +11,15 @@ from pathlib import Path
 import pytest
 
 from vllm_sr.config.schema import parse_config
-from vllm_sr.reload import (
-    BACKUPS_KEPT,
+from vllm_sr.config_document import (
     REDACTED,
-    ConfigSource,
     merge_patch,
     problem_reasons,
     redacted,
     restart_problems,
     runtime_hash,
 )
+from vllm_sr.reload import BACKUPS_KEPT, ConfigSource
 
 
 def listener(**changes: object) -> dict[str, object]:
@@ -179,7 +178,8 @@ def test_a_retired_worker_takes_no_new_exchange_and_is_drained_when_idle() -> No
 
 @pytest.mark.parametrize("text", ["[1, 2]", "a: [", "3"])
 def test_a_document_that_is_not_a_mapping_is_invalid_config(text: str) -> None:
-    from vllm_sr.reload import ConfigRefused, Reloads
+    from vllm_sr.config_document import ConfigRefused
+    from vllm_sr.reload import Reloads
 
     reloads = Reloads(None, ConfigSource(b"", parse_config), None)  # type: ignore[arg-type]
     with pytest.raises(ConfigRefused) as caught:
@@ -228,7 +228,8 @@ def test_the_etag_follows_the_file_and_equal_bytes_are_not_written_again(tmp_pat
 
 
 def test_a_document_of_nested_anchors_is_refused_before_it_expands() -> None:
-    from vllm_sr.reload import MAX_NODES, ConfigRefused, Reloads, safe_yaml
+    from vllm_sr.config_document import MAX_NODES, ConfigRefused, safe_yaml
+    from vllm_sr.reload import Reloads
 
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]

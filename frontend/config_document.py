@@ -1,0 +1,239 @@
+"""The configuration document as the configuration API reads, shows and checks it
+(ROUTER-SPEC §3.2): functions of a document or a validated :class:`Config`, no state.
+
+:func:`safe_yaml` parses a document, refusing one whose aliases expand past
+:data:`MAX_NODES`; :func:`sha256` hashes the file's bytes (the ``ETag``,
+``source_config_hash``) and :func:`runtime_hash` the validated configuration as canonical
+JSON; :func:`redacted` is what ``GET /api/v1/config`` shows (no credential);
+:func:`merge_patch` is a ``PATCH``'s RFC 7396 merge; :func:`restart_problems` says what
+in a candidate needs a restart and :func:`unset_credentials` which backend keys are not
+set; :class:`ConfigRefused` is a refused configuration request and
+:func:`problem_reasons` its ``reasons``. Applying and activating a document is
+:mod:`vllm_sr.reload`'s.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import re
+from typing import Any
+
+import yaml
+
+from .config.schema import Config
+from .router.compose import router_mode
+
+MAX_NODES = 500_000
+"""The most YAML nodes a configuration document may expand to (its aliases followed): a
+few kilobytes of nested anchors can otherwise stand for billions of nodes."""
+
+REDACTED = "<redacted>"
+"""What ``GET /api/v1/config`` shows instead of an API key."""
+
+
+def safe_yaml(text: str) -> Any:
+    """``yaml.safe_load(text)``, refusing a document that expands to more than
+    :data:`MAX_NODES` nodes (counted on the composed graph, before any is built).
+
+    Raises:
+        yaml.YAMLError: not YAML, or too large once expanded.
+    """
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        try:
+            size = _expanded(node, {})
+        except RecursionError:
+            raise yaml.YAMLError("the document is nested too deeply") from None
+        if size > MAX_NODES:
+            raise yaml.YAMLError(
+                f"the document expands to more than {MAX_NODES} values (its aliases "
+                "followed); write it out without nested anchors"
+            )
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _expanded(node: yaml.Node, memo: dict[int, int]) -> int:
+    """How many nodes ``node`` stands for with every alias followed (memoised: a shared
+    node is counted once per reference, without walking it again)."""
+    known = memo.get(id(node))
+    if known is not None:
+        return known
+    size = 1
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            size += _expanded(key, memo) + _expanded(value, memo)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            size += _expanded(item, memo)
+    memo[id(node)] = size
+    return size
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def runtime_hash(config: Config) -> str:
+    """``sha256:<hex>`` of the validated configuration as canonical JSON."""
+    document = config.model_dump(mode="json", by_alias=True)
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + sha256(text.encode())
+
+
+SECRET_NAME = re.compile(
+    r"(^|[-_])(authorization|cookie|api[-_]?key|token|secret|password|credential)s?($|[-_])",
+    re.IGNORECASE,
+)
+"""A header name that carries a credential (its value is never shown)."""
+
+
+def redacted(document: Any) -> Any:
+    """``document`` as ``GET /api/v1/config`` shows it: every ``api_keys`` entry, every
+    ``api_key``, every ``extra_headers`` value, a ``header_mutation`` value of a
+    credential header (``Authorization``, ``*-api-key``, ``*-token``, ``Cookie``, ...)
+    and the password of a URL replaced by :data:`REDACTED` (the management API never
+    shows a credential)."""
+    if isinstance(document, dict):
+        out: dict[str, Any] = {}
+        for key, value in document.items():
+            if key == "api_keys" and isinstance(value, list):
+                out[key] = [REDACTED for _ in value]
+            elif key == "api_key" and value is not None:
+                out[key] = REDACTED
+            elif key == "extra_headers" and isinstance(value, dict):
+                out[key] = {name: REDACTED for name in value}
+            elif (
+                set(document) == {"name", "value"}
+                and key == "value"
+                and SECRET_NAME.search(str(document.get("name", "")))
+            ):
+                out[key] = REDACTED
+            elif isinstance(value, str) and "://" in value and "@" in value:
+                out[key] = _without_password(value)
+            else:
+                out[key] = redacted(value)
+        return out
+    if isinstance(document, list):
+        return [redacted(item) for item in document]
+    return document
+
+
+def _without_password(url: str) -> str:
+    """``url`` with the password of its user information redacted."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.partition("@")
+    if not at or "/" in userinfo:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    return f"{scheme}{sep}{user}{':' + REDACTED if colon else ''}@{host}"
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7396 JSON merge patch: mappings merge key by key, ``null`` removes a key,
+    anything else (lists included) replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged
+
+
+def restart_problems(
+    active: Config, candidate: Config, document: dict[str, Any] | None = None
+) -> list[str]:
+    """What in ``candidate`` needs a restart: the listeners' set, an address, port or
+    timeout, or the mode (``global.router.enabled``, also when the serve flags would
+    override what ``document``, the candidate as written, says)."""
+    problems = []
+    glob = (document or {}).get("global")
+    router = glob.get("router") if isinstance(glob, dict) else None
+    written = router.get("enabled") if isinstance(router, dict) else None
+    if isinstance(written, bool) and written != active.router_enabled:
+        problems.append(
+            f"global.router.enabled: {str(written).lower()} asks for "
+            f"{'Router' if written else 'Engine'} mode; the mode is chosen when vllm-sr "
+            "starts: restart it to change modes"
+        )
+    elif active.router_enabled != candidate.router_enabled:
+        problems.append(
+            "global.router.enabled: the mode is chosen when vllm-sr starts; restart it to "
+            "change between Engine and Router mode"
+        )
+    elif router_mode(active) != router_mode(candidate):
+        problems.append(
+            "providers.models: Router mode routes to the provider models; a configuration "
+            "without them is Engine mode, and the mode is chosen when vllm-sr starts"
+        )
+    before = {item.name: item for item in active.listeners}
+    after = {item.name: item for item in candidate.listeners}
+    if set(before) != set(after):
+        problems.append(
+            "listeners: adding, removing or renaming a listener needs a restart "
+            f"(running: {', '.join(sorted(before)) or 'none'}; "
+            f"new: {', '.join(sorted(after)) or 'none'})"
+        )
+    for name in sorted(set(before) & set(after)):
+        for key in ("address", "port", "timeout"):
+            old, new = getattr(before[name], key), getattr(after[name], key)
+            if old != new:
+                problems.append(
+                    f"listeners.{name}.{key}: changing it needs a restart ({old} -> {new})"
+                )
+    return problems
+
+
+def unset_credentials(config: Config) -> list[str]:
+    """A warning per backend whose ``api_key_env`` is not set in this process'
+    environment (that backend would get no credential)."""
+    warnings = []
+    for index, model in enumerate(config.providers.models):
+        for ref_index, ref in enumerate(model.backend_refs):
+            name = ref.api_key_env
+            if name and not os.environ.get(name):
+                warnings.append(
+                    f"providers.models[{index}].backend_refs[{ref_index}].api_key_env: "
+                    f"{name} is not set in vllm-sr's environment, so this backend gets no "
+                    "credential (set it and restart vllm-sr)"
+                )
+    return warnings
+
+
+class ConfigRefused(Exception):
+    """A configuration request answered with an error (status, code, message)."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        reasons: list[dict[str, str]] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.reasons = reasons
+        self.headers = headers or {}
+
+
+def problem_reasons(problems: list[str], code: str) -> list[dict[str, str]]:
+    """``[{"code", "path", "message"}]`` of ``<key path>: <message>`` lines."""
+    reasons = []
+    for line in problems:
+        path, sep, message = line.partition(": ")
+        if not sep or " " in path:
+            path, message = "", line
+        reasons.append({"code": code, "path": path, "message": message})
+    return reasons
