@@ -313,7 +313,7 @@ def _non_empty(value: str | list[Any]) -> None:
     empty (``input`` of embeddings and classify, ``documents`` of rerank, the
     questions of a decisions request); an empty one is 400 ``invalid_request``."""
     if isinstance(value, list) and not value:
-        raise RequestError("invalid_request", "input must be a string or a non-empty list")
+        raise RequestError("invalid_request", "input must be a string or a non-empty list", "input")
 
 
 TokenId = Annotated[StrictInt, Field(ge=0)]
@@ -577,7 +577,7 @@ class RerankRequest(SurfaceBody, Strict):
             RequestError: ``invalid_request``.
         """
         if not self.documents:
-            raise RequestError("invalid_request", "documents must be a non-empty list")
+            raise RequestError("invalid_request", "documents must be a non-empty list", "documents")
 
 
 TextRequest = EmbeddingsRequest | ClassifyRequest | RerankRequest

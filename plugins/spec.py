@@ -276,12 +276,16 @@ class RequestError(Exception):
         code: a :data:`RequestErrorCode`; a family raises ``invalid_request``
             or ``unsupported_surface``.
         message: what is wrong and how to fix it.
+        param: the request field at fault, dotted (``input``, ``dimensions``,
+            ``options.window.tokens``): the error document's ``param`` (OpenAI's), or
+            ``None`` when no one field is.
     """
 
-    def __init__(self, code: RequestErrorCode, message: str) -> None:
+    def __init__(self, code: RequestErrorCode, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.code: RequestErrorCode = code
         self.message = message
+        self.param = param
 
 
 @dataclass(frozen=True)

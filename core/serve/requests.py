@@ -81,8 +81,8 @@ class ApiError(Exception):
 
 def as_api_error(err: RequestError | ApiError) -> ApiError:
     """``err`` as an :class:`ApiError`: a service's or family's :class:`RequestError`
-    gets the status of its code (and the ``param`` its code always names)."""
-    return err if isinstance(err, ApiError) else ApiError(err.code, err.message)
+    gets the status of its code and its ``param`` (else the one its code always names)."""
+    return err if isinstance(err, ApiError) else ApiError(err.code, err.message, err.param)
 
 
 def request_timing(request: Any) -> Timing:

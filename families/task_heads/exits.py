@@ -93,6 +93,7 @@ def check_layer(exits: tuple[Exit, ...], layer: int | None) -> Exit | None:
         raise RequestError(
             "invalid_request",
             f"layer {layer} is not an exit of this model; its exits are {_layers(exits)}",
+            "layer",
         )
     return found
 
@@ -118,6 +119,7 @@ def check_rerank_exit(
             "invalid_request",
             f"dimensions {dimensions} is not an exit of this model{where}; its exits are "
             f"[{listed}]: {fix}",
+            "dimensions",
         )
     return chosen
 

@@ -181,6 +181,7 @@ class TextEncoder:
                 "invalid_request",
                 f"options.max_tokens {policy.max_tokens} leaves no room beside {special} "
                 "special tokens",
+                "options.max_tokens",
             )
         limit = self.limit if policy.max_tokens is None else min(self.limit, policy.max_tokens)
         if policy.overflow == "reject" and pair is None:
@@ -273,6 +274,7 @@ class TextEncoder:
             raise RequestError(
                 "invalid_request",
                 f"options.window.tokens {size} is above the model's limit {self.limit}",
+                "options.window.tokens",
             )
         room = size - special
         if room < 1:
@@ -280,6 +282,7 @@ class TextEncoder:
                 "invalid_request",
                 f"a window of {size} tokens has no room for content beside {special} special "
                 "tokens; raise options.window.tokens",
+                "options.window.tokens",
             )
         overlap = policy.window_overlap
         if overlap is None:
@@ -289,6 +292,7 @@ class TextEncoder:
                 "invalid_request",
                 f"a window of {size} tokens holds {room} content tokens beside {special} special "
                 f"tokens, which must be more than the overlap {overlap}",
+                "options.window",
             )
         budget = policy.max_tokens or DEFAULT_SCAN_BUDGET
         if result.content_tokens > budget:

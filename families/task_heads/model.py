@@ -218,6 +218,7 @@ class TaskModel(LoadedModel[TaskPlan]):
             raise RequestError(
                 "invalid_request",
                 f"dimensions must be an integer from 1 to {size}, not {dimensions!r}",
+                "dimensions",
             )
         head = next(h for h in self.description.heads if h.kind == "pooled")
         input_options = request.input_options
@@ -248,6 +249,7 @@ class TaskModel(LoadedModel[TaskPlan]):
                         "invalid_request",
                         f"{where} is token id {row[at]}; this model's vocabulary has ids 0 to "
                         f"{vocabulary - 1}",
+                        "input",
                     )
             encoded = [self.encoder.encode_ids(row, policy) for row in rows]
             return TaskPlan("embeddings", head, encoded, [""] * len(rows), options=options)
@@ -280,14 +282,14 @@ class TaskModel(LoadedModel[TaskPlan]):
         if name is None:
             if len(classify) != 1:
                 names = ", ".join(h.name for h in classify)
-                raise RequestError("invalid_request", f"name the head: one of {names}")
+                raise RequestError("invalid_request", f"name the head: one of {names}", "head")
             head = classify[0]
         elif name in self.heads and self.heads[name] in classify:
             head = self.heads[name]
         else:
             names = ", ".join(h.name for h in classify)
             raise RequestError(
-                "invalid_request", f"unknown head {clip(name)!r}; this model has {names}"
+                "invalid_request", f"unknown head {clip(name)!r}; this model has {names}", "head"
             )
         pairs = request.pairs
         if head.kind == "token":
@@ -296,6 +298,7 @@ class TaskModel(LoadedModel[TaskPlan]):
                 raise RequestError(
                     "invalid_request",
                     f"input[{index}] has a text_pair; the token head reads single texts",
+                    "input",
                 )
         options = request.classify_options
         texts = [p.text for p in pairs]
@@ -320,7 +323,7 @@ class TaskModel(LoadedModel[TaskPlan]):
         check_rerank_exit(rerank_exits(self.description), request.layer, request.dimensions)
         bad = invalid_text(query)
         if bad is not None:  # the query belongs to every pair: it fails the request
-            raise RequestError("invalid_request", f"query: {bad}")
+            raise RequestError("invalid_request", f"query: {bad}", "query")
         input_options = request.input_options
         policy = InputPolicy.from_options(input_options)
         options: dict[str, Any] = {
@@ -335,7 +338,7 @@ class TaskModel(LoadedModel[TaskPlan]):
         head = next(h for h in self.description.heads if h.kind == "pooled")
         encoded = self._encode([query, *documents], [None] * (len(documents) + 1), policy)
         if encoded[0].error is not None:
-            raise RequestError("invalid_request", f"query: {encoded[0].error[1]}")
+            raise RequestError("invalid_request", f"query: {encoded[0].error[1]}", "query")
         return TaskPlan("rerank", head, encoded, [query, *documents], options=options)
 
     # -- run --------------------------------------------------------------------------------

@@ -210,6 +210,26 @@ def test_each_bad_field_is_400_with_a_precise_message(client, path, body, messag
     assert error_of(client.post(path, json=body), 400, "invalid_request") == message
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        # refused by the model (a value that depends on it) or by a rule no schema states
+        ("/v1/embeddings", {"model": "pooled", "input": "good", "dimensions": 33}, "dimensions"),
+        ("/v1/embeddings", {"model": "pooled", "input": []}, "input"),
+        ("/v1/classify", {"model": "sequence", "input": "good", "head": "nope"}, "head"),
+        ("/v1/rerank", {"model": "relevance", "query": "q", "documents": []}, "documents"),
+        # refused by the schema
+        ("/v1/embeddings", {"model": "pooled", "input": "good", "dimensions": 0}, "dimensions"),
+        ("/v1/embeddings", {"model": "pooled", "input": 5}, "input"),
+    ],
+)
+def test_a_refusal_names_the_field_at_fault_in_param(client, path, body, param):
+    """OpenAI's ``param``: the field at fault, whichever check refused it."""
+    response = client.post(path, json=body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
+
+
 def test_unknown_openai_fields_are_ignored_on_embeddings(client, packages):
     body = {"model": "pooled", "input": "good", "user": "someone"}
     response = client.post("/v1/embeddings", json=body)
@@ -233,6 +253,7 @@ def test_an_unknown_route_answers_an_error_document(client):
     }
     wrong_method = client.get("/v1/embeddings")
     assert wrong_method.status_code == 405
+    assert wrong_method.headers["allow"] == "POST"  # HTTP: a 405 names the methods
     assert wrong_method.json() == {
         "error": {
             "code": "invalid_request",
@@ -459,7 +480,7 @@ def test_a_bundle_reports_unknown_and_invalid_tasks_in_place(make_runtime, packa
         "code": "invalid_request",
         "message": "dimensions must be an integer from 1 to 32, not 99",
         "type": "invalid_request_error",
-        "param": None,
+        "param": "dimensions",
     }
     [item] = results[2]["embeddings"]["data"]
     assert close(item["embedding"], reference.embedding(packages["pooled"], "good"))
