@@ -144,7 +144,10 @@ def build_app(runtime: Runtime) -> FastAPI:
     accounting = Accounting(runtime)
     count, model_label = accounting.count, accounting.model_label
     app.add_middleware(
-        Envelope, max_request_bytes=runtime.config.max_request_bytes, refused=accounting.refused
+        Envelope,
+        max_request_bytes=runtime.config.max_request_bytes,
+        refused=accounting.refused,
+        systemone_schema=runtime.config.systemone_schema,
     )
     install_error_handlers(app, runtime, accounting)
     app.openapi = _openapi_with_decisions(app)  # type: ignore[method-assign]

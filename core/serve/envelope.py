@@ -110,10 +110,12 @@ class Envelope:
         app: ASGIApp,
         max_request_bytes: int,
         refused: Callable[[str, int, float], None] | None = None,
+        systemone_schema: str = "",
     ) -> None:
         self.app = app
         self.limit = max_request_bytes
         self.refused = refused
+        self.schema = systemone_schema
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -126,7 +128,7 @@ class Envelope:
         scope["state"] = {**(scope.get("state") or {}), "timing": timing}
         for name, value in scope.get("headers", ()):
             if name == b"content-length" and value.isdigit() and int(value) > self.limit:
-                await _too_large(send, self.limit, timing)
+                await _too_large(send, self.limit, timing, jev.jev_path(scope["path"], self.schema))
                 if self.refused is not None:
                     self.refused(scope.get("path", ""), 413, time.perf_counter() - started)
                 log_access(scope, 413, started)
@@ -166,9 +168,10 @@ class InFlight:
         drain: the process's drain (``runtime.drain``).
     """
 
-    def __init__(self, app: ASGIApp, drain: Drain) -> None:
+    def __init__(self, app: ASGIApp, drain: Drain, systemone_schema: str = "") -> None:
         self.app = app
         self.drain = drain
+        self.schema = systemone_schema
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
@@ -196,7 +199,8 @@ class InFlight:
                 raise
             task.uncancel()  # cancelled by the drain: answer instead of dying
             timing = (scope.get("state") or {}).get("timing")
-            await _shut_down(send, timing or Timing(started=arrived))
+            shape = jev.jev_path(scope.get("path", ""), self.schema)
+            await _shut_down(send, timing or Timing(started=arrived), shape)
         finally:
             drain.answered(task)
 
@@ -208,11 +212,16 @@ async def _send_error(
     message: str,
     headers: list[tuple[bytes, bytes]],
     timing: Timing,
+    jev_shape: bool = False,
 ) -> None:
     """An error document sent straight through ASGI (before or after the application),
-    with ``Server-Timing`` from ``timing`` (encoding the document is ``serialize``)."""
+    with ``Server-Timing`` from ``timing`` (encoding the document is ``serialize``); on a
+    ``jev`` route (``jev_shape``) with Jev's ``detail`` beside ``error``."""
     started = time.perf_counter()
-    body = orjson.dumps(error_document(status, code, message))
+    document: ErrorResponse | JevErrorDocument = error_document(status, code, message)
+    if jev_shape:
+        document = jev.JevError(status, code, message).body()
+    body = orjson.dumps(document)
     timing.add("serialize", time.perf_counter() - started)
     start = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     start += [*headers, (b"server-timing", timing.header().encode())]
@@ -220,15 +229,15 @@ async def _send_error(
     await send({"type": "http.response.body", "body": body})
 
 
-async def _shut_down(send: Send, timing: Timing) -> None:
+async def _shut_down(send: Send, timing: Timing, jev_shape: bool = False) -> None:
     """Answer 503 ``not_ready`` with ``Retry-After``: the grace period ran out."""
     headers = [(b"retry-after", RETRY_AFTER[503]["retry-after"].encode())]
-    await _send_error(send, 503, "not_ready", SHUT_DOWN_MESSAGE, headers, timing)
+    await _send_error(send, 503, "not_ready", SHUT_DOWN_MESSAGE, headers, timing, jev_shape)
 
 
-async def _too_large(send: Send, limit: int, timing: Timing) -> None:
+async def _too_large(send: Send, limit: int, timing: Timing, jev_shape: bool = False) -> None:
     message = f"the body is over {limit} bytes"
-    await _send_error(send, 413, "request_too_large", message, [], timing)
+    await _send_error(send, 413, "request_too_large", message, [], timing, jev_shape)
 
 
 def validation_message(err: RequestValidationError) -> str:
@@ -244,10 +253,7 @@ def install_error_handlers(app: FastAPI, runtime: Runtime, accounting: Accountin
     the Jev ``detail`` too."""
 
     def jev_route(request: Request) -> bool:
-        return (
-            request.url.path.startswith("/v1/systemone")
-            and runtime.config.systemone_schema == jev.SCHEMA
-        )
+        return jev.jev_path(request.url.path, runtime.config.systemone_schema)
 
     def shaped(request: Request, error: ApiError) -> ApiError:
         return jev.as_jev(error) if jev_route(request) else error
@@ -288,7 +294,8 @@ def install_error_handlers(app: FastAPI, runtime: Runtime, accounting: Accountin
         )
         if jev_route(request):
             body = jev.JevError(err.status_code, "invalid_request", message).body()
-        return respond(err.status_code, body, request_timing(request))
+        # a 405 names the methods the route takes (Allow), as HTTP requires
+        return respond(err.status_code, body, request_timing(request), err.headers)
 
     @app.exception_handler(Exception)
     async def crashed(request: Request, err: Exception) -> Response:

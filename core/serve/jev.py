@@ -79,6 +79,12 @@ FAILED_ANSWER_STATUS = {
 code: 500). 413 for an input over the model's budget is what the Jev spec allows."""
 
 
+def jev_path(path: str, schema: str) -> bool:
+    """Whether a request to ``path`` is answered in the ``jev`` schema: a System One route
+    (``/v1/systemone``, ``/v1/systemone/batch``) of a process serving that schema."""
+    return schema == SCHEMA and path.startswith("/v1/systemone")
+
+
 class JevError(ApiError):
     """A request-level failure in the Jev schema: ``{"detail": ..., "error": ...}``.
 

@@ -146,7 +146,7 @@ def serve(config: ServeConfig) -> int:
         if cache is not None:
             log.info("autotune cache: %s", cache)
         runtime = Runtime(config)
-        inflight = InFlight(build_app(runtime), runtime.drain)
+        inflight = InFlight(build_app(runtime), runtime.drain, runtime.config.systemone_schema)
         uv_config = uvicorn.Config(
             inflight,
             log_level=config.log_level,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any, cast
 
 import orjson
@@ -52,7 +53,7 @@ class JSON(Response):
 
 
 def respond(
-    status: int, body: Any, timing: Timing | None = None, extra: dict[str, str] | None = None
+    status: int, body: Any, timing: Timing | None = None, extra: Mapping[str, str] | None = None
 ) -> JSON:
     """A JSON response with any ``extra`` headers and, given ``timing``, ``Server-Timing``:
     the time spent encoding ``body`` is its ``serialize`` phase, and the header

@@ -4,6 +4,7 @@ Jev body; the request-level failures in the Jev error shapes."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from typing import Any
@@ -265,3 +266,56 @@ def test_invalid_lists_each_problem_at_its_body_path() -> None:
         ["body", "states", 0, "questions", "b"],
     ]
     assert err.message == "questions.a.type is missing; states[0].questions.b is bad"
+
+
+@pytest.mark.parametrize(
+    ("path", "schema", "jev_detail"),
+    [
+        ("/v1/systemone", "jev", True),
+        ("/v1/systemone/batch", "jev", True),
+        ("/v1/embeddings", "jev", False),
+        ("/v1/systemone", "vllm-sr/4.0", False),
+    ],
+)
+def test_a_body_over_the_limit_by_its_length_is_413_in_the_routes_schema(path, schema, jev_detail):
+    """A Content-Length over --max-request-bytes is answered before the body is read, by
+    the middleware: on a jev System One route with Jev's detail beside the error, as every
+    other jev failure."""
+    import asyncio
+
+    from vllm_srun.serve.envelope import Envelope
+
+    async def never(scope, receive, send):  # the application is never reached
+        raise AssertionError("the application ran")
+
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "headers": [(b"content-length", b"999999999999")],
+    }
+    envelope = Envelope(never, max_request_bytes=1024, systemone_schema=schema)
+    asyncio.run(envelope(scope, receive, send))
+    assert sent[0]["status"] == 413
+    error = {
+        "code": "request_too_large",
+        "message": "the body is over 1024 bytes",
+        "type": "invalid_request_error",
+        "param": None,
+    }
+    body = json.loads(sent[1]["body"])
+    if jev_detail:
+        assert body == {
+            "detail": {"error_type": "request_too_large", "message": "the body is over 1024 bytes"},
+            "error": error,
+        }
+    else:
+        assert body == {"error": error}
