@@ -53,6 +53,7 @@ def main() -> None:
     from nanoguard import NanoGuard  # the reference; never imported by the plugin
     from vllm_srun_nanoguard.locate import package_folder
 
+    # the runtime's own loader: this benchmark measures the host, it is not part of the plugin
     from vllm_srun.compose.loader import LoadOptions, load_model
 
     prompts = json.loads((HERE / "tests" / "prompts.json").read_text())["prompts"]

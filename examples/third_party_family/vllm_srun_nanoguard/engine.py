@@ -14,8 +14,7 @@ from typing import Any
 
 import torch
 
-from vllm_srun.plugins import DeviceInfo, Engine
-from vllm_srun.plugins.spec import EncoderBatch, ModelSpec
+from vllm_srun.plugins import DeviceInfo, EncoderBatch, Engine, ModelSpec
 
 from .checkpoint import ARCHITECTURE, WEIGHTS, network_config, read_checkpoint
 from .network import NanoGuardNetwork

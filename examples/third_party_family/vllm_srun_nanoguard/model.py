@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from vllm_srun.plugins import (
+    OVERFLOW_MODES,
     ClassifyAnswer,
     ClassifyRequest,
     ClassifyResult,
@@ -34,6 +35,7 @@ from vllm_srun.plugins import (
     FamilyCard,
     InputUsage,
     ItemError,
+    ItemErrorCode,
     LoadedModel,
     Plan,
     RequestError,
@@ -41,12 +43,11 @@ from vllm_srun.plugins import (
     RowOutput,
     SurfaceRequest,
     WorkItem,
+    clip,
     input_usage,
     item_error,
     usage,
 )
-from vllm_srun.plugins.requests import OVERFLOW_MODES
-from vllm_srun.plugins.spec import ItemErrorCode, clip
 from vllm_srun.plugins.windows import DEFAULT_OVERLAP, DEFAULT_SCAN_BUDGET, plan_windows
 
 from .tokenizer import Tokenizer
