@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
-from vllm_srun.compose.extended import ExtendedModel
 from vllm_srun.compose.loader import ServedModel
 from vllm_srun.plugins import Accelerator, GoldenReference, read_reference_file
 from vllm_srun.plugins.cards import GoldenState, GoldenStatus
@@ -205,9 +204,8 @@ def run_requests(served: ServedModel, requests: Sequence[Any]) -> list[dict[str,
         # Golden answers are the family's own: a surface an extension augments (its
         # answers rewritten after the family's) is checked on the family's model alone.
         target = served
-        loaded = served.loaded
-        if isinstance(loaded, ExtendedModel) and request["surface"] in loaded.augmented:
-            target = dataclasses.replace(served, loaded=loaded.host)
+        if request["surface"] in served.augmented and served.family_model is not None:
+            target = dataclasses.replace(served, loaded=served.family_model)
         try:
             answer = target.answer(request["surface"], dict(request["body"]))
         except RequestError as err:

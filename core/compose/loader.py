@@ -41,7 +41,7 @@ from vllm_srun.compose.batching import (
     exact_forward,
     plan_forwards,
 )
-from vllm_srun.compose.extended import attach_extensions
+from vllm_srun.compose.extended import ExtendedModel, attach_extensions
 from vllm_srun.compose.placement import (
     GIB,
     DeviceNotAvailable,
@@ -152,6 +152,10 @@ class ServedModel:
             ``model_sha256``, verification, licence, parameters, files.
         compute_dtype: the dtype the engine model says it runs at (its
             ``compute_dtype``), the card's ``dtype``; ``None``: the requested ``--dtype``.
+        family_model: the family's own loaded model, before surface extensions were
+            attached (``loaded`` is it, or wraps it).
+        augmented: the surfaces the family serves whose answers an extension rewrites;
+            the golden self-check compares those on :attr:`family_model` alone.
     """
 
     name: str
@@ -171,6 +175,8 @@ class ServedModel:
     profile: Profile = EXACT
     profiles: tuple[Profile, ...] = (EXACT,)
     compute_dtype: str | None = None
+    family_model: LoadedModel[Any] | None = None
+    augmented: frozenset[str] = frozenset()
 
     def card(self) -> ServedCard:
         """The model's ``/v1/models`` card as far as loading it tells: composition, identity
@@ -568,9 +574,8 @@ def load_model(
                 "(vllm_srun.plugins.EncoderModel, DecoderModel)"
             )
         extra = {"options": options.family_options} if options.family_options else {}
-        loaded = attach_extensions(
-            catalog, chosen_family.load(package, spec, engine_model, **extra)
-        )
+        family_model = chosen_family.load(package, spec, engine_model, **extra)
+        loaded = attach_extensions(catalog, family_model)
         invariance = measure_batch_invariance(
             loaded, profile.batch_tolerance, LengthEdges(spec.token_limit)
         )
@@ -618,6 +623,8 @@ def load_model(
         placement=placement,
         spec=spec,
         loaded=loaded,
+        family_model=family_model,
+        augmented=loaded.augmented if isinstance(loaded, ExtendedModel) else frozenset(),
         kernels={slot: k.name for slot, k in kernels.items()},
         identity=prepared.entry.name if prepared.entry is not None else None,
         prepared=prepared,
