@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 import textwrap
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,38 @@ if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 MakeDistribution = Callable[..., str]
+
+
+LOGGERS_CLIS_CONFIGURE = ("", "vllm_sr", "vllm_srun")
+"""The loggers a CLI run in process may give handlers (the root logger, as a command does)."""
+
+
+def drop_foreign_handlers() -> None:
+    """Take off :data:`LOGGERS_CLIS_CONFIGURE` every handler that is not pytest's."""
+    for name in LOGGERS_CLIS_CONFIGURE:
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            if not type(handler).__module__.startswith("_pytest"):
+                logger.removeHandler(handler)
+
+
+@pytest.fixture(autouse=True)
+def root_logging_left_as_found() -> Iterator[None]:
+    """No test inherits a logging handler another test's in-process CLI put on the root.
+
+    ``vllm-srun serve`` and ``vllm-sr serve`` configure the root logger for the process's
+    stderr, as a command should. Run in process by a test (or by a thread that outlives
+    it), that handler writes to that test's captured stderr and outlives it: a later test
+    in the same worker then reads a logging error (a closed or deleted capture) in its
+    own stderr. Such handlers are dropped before and after every test; pytest's own are
+    left to pytest.
+    """
+    root = logging.getLogger()
+    level = root.level
+    drop_foreign_handlers()
+    yield
+    drop_foreign_handlers()
+    root.setLevel(level)
 
 
 @pytest.fixture
