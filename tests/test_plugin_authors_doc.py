@@ -17,16 +17,16 @@ import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+
+from .served import free_port, serving
 
 REPO = Path(__file__).resolve().parents[1]
 GUIDE = REPO / "docs" / "plugin-authors.md"
@@ -135,12 +135,6 @@ def test_step_7_plugins_check_and_json_print_what_the_guide_shows(site):
     assert entry == json.loads(block_after("the entry for this plugin", "json"))
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def served(site: Path) -> Iterator[httpx.Client]:
     """Step 8: the fixture written and served as printed (on a free port)."""
@@ -151,30 +145,8 @@ def served(site: Path) -> Iterator[httpx.Client]:
     port = free_port()
     argv = shlex.split(serve.replace("/tmp/cls-pkg", str(package)))
     argv += ["--port", str(port), "--log-level", "warning"]
-    log = site.parent / "serve.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
-    deadline = time.monotonic() + START_SECONDS
-    try:
-        while True:  # no event says ready: /health is what the guide says to read
-            assert process.poll() is None, log.read_text(errors="replace")[-4000:]
-            try:
-                if client.get("/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text(errors="replace")[-4000:]
-            time.sleep(0.2)
+    with serving(argv, env, site.parent / "serve.log", port, START_SECONDS, 60) as client:
         yield client
-    finally:
-        client.close()
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
 
 
 def close(got: Any, want: Any, path: str = "") -> None:

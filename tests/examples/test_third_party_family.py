@@ -12,16 +12,15 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from ..served import free_port, serving
 from ..wire_cards import assert_wire_card
 from .test_third_party import BIN, REPO, listed_plugins, pip_install, vllm_srun
 
@@ -92,12 +91,6 @@ def test_the_examples_own_tests_pass(site, environ):
     assert expected in done.stdout, done.stdout
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def served(
     site: Path, environ: dict[str, str], tmp_path_factory: pytest.TempPathFactory
@@ -118,30 +111,8 @@ def served(
     port = free_port()
     command = [str(BIN / "vllm-srun"), "serve", "--models", str(folder / "models.yaml")]
     command += ["--offline", "--port", str(port), "--log-level", "warning"]
-    log = folder / "serve.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=environ)
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300)
-    deadline = time.monotonic() + START_SECONDS
-    try:
-        while True:
-            assert process.poll() is None, log.read_text(errors="replace")[-4000:]
-            try:
-                if client.get("/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text(errors="replace")[-4000:]
-            time.sleep(0.2)
+    with serving(command, environ, folder / "serve.log", port, START_SECONDS, 300) as client:
         yield client
-    finally:
-        client.close()
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
 
 
 def test_the_fixture_is_served_by_the_family_on_its_engine(served):
