@@ -195,6 +195,13 @@ def decoder_positions(attention_mask: torch.Tensor, offset: int = 0) -> torch.Te
     return positions.clamp(min=0) + offset
 
 
+def undeclared_members(engine_model: object) -> list[str]:
+    """Which of the members every engine model declares besides its forward
+    (``compute_dtype``, ``libraries``: :class:`EncoderModel`) ``engine_model`` lacks, in
+    that order; the loader and the conformance kit refuse a model that lacks any."""
+    return [name for name in ("compute_dtype", "libraries") if not hasattr(engine_model, name)]
+
+
 class DecoderModel(Protocol):
     """What an engine's ``load`` returns for a decoder task (``compute_dtype`` and
     ``libraries`` as :class:`EncoderModel` declares them)."""

@@ -35,7 +35,7 @@ from vllm_srun.plugins.host.catalog import Catalog, build_catalog
 from vllm_srun.plugins.host.discovery import DiscoveredPlugin, discover
 from vllm_srun.plugins.loaded import LoadedModel
 from vllm_srun.plugins.requests import read_request
-from vllm_srun.plugins.spec import RowOutput
+from vllm_srun.plugins.spec import RowOutput, undeclared_members
 
 
 @dataclass
@@ -192,9 +192,6 @@ def _check_behaviour(catalog: Catalog, report: ConformanceReport) -> None:
 CPU = DeviceInfo("cpu", None, "cpu", None, None, {})
 
 
-ENGINE_MODEL_MEMBERS = ("compute_dtype", "libraries")
-"""What every engine model declares besides its forward (``encode`` or ``forward``)."""
-
 WARNING = "warning: "
 """Prefix of a family finding that passes with a warning."""
 
@@ -228,7 +225,7 @@ def _family_problems(family: Any, own_engines: list[Any]) -> list[tuple[str, str
                 return [*steps, ("engine", "no installed engine runs the fixture: " + reasons)]
             kernels = engine.select_kernels(_installed_kernels(), CPU.accelerator)
             engine_model = engine.load(spec, CPU, {"kernels": kernels})
-            undeclared = [n for n in ENGINE_MODEL_MEMBERS if not hasattr(engine_model, n)]
+            undeclared = undeclared_members(engine_model)
             if undeclared:
                 problem = (
                     f"engine {engine.name}'s model lacks {' and '.join(undeclared)}; declare "

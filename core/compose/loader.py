@@ -70,7 +70,13 @@ from vllm_srun.plugins.host import Catalog, load_catalog
 from vllm_srun.plugins.loaded import Answered, LoadedModel, answered
 from vllm_srun.plugins.profiles import EXACT, Numerics, Profile
 from vllm_srun.plugins.requests import read_request
-from vllm_srun.plugins.spec import ModelSpec, RequestError, RowOutput, WorkItem
+from vllm_srun.plugins.spec import (
+    ModelSpec,
+    RequestError,
+    RowOutput,
+    WorkItem,
+    undeclared_members,
+)
 
 
 @dataclass(kw_only=True)
@@ -564,9 +570,7 @@ def load_model(
     }
     try:
         engine_model = chosen_engine.load(spec, placement.device, engine_options)
-        undeclared = [
-            name for name in ("compute_dtype", "libraries") if not hasattr(engine_model, name)
-        ]
+        undeclared = undeclared_members(engine_model)
         if undeclared:
             raise LoadError(
                 f"engine {chosen_engine.name} returned a model without "
