@@ -5,7 +5,8 @@ A poller asks ``GET /health`` every 500 ms while the model is not ready and ever
 pool that finds the worker suspect (:mod:`.liveness`), asks for an early probe
 (:meth:`~.worker.Worker.request_probe`). A probe of a suspect worker waits
 :data:`~.liveness.SUSPECT_PROBE_TIMEOUT` only, and its failure makes the worker
-``unreachable`` at once. A slow answer alone never does where the worker shows other
+``unreachable`` at once, and so does a probe already waiting when its worker turns
+suspect, :data:`~.liveness.SUSPECT_PROBE_TIMEOUT` after it was sent. A slow answer alone never does where the worker shows other
 signs of life: a ready worker that answered a request while the probe waited stays
 ready, and one busy with requests (outstanding, not suspect) is marked only after a
 second consecutive probe fails. A ready model's card
@@ -18,12 +19,13 @@ yet is still ``starting``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from .. import API_MAJOR
-from .client import ConnectFailed, ExchangeBroken, ExchangeTimedOut
+from .client import ConnectFailed, ExchangeBroken, ExchangeTimedOut, WireReply
 from .liveness import SUSPECT_PROBE_TIMEOUT
 from .worker import STATES, Worker
 
@@ -37,6 +39,10 @@ SLOW_INTERVAL = 5.0
 
 PROBE_TIMEOUT = 2.0
 """Longest wait for one ``/health`` or ``/v1/models`` answer, in seconds."""
+
+SUSPECT_RECHECK_S = 0.05
+"""The least wait between two checks of whether a probed worker turned suspect, in
+seconds (a worker exactly at its threshold is not suspect yet)."""
 
 HealthHook = Callable[[dict[str, Any]], None]
 
@@ -121,10 +127,12 @@ class HealthPoller:
         timeout = min(self.timeout, SUSPECT_PROBE_TIMEOUT) if suspect else self.timeout
         sent = liveness.clock()
         try:
-            response = await worker.client.get("/health", timeout=timeout)
+            response = await self._health(timeout, sent, suspect)
             document = response.json()
         except ExchangeTimedOut as err:
-            if not suspect and self._alive_meanwhile(sent):
+            if liveness.suspect():  # suspect now, if not when it was sent
+                timeout = min(timeout, SUSPECT_PROBE_TIMEOUT)
+            elif self._alive_meanwhile(sent):
                 return worker.state
             return self._no_answer(err, timeout)
         except (ConnectFailed, ExchangeBroken) as err:
@@ -154,6 +162,35 @@ class HealthPoller:
         if state != "ready" and worker.card is not None and not worker.managed:
             worker.forget_card()  # an attached runtime may come back as another model
         return self._set(state, reason, card)
+
+    async def _health(self, timeout: float, sent: float, suspect: bool) -> WireReply:
+        """``GET /health`` within ``timeout`` seconds. A worker that turns suspect while
+        the probe waits gets no longer than :data:`~.liveness.SUSPECT_PROBE_TIMEOUT` from
+        ``sent``: a probe sent just before a worker stopped would otherwise hold its
+        verdict for the whole ``timeout``. The wait wakes when suspicion would begin
+        (:meth:`~.liveness.Liveness.until_suspect`), not on a timer.
+
+        Raises:
+            ExchangeTimedOut: no answer in time; ConnectFailed, ExchangeBroken as
+                :meth:`~.client.WorkerClient.request`.
+        """
+        liveness = self.worker.liveness
+        call = asyncio.ensure_future(self.worker.client.get("/health", timeout=timeout))
+        try:
+            while not suspect:
+                wake = max(liveness.until_suspect(), SUSPECT_RECHECK_S)
+                done, _ = await asyncio.wait({call}, timeout=wake)
+                if done:
+                    return call.result()
+                suspect = liveness.suspect()
+            left = sent + SUSPECT_PROBE_TIMEOUT - liveness.clock()
+            if left > 0:
+                await asyncio.wait({call}, timeout=left)
+            if call.done():
+                return call.result()
+            raise ExchangeTimedOut(f"no answer within {SUSPECT_PROBE_TIMEOUT:g} s")
+        finally:
+            call.cancel()
 
     def _model_state(self, document: dict[str, Any]) -> tuple[str, str]:
         served = self.worker.served_name

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import signal
 import tempfile
 from collections.abc import Iterator
@@ -20,6 +21,13 @@ from typing import Any
 import httpx
 import psutil
 import pytest
+
+from vllm_sr.workers.liveness import (
+    STALL_DEFAULT_S,
+    STALL_FACTOR,
+    STALL_FLOOR_S,
+    SUSPECT_PROBE_TIMEOUT,
+)
 
 from ..fixtures import write_task_package
 from .loop_lag import watching
@@ -291,12 +299,13 @@ def test_workers_stopped_during_a_burst_are_left_then_make_ready_503(
                     stopped.append(second)
                     both_at = loop.time()
                     while (await mgmt.get("/ready")).status_code == 200:
-                        assert loop.time() - both_at < 2.0 + lag.worst, (
+                        assert loop.time() - both_at < 4.0 + lag.worst, (
                             f"/ready still 200 with both stopped (loop late {lag.worst:.3f} s)"
                         )
                         await asyncio.sleep(0.05)
                     unready = loop.time() - both_at
                     ready_body = (await mgmt.get("/ready")).json()
+                    replicas = await _replicas(mgmt)
                     done.set()
                     for process in stopped:
                         process.resume()
@@ -313,6 +322,7 @@ def test_workers_stopped_during_a_burst_are_left_then_make_ready_503(
                     "noticed": noticed,
                     "unready": unready,
                     "ready_body": ready_body,
+                    "replicas": replicas,
                     "lag": lag.worst,
                 }
 
@@ -326,7 +336,15 @@ def test_workers_stopped_during_a_burst_are_left_then_make_ready_503(
             p99 = sorted(before)[int(0.99 * (len(before) - 1))]
             lag = found["lag"]  # how late the machine ran the test's loop, at worst
             assert after and max(after) <= p99 + 1.5 + lag, (max(after), p99, len(after), lag)
-            assert found["noticed"] <= 2.0 + lag and found["unready"] <= 2.0 + lag, lag
+            assert found["noticed"] <= 2.0 + lag, (found["noticed"], lag)
+            # Both stopped: the second is left once silent for twice its p99 answer time
+            # (at least 0.5 s), then its probe waits 0.75 s (vllm_sr.workers.liveness). Its
+            # p99, alone under 8 clients, stays under 0.5 s on a quiet machine (2 s met with
+            # room: 1.3 s measured); a machine this loaded can lengthen it, and the rule's
+            # own bound is then what holds.
+            stall = max(_stall_after(r["reason"]) for r in found["replicas"])
+            allowed = max(2.0, stall + SUSPECT_PROBE_TIMEOUT + 0.25) + lag
+            assert found["unready"] <= allowed, (found["unready"], stall, lag)
             assert found["ready_body"]["message"].startswith(
                 'model_runtime deployment "primary" has no ready replica'
             )
@@ -341,8 +359,23 @@ def test_workers_stopped_during_a_burst_are_left_then_make_ready_503(
                 process.resume()
 
 
-async def _every_replica_ready(mgmt: httpx.AsyncClient) -> bool:
-    """Whether every replica of the deployment still reads ready in the inventory."""
+async def _replicas(mgmt: httpx.AsyncClient) -> list[dict[str, Any]]:
+    """The deployment's replicas as the inventory lists them."""
     inventory = (await mgmt.get("/api/v1/inventory/model-runtime")).json()
     [entry] = inventory["deployments"]
-    return all(r["ready"] for r in entry["replicas"])
+    return list(entry["replicas"])
+
+
+async def _every_replica_ready(mgmt: httpx.AsyncClient) -> bool:
+    """Whether every replica of the deployment still reads ready in the inventory."""
+    return all(r["ready"] for r in await _replicas(mgmt))
+
+
+def _stall_after(reason: str) -> float:
+    """The silence that made a replica suspect, from its unreachable reason (``… its
+    answers take up to 0.06 s (p99)``): ``max(STALL_FLOOR_S, STALL_FACTOR * p99)``."""
+    if "not answered enough requests yet" in reason:
+        return STALL_DEFAULT_S
+    found = re.search(r"take up to ([0-9.]+) s \(p99\)", reason)
+    assert found, reason
+    return max(STALL_FLOOR_S, STALL_FACTOR * float(found.group(1)))

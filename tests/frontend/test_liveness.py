@@ -245,3 +245,35 @@ def test_every_replica_stopped_makes_the_pool_unready_within_two_seconds():
             await close_all(*workers)
 
     run(scenario())
+
+
+def test_a_probe_waiting_when_its_replica_stops_gives_up_once_the_replica_is_suspect():
+    """A routine probe (timeout 5 s here) goes out just as a single busy replica stops
+    answering anything: it is marked unreachable ``SUSPECT_PROBE_TIMEOUT`` after the
+    probe was sent or once it turns suspect, whichever is later, not when the 5 s run
+    out (then the silence would be read as busy and the replica kept)."""
+
+    async def scenario() -> None:
+        async with fake_workers("a") as (a,), watching() as lag:
+            worker = a.worker(served_name="x")
+            pool = make_pool([worker])
+            poller = HealthPoller(worker, timeout=5.0)
+            stop = asyncio.Event()
+            clients = asyncio.create_task(load(pool, 2, stop))
+            await a.wait_received(30)
+            a.frozen = True
+            a.mode = "hang"
+            frozen_at = time.monotonic()
+            assert await poller.probe() == "unreachable"
+            took = time.monotonic() - frozen_at
+            bound = worker.liveness.stall_after() + SUSPECT_PROBE_TIMEOUT + 0.3 + lag.worst
+            assert took <= bound, (took, bound)
+            assert worker.reason.startswith(
+                f"the runtime did not answer within {SUSPECT_PROBE_TIMEOUT:g} s; no answer for"
+            )
+            stop.set()
+            clients.cancel()
+            await asyncio.gather(clients, return_exceptions=True)
+            await worker.aclose()
+
+    run(scenario())
