@@ -429,6 +429,14 @@ class ModelCard(TypedDict):
         Numerics, Field(description=EXTENSION + "the numerics of the profile it is served under.")
     ]
     engine: str | None
+    engine_reason: Annotated[
+        str | None,
+        Field(
+            description=EXTENSION + "why the engine was chosen: named by --engine, or "
+            "--engine auto's rule (an engine at parity with the golden reference under "
+            "exact, else the first by rank); null until the model is loaded."
+        ),
+    ]
     accelerator: str | None
     accelerator_validated: Annotated[
         bool,

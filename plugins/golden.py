@@ -7,12 +7,14 @@ reads and :func:`write_reference_answers` updates)::
       "model": "sentence-transformers/all-MiniLM-L6-v2",
       "tolerances": {"cpu": 1e-05, "cuda": 0.001},
       "requests": [{"surface": "embeddings", "body": {"input": ["hello"]}}],
-      "answers": {"cpu:x86_64:avx512:bf16_native": [{"object": "list", ...}]}
+      "answers": {"cpu:x86_64:avx512:bf16_native": [{"object": "list", ...}]},
+      "engine_parity": {"onnxruntime": ["cpu:x86_64:avx512:bf16_native"]}
     }
 
 ``answers`` maps a reference key to one answer per request, in request order,
 without the top-level ``model`` field (that is the served name, which the
-operator chooses).
+operator chooses). ``engine_parity`` (optional) names, per engine, the keys on
+which that engine's answers were measured within the tolerance of the recorded ones.
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ class GoldenReference:
             largest absolute difference allowed on any number of an answer.
         source: the JSON file the reference was read from (where ``vllm-srun
             golden record`` writes new answers), or ``None``.
+        engine_parity: engine name to the reference keys on which that engine's
+            answers were measured equal to the recorded ones within the tolerance
+            (``--engine auto`` then prefers it under ``exact``:
+            :mod:`vllm_srun.compose.engine_choice`).
     """
 
     model: str
@@ -46,6 +52,7 @@ class GoldenReference:
     answers: Mapping[str, tuple[Mapping[str, Any], ...]]
     tolerances: Mapping[str, float]
     source: Path | None = field(default=None, compare=False)
+    engine_parity: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -69,6 +76,11 @@ def golden_violations(ref: GoldenReference) -> list[str]:
             count = len(answers) if isinstance(answers, tuple | list) else type(answers).__name__
             problems.append(
                 f"reference key {key!r} has {count} answers for {len(ref.requests)} requests"
+            )
+    for engine, keys in ref.engine_parity.items():
+        if not isinstance(keys, tuple | list) or not all(k in ref.answers for k in keys):
+            problems.append(
+                f"engine_parity of {engine!r} must list reference keys that have answers"
             )
     for device_class, tolerance in ref.tolerances.items():
         if type(tolerance) not in (int, float) or not math.isfinite(tolerance) or tolerance < 0:
@@ -103,9 +115,17 @@ def read_reference_file(path: str | os.PathLike[str]) -> GoldenReference:
         raise ReferenceFileError(f"golden reference file {source} needs a `model` string")
     if not isinstance(requests, list) or not requests:
         raise ReferenceFileError(f"golden reference file {source} needs a `requests` list")
+    parity = document.get("engine_parity", {})
     if not isinstance(answers, dict) or not isinstance(tolerances, dict):
         raise ReferenceFileError(
             f"golden reference file {source}: `answers` and `tolerances` must be objects"
+        )
+    if not isinstance(parity, dict) or not all(
+        isinstance(keys, list) and all(isinstance(k, str) for k in keys) for keys in parity.values()
+    ):
+        raise ReferenceFileError(
+            f"golden reference file {source}: `engine_parity` must map engine names to "
+            "lists of reference keys"
         )
     return GoldenReference(
         model=model,
@@ -116,6 +136,7 @@ def read_reference_file(path: str | os.PathLike[str]) -> GoldenReference:
         },
         tolerances=dict(tolerances),
         source=source,
+        engine_parity={engine: tuple(keys) for engine, keys in parity.items()},
     )
 
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
+from vllm_srun.compose.engine_choice import reference_for, select_key
 from vllm_srun.compose.loader import ServedModel
 from vllm_srun.plugins import Accelerator, GoldenReference, read_reference_file
 from vllm_srun.plugins.cards import GoldenState, GoldenStatus
@@ -131,14 +132,6 @@ def device_class(key: str) -> str:
     return _KEY_CLASS.split(key, maxsplit=1)[0]
 
 
-def reference_for(catalog: Catalog, identity: str | None) -> GoldenReference | None:
-    """The golden reference registered for a model identity, or ``None``."""
-    if identity is None:
-        return None
-    found = catalog.layer("golden_references").get(identity)
-    return found if isinstance(found, GoldenReference) else None
-
-
 def reference_keys(served: ServedModel) -> list[str]:
     """The device's reference keys at the model's dtype (:func:`golden_dtype`), most
     specific first."""
@@ -161,13 +154,6 @@ def golden_dtype(served: ServedModel) -> str:
     if dtype == served.spec.released_dtype or approximate:
         return "auto"
     return dtype
-
-
-def select_key(reference: GoldenReference | None, keys: Sequence[str]) -> str | None:
-    """The first of ``keys`` (most specific first) the reference has answers for, or ``None``."""
-    if reference is None:
-        return None
-    return next((key for key in keys if key in reference.answers), None)
 
 
 def golden_requests(served: ServedModel, reference: GoldenReference | None) -> list[Any]:

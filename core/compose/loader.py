@@ -16,7 +16,8 @@ chooses its kernels from the registry (bit-exact ones under ``exact``).
 Why this module is over 400 lines: it is one pipeline, :func:`load_model`,
 whose every step turns its failure into the operator phrase a
 :class:`~vllm_srun.errors.LoadError` carries; :func:`choose_family` and
-:func:`choose_engine` are two of those steps, and :class:`ServedModel` is what
+:func:`~vllm_srun.compose.engine_choice.choose_engine` are two of those steps, and
+:class:`ServedModel` is what
 the pipeline returns. The parts it calls (placement, the registry, the probes,
 the extensions, the batch planning) already live in modules of their own.
 """
@@ -41,6 +42,7 @@ from vllm_srun.compose.batching import (
     exact_forward,
     plan_forwards,
 )
+from vllm_srun.compose.engine_choice import EngineRefused, choose_engine, reference_for
 from vllm_srun.compose.extended import ExtendedModel, attach_extensions
 from vllm_srun.compose.placement import (
     GIB,
@@ -115,6 +117,7 @@ class ServedCard(FamilyCard, total=False):
     id: Required[str]
     family: Required[str]
     engine: Required[str]
+    engine_reason: Required[str]
     accelerator: Required[str]
     device: Required[str]
     dtype: Required[str]
@@ -162,6 +165,8 @@ class ServedModel:
             attached (``loaded`` is it, or wraps it).
         augmented: the surfaces the family serves whose answers an extension rewrites;
             the golden self-check compares those on :attr:`family_model` alone.
+        engine_reason: why the engine was chosen (:mod:`.engine_choice`), the card's
+            ``engine_reason``.
     """
 
     name: str
@@ -183,6 +188,7 @@ class ServedModel:
     compute_dtype: str | None = None
     family_model: LoadedModel[Any] | None = None
     augmented: frozenset[str] = frozenset()
+    engine_reason: str = "named by --engine"
 
     def card(self) -> ServedCard:
         """The model's ``/v1/models`` card as far as loading it tells: composition, identity
@@ -193,6 +199,7 @@ class ServedModel:
             "family": self.family.name,
             "surfaces": list(self.loaded.surfaces),
             "engine": self.engine.name,
+            "engine_reason": self.engine_reason,
             "accelerator": self.placement.accelerator.name,
             "device": self.placement.device.device,
             "dtype": self.compute_dtype or self.spec.dtype,
@@ -328,42 +335,6 @@ def _detects(family: Any, package: Path) -> bool:
         return False
 
 
-def choose_engine(catalog: Catalog, spec: ModelSpec, placement: Placement, forced: str) -> Engine:
-    """The engine for ``spec`` on the placed device, under the profile ``spec.profile``.
-
-    ``auto`` tries the engines in the order of their
-    :meth:`~vllm_srun.plugins.Engine.auto_rank` for the model on the placed device
-    (the profile's ``auto_priority`` on each engine, the engine's own when the
-    profile sets none): under ``max_speed`` an engine may ask to be tried first.
-
-    Raises:
-        LoadError: the pinned engine is missing, refuses or does not declare the
-            profile, or (``auto``) no engine accepts; the message lists every
-            engine's reason.
-    """
-    engines = catalog.layer("engines")
-    if forced != "auto":
-        engine = engines.get(forced)
-        if engine is None:
-            installed = ", ".join(sorted(engines)) or "none"
-            raise LoadError(f"no engine named {forced!r} is installed (installed: {installed})")
-        reason = _profile_refusal(engine, spec.profile) or engine.supports(spec, placement.device)
-        if reason is not None:
-            raise LoadError(f"engine {forced} cannot run the model: {reason}")
-        return engine  # type: ignore[no-any-return]
-
-    ranks = {name: engine.auto_rank(spec, placement.device) for name, engine in engines.items()}
-    tried = sorted((rank, name) for name, rank in ranks.items() if rank is not None)
-    reasons = []
-    for _, name in tried:
-        engine = engines[name]
-        reason = _profile_refusal(engine, spec.profile) or engine.supports(spec, placement.device)
-        if reason is None:
-            return engine  # type: ignore[no-any-return]
-        reasons.append(f"{engine.name}: {reason}")
-    raise LoadError("no engine can run the model: " + "; ".join(reasons or ["no engine installed"]))
-
-
 UNUSED_TRANSFORMERS_BACKENDS = ("_sklearn_available", "_scipy_available")
 """transformers' availability flags of the libraries :func:`import_transformers_lean` hides."""
 
@@ -404,17 +375,6 @@ def import_transformers_lean() -> None:
     finally:
         for name, value in flags.items():
             setattr(import_utils, name, value)
-
-
-def _profile_refusal(engine: Engine, profile: str) -> str | None:
-    """Why ``engine`` cannot run ``profile``: it does not declare it (naming those it does)."""
-    if engine.profile(profile) is not None:
-        return None
-    offered = ", ".join(p.name for p in engine.profiles) or "none"
-    return (
-        f"it has no profile {profile!r} (its profiles: {offered}); choose one of those with "
-        "--profile or models-file `profile`, or install an engine that declares it"
-    )
 
 
 def served_profiles(family: Family, engine: Engine, spec: ModelSpec) -> tuple[Profile, ...]:
@@ -547,7 +507,12 @@ def load_model(
             f"{memory_budget_gib:g} GiB; raise --memory-budget, choose a smaller --dtype, "
             "or serve a smaller model"
         )
-    chosen_engine = choose_engine(catalog, spec, placement, engine)
+    reference = reference_for(catalog, prepared.entry.name if prepared.entry is not None else None)
+    try:
+        choice = choose_engine(catalog, spec, placement, engine, reference)
+    except EngineRefused as err:
+        raise LoadError(str(err)) from err
+    chosen_engine = choice.engine
     profile = chosen_engine.profile(spec.profile) or EXACT
     refused = chosen_family.refuse_profile(profile.name, spec)
     if refused is not None:
@@ -637,6 +602,7 @@ def load_model(
         profile=profile,
         profiles=served_profiles(chosen_family, chosen_engine, spec),
         compute_dtype=engine_model.compute_dtype,
+        engine_reason=choice.reason,
     )
     served.batch_invariance = invariance
     served.forward_cost = forward_cost

@@ -150,6 +150,7 @@ def model_card(
         "profiles": profiles(state.config.profile),
         "numerics": "exact" if state.config.profile == "exact" else "approximate",
         "engine": None,
+        "engine_reason": None,
         "accelerator": None,
         "accelerator_validated": False,
         "device": None,
