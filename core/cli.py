@@ -92,6 +92,22 @@ def add_golden_parser(commands: Any) -> None:
     record.add_argument(
         "--offline", action="store_true", help="use only installed mirrors and the cache"
     )
+    parity = actions.add_parser(
+        "parity",
+        help="measure whether an engine's answers equal a model's recorded golden answers "
+        "on this device, and declare or withdraw its parity (what --engine auto reads)",
+        description="Load MODEL on --engine under the exact profile, run the golden "
+        "self-check against the answers recorded for this device, and write the result "
+        "into the reference file's engine_parity: declared when every answer matched "
+        "within the tolerance, withdrawn when one did not (exit 1).",
+    )
+    parity.add_argument(
+        "model", metavar="MODEL", help="built-in model name or local package directory"
+    )
+    add_engine_arguments(parity, only=("device", "engine"))
+    parity.add_argument(
+        "--offline", action="store_true", help="use only installed mirrors and the cache"
+    )
 
 
 WAIT_POLICY = "PASSIVE"
@@ -164,6 +180,8 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     from vllm_srun.plugins.host import load_catalog
 
     with _plugin_output_to_stderr() as out:
+        if args.command == "golden" and args.golden_command == "parity":
+            return run_golden_parity(args, load_catalog(), out)
         if args.command == "golden":
             return run_golden_record(args, load_catalog(), out)
         if args.command == "devices":
@@ -211,6 +229,43 @@ def run_golden_record(args: argparse.Namespace, catalog: Catalog, out: TextIO) -
     out.write(
         f"recorded {done.answers} golden answers of {done.model} under {done.key} "
         f"({tolerance}) in {done.path}\n"
+    )
+    return 0
+
+
+def run_golden_parity(args: argparse.Namespace, catalog: Catalog, out: TextIO) -> int:
+    """``vllm-srun golden parity``: load on the named engine, check, declare or withdraw.
+
+    Returns 0 when the engine is at parity (declared); 1 when it is not (withdrawn, the
+    first difference on stderr) or the model cannot be measured.
+    """
+    from vllm_srun.compose.golden import GoldenError, measure_parity
+    from vllm_srun.compose.loader import LoadError, LoadOptions, load_model
+    from vllm_srun.plugins import ReferenceFileError
+
+    if args.engine == "auto":
+        sys.stderr.write("vllm-srun golden parity: name the engine to measure with --engine\n")
+        return 1
+    try:
+        served = load_model(
+            args.model,
+            LoadOptions(device=args.device, engine=args.engine, offline=args.offline),
+            catalog=catalog,
+        )
+        found = measure_parity(served, catalog)
+    except (LoadError, GoldenError, ReferenceFileError) as err:
+        sys.stderr.write(f"vllm-srun golden parity: {err}\n")
+        return 1
+    result = found.result
+    if not found.held:
+        sys.stderr.write(
+            f"vllm-srun golden parity: {found.engine} is not at parity for {served.identity}"
+            f" ({result.reason}); its declaration, if any, was withdrawn from {found.path}\n"
+        )
+        return 1
+    out.write(
+        f"{found.engine} matched {result.matched} golden answers of {served.identity} on "
+        f"{result.reference}: declared at parity in {found.path}\n"
     )
     return 0
 

@@ -176,6 +176,29 @@ def write_reference_answers(
     temporary.replace(source)
 
 
+def write_engine_parity(path: str | os.PathLike[str], engine: str, key: str, held: bool) -> None:
+    """Declare (``held``) or withdraw ``engine``'s parity on ``key`` in the reference file
+    at ``path``, keeping the rest (an engine left with no key is removed).
+
+    Raises:
+        ReferenceFileError: the file cannot be read, or has no answers under ``key``.
+    """
+    source = Path(path)
+    reference = read_reference_file(source)
+    if key not in reference.answers:
+        raise ReferenceFileError(f"{source} has no answers under {key} to be at parity with")
+    document = json.loads(source.read_text(encoding="utf-8"))
+    parity = {name: list(keys) for name, keys in document.get("engine_parity", {}).items()}
+    keys = set(parity.get(engine, ())) - {key} | ({key} if held else set())
+    parity[engine] = sorted(keys)
+    document["engine_parity"] = {name: keys for name, keys in sorted(parity.items()) if keys}
+    if not document["engine_parity"]:
+        del document["engine_parity"]
+    temporary = source.with_name(source.name + ".tmp")
+    temporary.write_text(dump_reference(document), encoding="utf-8")
+    temporary.replace(source)
+
+
 def dump_reference(document: Any, indent: int = 0) -> str:
     """JSON text of a reference document: two-space indents, lists of scalars on one line.
 

@@ -131,3 +131,49 @@ def test_engine_parity_is_read_from_the_file_and_must_name_recorded_keys(tmp_pat
 def test_the_shipped_references_declare_parity_only_on_recorded_keys():
     for path in sorted((ROOT / "families").glob("*/golden/*.json")):
         assert golden_violations(read_reference_file(path)) == [], path
+
+
+def test_golden_parity_declares_an_engine_that_matches_and_withdraws_one_that_does_not(
+    tmp_path,
+):
+    """``measure_parity`` (``vllm-srun golden parity``) on a fixture package: the engine
+    matches the answers recorded on it, then a recorded number moved past the tolerance."""
+    from vllm_srun.compose.golden import measure_parity, record, reference_keys
+    from vllm_srun.compose.loader import LoadOptions, load_model
+
+    from .fixtures import write_task_package
+
+    catalog = load_catalog({})
+    package = write_task_package(tmp_path, "bert", "pooled")
+    served = dataclasses.replace(
+        load_model(package, LoadOptions(device="cpu", engine="native"), catalog=catalog),
+        identity="fake/pooled",
+    )
+    path = tmp_path / "fake.json"
+    path.write_text(
+        json.dumps(
+            {
+                "model": "fake/pooled",
+                "tolerances": {"cpu": 1e-5},
+                "requests": [{"surface": "embeddings", "body": {"input": ["parity"]}}],
+                "answers": {},
+            }
+        )
+    )
+
+    def registered() -> Catalog:
+        layers = {**catalog.layers, "golden_references": {"fake/pooled": read_reference_file(path)}}
+        return dataclasses.replace(catalog, layers=layers)
+
+    record(served, registered(), "fake/pooled")
+    key = reference_keys(served)[0]
+    found = measure_parity(served, registered())
+    assert found.held and (found.engine, found.result.reference) == ("native", key)
+    assert json.loads(path.read_text())["engine_parity"] == {"native": [key]}
+    document = json.loads(path.read_text())
+    document["answers"][key][0]["data"][0]["embedding"][0] += 1e-3  # past 1e-5
+    path.write_text(json.dumps(document))
+    found = measure_parity(served, registered())
+    assert not found.held
+    assert found.result.reason.startswith(f"golden self-check failed against {key}: ")
+    assert "engine_parity" not in json.loads(path.read_text())

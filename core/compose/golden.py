@@ -42,7 +42,7 @@ from vllm_srun.compose.engine_choice import reference_for, select_key
 from vllm_srun.compose.loader import ServedModel
 from vllm_srun.plugins import Accelerator, GoldenReference, read_reference_file
 from vllm_srun.plugins.cards import GoldenState, GoldenStatus
-from vllm_srun.plugins.golden import write_reference_answers
+from vllm_srun.plugins.golden import write_engine_parity, write_reference_answers
 from vllm_srun.plugins.host import Catalog
 from vllm_srun.plugins.spec import RequestError
 
@@ -419,16 +419,67 @@ def record(
     return Recorded(identity, key, reference.source, len(answers), tolerance)
 
 
+@dataclass(frozen=True)
+class Parity:
+    """What :func:`measure_parity` found and wrote.
+
+    Attributes:
+        engine: the engine measured.
+        result: its golden self-check against the recorded answers.
+        path: the reference file whose ``engine_parity`` was updated.
+    """
+
+    engine: str
+    result: GoldenResult
+    path: Path
+
+    @property
+    def held(self) -> bool:
+        """Whether the engine's answers matched within the tolerance."""
+        return self.result.status == "matched"
+
+
+def measure_parity(served: ServedModel, catalog: Catalog) -> Parity:
+    """Check ``served`` (loaded on the engine to measure) against the answers recorded for
+    its identity on this device, and declare its engine at parity on that key when every
+    answer matched within the tolerance, or withdraw the declaration when one did not.
+
+    Raises:
+        GoldenError: a model that is not built in, no reference file for it, no answers
+            recorded for this device, or a profile that is not ``exact`` (parity is an
+            exact promise).
+    """
+    identity = served.identity
+    if identity is None:
+        raise GoldenError("the model is not a built-in model: it has no golden reference")
+    registered = reference_for(catalog, identity)
+    if registered is None or registered.source is None:
+        raise GoldenError(f"no golden reference file is registered for {identity}")
+    if served.profile.numerics != "exact":
+        raise GoldenError(f"parity is measured under the exact profile, not {served.profile.name}")
+    key = select_key(registered, reference_keys(served))
+    if key is None:
+        raise GoldenError(
+            f"{identity} has no answers recorded for this device ({reference_keys(served)[0]}); "
+            "record them first with `vllm-srun golden record` on the reference engine"
+        )
+    result = check(served, catalog)
+    write_engine_parity(registered.source, served.engine.name, key, result.status == "matched")
+    return Parity(served.engine.name, result, registered.source)
+
+
 __all__ = [
     "GOLDEN_STATUSES",
     "PENDING",
     "GoldenError",
     "GoldenResult",
+    "Parity",
     "Recorded",
     "check",
     "device_class",
     "difference",
     "malformation",
+    "measure_parity",
     "record",
     "reference_for",
     "select_key",
