@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from vllm_srun.plugins.decisions import QUESTION_TYPES, Question, parse_request
@@ -81,8 +82,9 @@ def measure(host: Any, examples: Iterable[Mapping[str, Any]]) -> list[Measured]:
         outputs = host.run(plan.items)
         [entry], _ = readout.similarities(plan, list(outputs))
         question, cosines = entry["q"]
-        if not isinstance(question, Question) or not isinstance(cosines, torch.Tensor):
+        if not isinstance(question, Question) or not isinstance(cosines, np.ndarray):
             raise ValueError(f"example {number}: {cosines or 'invalid question'}")
+        cosines = torch.from_numpy(cosines)  # float64 [options]: the fit runs in torch
         label = str(example["label"])
         if label not in question.keys:
             raise ValueError(f"example {number}: label {label!r} is not one of {question.keys}")

@@ -38,11 +38,15 @@ caches option rows shared by many questions.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+from numpy.typing import NDArray
 
 from vllm_srun.plugins import SurfaceExtension
 from vllm_srun.plugins.cards import FamilyCard
@@ -64,8 +68,6 @@ from vllm_srun.plugins.responses import Embedding, EmbeddingError, EmbeddingsAns
 from vllm_srun.plugins.spec import RequestError, WorkItem
 
 if TYPE_CHECKING:
-    import torch
-
     from vllm_srun.plugins.spec import RowOutput
 
 CALIBRATION = Path(__file__).with_name("calibration") / "temperature.json"
@@ -292,7 +294,7 @@ class SimilarityDecisions(SurfaceModel[SimilarityPlan]):
 
         Returns:
             One mapping per state entry, question name to ``(question, found)``,
-            where ``found`` is a float64 ``[options]`` tensor of cosines in
+            where ``found`` is a float64 ``[options]`` numpy array of cosines in
             ``[-1, 1]``, a ``(code, message)`` failure, or ``None`` for an
             invalid question; and the input tokens each entry read as its own
             request would: its state and each distinct option text its valid
@@ -311,8 +313,6 @@ class SimilarityDecisions(SurfaceModel[SimilarityPlan]):
         options: list[Embedding | EmbeddingError],
     ) -> tuple[list[dict[str, tuple[Any, Any]]], list[int]]:
         """:meth:`similarities` from the host's embeddings of every state and option text."""
-        import torch
-
         tokens = [
             _tokens(states[entry.state_input])
             + sum(
@@ -323,7 +323,7 @@ class SimilarityDecisions(SurfaceModel[SimilarityPlan]):
             for entry in plan.entries
         ]
         # Each text's unit vector once, however many questions use it.
-        units: list[torch.Tensor | None] = [
+        units: list[NDArray[np.float64] | None] = [
             None if "error" in item else _unit(cast(list[float], item["embedding"]))
             for item in options
         ]
@@ -348,26 +348,31 @@ class SimilarityDecisions(SurfaceModel[SimilarityPlan]):
                 if failed is not None or anchor is None:
                     per_question[question.name] = (question, failed)
                     continue
-                cosines = torch.tensor(
+                cosines = np.array(
                     [
                         self.noul_baseline
                         if i is None
-                        else float(anchor @ cast("torch.Tensor", units[i]))
+                        else _dot(anchor, cast("NDArray[np.float64]", units[i]))
                         for i in inputs
                     ],
-                    dtype=torch.float64,
+                    dtype=np.float64,
                 )
-                per_question[question.name] = (question, cosines.clamp(-1.0, 1.0))
+                per_question[question.name] = (question, np.clip(cosines, -1.0, 1.0))
             found.append(per_question)
         return found, tokens
 
 
-def _unit(vector: Sequence[float]) -> torch.Tensor:
-    import torch
-
-    values = torch.tensor(vector, dtype=torch.float64)
-    unit: torch.Tensor = values / values.norm().clamp_min(1e-12)
+def _unit(vector: Sequence[float]) -> NDArray[np.float64]:
+    """``vector / max(||vector||, 1e-12)`` in float64 (``torch.nn.functional.normalize``)."""
+    values = np.asarray(vector, dtype=np.float64)
+    unit: NDArray[np.float64] = values / max(math.sqrt(_dot(values, values)), 1e-12)
     return unit
+
+
+def _dot(a: NDArray[np.float64], b: NDArray[np.float64]) -> float:
+    """``sum a_i b_i`` in float64, summed in numpy's own fixed order (not BLAS's, whose
+    kernel may depend on the arrays' alignment): the same bits for the same vectors."""
+    return float(np.multiply(a, b).sum())
 
 
 def _tokens(item: Mapping[str, Any]) -> int:

@@ -155,7 +155,7 @@ class CausalReadoutFamily(Family):
         Raises:
             ValueError: ``max_model_len N is above the model's limit``.
         """
-        from .model import ReadoutModel  # imports torch: not paid to list the plugin
+        from .model import ReadoutModel  # imported on first use: not paid to list the plugin
 
         converted = self.conversion(package)
         package, calibration = self.readable(package)
@@ -191,7 +191,7 @@ def register_golden_references(register: RegisterGoldenReference) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    """``ReadoutModel``, imported on first use: its module imports torch (PEP 562)."""
+    """``ReadoutModel``, imported on first use: not paid to list the plugin (PEP 562)."""
     if name == "ReadoutModel":
         from .model import ReadoutModel
 

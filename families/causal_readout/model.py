@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import torch
+import numpy as np
+from numpy.typing import NDArray
 
 from vllm_srun.plugins.cards import FamilyCard
 from vllm_srun.plugins.collate import left_padded
@@ -38,15 +39,16 @@ from vllm_srun.plugins.decisions import (
     failed_answer,
     parse_request,
     response_body,
+    softmax,
     state_answers,
 )
 from vllm_srun.plugins.loaded import LoadedModel, Plan
 from vllm_srun.plugins.requests import SurfaceRequest
-from vllm_srun.plugins.spec import DecoderModel, RequestError, RowOutput, WorkItem
+from vllm_srun.plugins.spec import DecoderModel, RequestError, RowError, RowOutput, WorkItem
 
 from .package import Description
 from .prompts import Labels, Renderer, message
-from .readouts import CONTENT_FREE, option_message, option_texts
+from .readouts import CONTENT_FREE, host_logits, log_softmax, option_message, option_texts
 
 SURFACE = "decisions"
 
@@ -187,7 +189,8 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
     Args:
         description: what the package is (limit, temperatures).
         renderer: the package's tokenizer, rendering prompts and choosing labels.
-        engine_model: the engine's decoder; ``forward`` returns float32 CPU logits.
+        engine_model: the engine's decoder; ``forward`` returns float32 torch logits, read
+            as a numpy array on the host right after it (:func:`.readouts.host_logits`).
         max_model_len: the ``--max-model-len`` load option, or ``None`` (the model's limit).
         shared_context: the ``--enable-shared-context`` load option; ``None`` is on.
         weights: what the weights are when the package was converted (the card's
@@ -356,8 +359,8 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
         ]
 
     # -- run ------------------------------------------------------------------------------
-    def run(self, items: list[WorkItem], width: int | None = None) -> list[torch.Tensor]:
-        """Per row, float32 ``[reads]``: label logits in option order, or an option
+    def run(self, items: list[WorkItem], width: int | None = None) -> list[NDArray[np.float32]]:
+        """Per row, a float32 numpy ``[reads]``: label logits in option order, or an option
         scoring row's log-probability of its one reply token.
 
         Rows that share a prefix run as one forward continuing it; the others
@@ -367,7 +370,7 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
         groups: dict[tuple[int, ...], list[int]] = {}
         for index, item in enumerate(items):
             groups.setdefault(tuple(item.input_ids[: item.prefix]), []).append(index)
-        outputs: list[torch.Tensor | None] = [None] * len(items)
+        outputs: list[NDArray[np.float32] | None] = [None] * len(items)
         for prefix_ids, indices in groups.items():
             rows = [items[i] for i in indices]
             forward = self._forward(rows, prefix_ids, width or 0)
@@ -377,7 +380,10 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
 
     def _forward(
         self, rows: list[WorkItem], prefix_ids: tuple[int, ...], padded_to: int
-    ) -> list[torch.Tensor]:
+    ) -> list[NDArray[np.float32]]:
+        """One forward of ``rows`` continuing ``prefix_ids``: each row's float32 reads."""
+        import torch  # the decoder's batch is torch's (the native engine)
+
         whole = any(_row(row).normalise for row in rows)
         reads = max(len(_row(row).read_ids) for row in rows)
         read = torch.zeros((len(rows), reads), dtype=torch.long)
@@ -387,8 +393,8 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
         batch = left_padded(rows, self.renderer.pad_id, padded_to, skip=len(prefix_ids))
         batch.prefix_ids = torch.tensor(prefix_ids, dtype=torch.long) if prefix_ids else None
         batch.read_ids = None if whole else read
-        logits = self.engine_model.forward(batch)
-        values = []
+        logits = host_logits(self.engine_model.forward(batch))
+        values: list[NDArray[np.float32]] = []
         # zip(strict=True): an engine answering another number of rows is an error, never
         # answers shifted onto the wrong questions.
         for r, (row, _) in enumerate(zip(rows, logits, strict=True)):
@@ -396,7 +402,7 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
             if not whole:
                 values.append(logits[r, : len(wanted)])
             elif _row(row).normalise:  # log-probabilities over the whole vocabulary
-                values.append(torch.log_softmax(logits[r].double(), 0)[wanted].float())
+                values.append(log_softmax(logits[r])[wanted].astype(np.float32))
             else:
                 values.append(logits[r, wanted])
         return values
@@ -439,28 +445,31 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
                 answers[question.name] = failed_answer(question.type, *slot.error)
             else:
                 parts = [outputs[r] for r in slot.rows]
-                failed = next((o for o in parts if not isinstance(o, torch.Tensor)), None)
-                if failed is not None and not isinstance(failed, torch.Tensor):
+                failed = next((o for o in parts if isinstance(o, RowError)), None)
+                if failed is not None:
                     code = failed.code if failed.code in QUESTION_ERRORS else "unavailable"
                     answers[question.name] = failed_answer(question.type, code, failed.message)
                     continue
-                scores = self._scores(slot, [cast(torch.Tensor, o) for o in parts])
+                scores = self._scores(slot, [np.asarray(o) for o in parts])
                 answers[question.name] = answer(question, scores, self.temperatures[question.type])
         return answers
 
-    def _scores(self, slot: Slot, parts: list[torch.Tensor]) -> torch.Tensor:
-        """One score per option from a question's row outputs (see :data:`READOUTS`)."""
+    def _scores(self, slot: Slot, parts: list[NDArray[Any]]) -> NDArray[Any]:
+        """One score per option from a question's row outputs (see :data:`READOUTS`):
+        a label row's float32 logits as they are, else float64 scores; each computed
+        from this question's own rows alone."""
         if slot.labels is not None and len(parts) == 1:  # a label row: its logits
             return parts[0]
         if slot.labels is not None:  # letters_cf: less the content-free state's
-            own = torch.log_softmax(parts[0].double(), 0)
-            free = torch.stack([torch.softmax(p.double(), 0) for p in parts[1:]]).mean(0)
-            return own - torch.log(free)
-        total = torch.zeros(len(slot.lengths), dtype=torch.float64)
+            own = log_softmax(parts[0])
+            free = np.stack([softmax(p) for p in parts[1:]]).mean(0)
+            scores: NDArray[np.float64] = own - np.log(free)
+            return scores
+        total = np.zeros(len(slot.lengths), dtype=np.float64)
         for owner, logprob in zip(slot.owners, parts, strict=True):
             total[owner] += float(logprob[0])
         if self.readout == "option_mean":
-            total /= torch.tensor(slot.lengths, dtype=torch.float64)
+            total /= np.asarray(slot.lengths, dtype=np.float64)
         return total
 
     def _questions(self, entry: EntryPlan) -> dict[str, QuestionReadout]:

@@ -19,6 +19,9 @@ is the answer's distribution:
 
 Every score comes from the engine's ``forward`` (next-token logits of
 left-padded rows continuing a shared prefix), so no engine change is needed.
+The logits come back as float32 torch tensors; they are read here, and by the
+family's model, as numpy arrays (:func:`log_softmax`), so torch is imported only
+where a decoder runs.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from vllm_srun.plugins.decisions import Question
 from vllm_srun.plugins.spec import DecoderBatch
@@ -77,8 +81,35 @@ def option_message(state: str, question: Question) -> str:
     return "\n".join(lines)
 
 
-def _forward(engine_model: Any, rows: Sequence[Sequence[int]], prefix: int) -> torch.Tensor:
-    """Full-vocabulary next-token logits ``[rows, vocab]`` of rows sharing ``prefix`` tokens."""
+def log_softmax(values: ArrayLike, axis: int = -1) -> NDArray[np.float64]:
+    """``z - max z - ln sum exp(z - max z)`` along ``axis``, in float64 (the formula and
+    order of ``torch.log_softmax``).
+
+    Args:
+        values: scores of any float dtype, read as float64; every slice along ``axis``
+            is normalised on its own data alone.
+        axis: the axis normalised over.
+
+    Returns:
+        float64 log-probabilities, ``values``' shape.
+    """
+    z = np.asarray(values, dtype=np.float64)
+    shifted = z - z.max(axis=axis, keepdims=True)
+    out: NDArray[np.float64] = shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+    return out
+
+
+def host_logits(logits: Any) -> NDArray[np.float32]:
+    """A decoder's ``forward`` output (a torch tensor, any device and float dtype) as a
+    float32, C-contiguous numpy array in host memory (the shape kept)."""
+    return np.ascontiguousarray(logits.detach().float().cpu().numpy(), dtype=np.float32)
+
+
+def _forward(engine_model: Any, rows: Sequence[Sequence[int]], prefix: int) -> NDArray[np.float64]:
+    """Full-vocabulary next-token logits ``[rows, vocab]`` (float64) of rows sharing
+    ``prefix`` tokens."""
+    import torch  # a decoder runs on the native engine's torch
+
     width = max(len(r) - prefix for r in rows)
     ids = torch.zeros((len(rows), width), dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -87,21 +118,23 @@ def _forward(engine_model: Any, rows: Sequence[Sequence[int]], prefix: int) -> t
         ids[r, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
         mask[r, width - len(suffix) :] = 1
     prefix_ids = torch.tensor(list(rows[0][:prefix]), dtype=torch.long) if prefix else None
-    logits: torch.Tensor = engine_model.forward(DecoderBatch(ids, mask, prefix_ids=prefix_ids))
-    return logits.to(torch.float64)
+    logits = host_logits(engine_model.forward(DecoderBatch(ids, mask, prefix_ids=prefix_ids)))
+    return logits.astype(np.float64)
 
 
-def letter_logprobs(loaded: Any, state: str, question: Question) -> torch.Tensor:
+def letter_logprobs(loaded: Any, state: str, question: Question) -> NDArray[np.float64]:
     """float64 ``[options]`` label log-probabilities (renormalised over the labels)."""
     labels = loaded.renderer.labels(question.type, len(question.options))
     if labels is None:
         raise ValueError(f"no single-token labels for {len(question.options)} options")
     ids = loaded.renderer.encode(message(state, question, labels.shown))
     logits = _forward(loaded.engine_model, [ids], 0)[0, list(labels.token_ids)]
-    return torch.log_softmax(logits, 0)
+    return log_softmax(logits)
 
 
-def option_logprobs(loaded: Any, state: str, question: Question) -> tuple[torch.Tensor, list[int]]:
+def option_logprobs(
+    loaded: Any, state: str, question: Question
+) -> tuple[NDArray[np.float64], list[int]]:
     """float64 ``[options]`` summed log-probabilities of each option's text as the reply,
     and each text's token count."""
     renderer = loaded.renderer
@@ -115,23 +148,23 @@ def option_logprobs(loaded: Any, state: str, question: Question) -> tuple[torch.
             rows.append(prompt + reply[:j])
             reads.append(token)
             owners.append(k)
-    logprobs = torch.log_softmax(_forward(loaded.engine_model, rows, len(prompt) - 1), 1)
-    sums = torch.zeros(len(replies), dtype=torch.float64)
+    logprobs = log_softmax(_forward(loaded.engine_model, rows, len(prompt) - 1), 1)
+    sums = np.zeros(len(replies), dtype=np.float64)
     for row, (token, owner) in enumerate(zip(reads, owners, strict=True)):
         sums[owner] += logprobs[row, token]
     return sums, [len(r) for r in replies]
 
 
-_FREE: dict[tuple[int, str, Question], torch.Tensor] = {}
+_FREE: dict[tuple[int, str, Question], NDArray[np.float64]] = {}
 
 
-def _content_free(loaded: Any, question: Question) -> torch.Tensor:
+def _content_free(loaded: Any, question: Question) -> NDArray[np.float64]:
     """The content-free states' label log-probabilities (of their mean probability), once
     per question and model."""
     key = (id(loaded), "letters", question)
     if key not in _FREE:
-        free = [letter_logprobs(loaded, s, question).exp() for s in CONTENT_FREE]
-        _FREE[key] = torch.log(torch.stack(free).mean(0))
+        free = [np.exp(letter_logprobs(loaded, s, question)) for s in CONTENT_FREE]
+        _FREE[key] = np.log(np.stack(free).mean(0))
     return _FREE[key]
 
 
@@ -148,13 +181,13 @@ def option_scores(loaded: Any, state: str, question: Question, method: str) -> l
         ValueError: an unknown method, or no single-token labels for the question.
     """
     if method == "letters":
-        return letter_logprobs(loaded, state, question).tolist()
+        return [float(v) for v in letter_logprobs(loaded, state, question)]
     if method == "letters_cf":
         own = letter_logprobs(loaded, state, question)
-        return (own - _content_free(loaded, question)).tolist()
+        return [float(v) for v in own - _content_free(loaded, question)]
     if method in ("option_sum", "option_mean"):
         sums, lengths = option_logprobs(loaded, state, question)
         if method == "option_mean":
-            return (sums / torch.tensor(lengths, dtype=torch.float64)).tolist()
-        return sums.tolist()
+            return [float(v) for v in sums / np.asarray(lengths, dtype=np.float64)]
+        return [float(v) for v in sums]
     raise ValueError(f"unknown readout {method!r}: choose one of {', '.join(METHODS)}")

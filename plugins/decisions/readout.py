@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from .answers import (
     ChoiceAnswer,
@@ -36,11 +38,8 @@ from .answers import (
 )
 from .questions import DecisionsRequest, Question, failed_answer
 
-if TYPE_CHECKING:  # imported where a readout runs: the plugin API's import stays torch-free
-    import torch
 
-
-def softmax(logits: torch.Tensor | Sequence[float], temperature: float = 1.0) -> torch.Tensor:
+def softmax(logits: ArrayLike, temperature: float = 1.0) -> NDArray[np.float64]:
     """Probabilities over options from one logit per option.
 
     ``p_i = exp((z_i - max z) / T) / sum_j exp((z_j - max z) / T)``, computed in
@@ -48,51 +47,52 @@ def softmax(logits: torch.Tensor | Sequence[float], temperature: float = 1.0) ->
     surface's 1e-6).
 
     Args:
-        logits: ``[options]`` logits, any float dtype.
+        logits: ``[options]`` logits (any shape is flattened), any float dtype: a
+            numpy array, a sequence of floats, or anything ``numpy.asarray`` reads.
         temperature: ``T > 0``; above 1 flattens, below 1 sharpens.
 
     Returns:
-        float64 ``[options]`` probabilities.
+        float64 ``[options]`` probabilities (a numpy array).
 
     Raises:
         ValueError: a non-positive or non-finite temperature, or fewer than one logit.
     """
-    import torch
-
     if not (math.isfinite(temperature) and temperature > 0):
         raise ValueError(f"temperature must be a finite number above 0, not {temperature!r}")
-    values = torch.as_tensor(logits, dtype=torch.float64, device="cpu").reshape(-1)
-    if values.numel() < 1:
+    values = np.asarray(logits, dtype=np.float64).reshape(-1)
+    if values.size < 1:
         raise ValueError("softmax needs at least one logit")
     scaled = (values - values.max()) / temperature
-    weights = torch.exp(scaled)
-    return weights / weights.sum()
+    weights = np.exp(scaled)
+    probabilities: NDArray[np.float64] = weights / weights.sum()
+    return probabilities
 
 
-def confidence(probabilities: torch.Tensor | Sequence[float]) -> float:
+def confidence(probabilities: ArrayLike) -> float:
     """One minus the normalised entropy: ``1 - H(p) / ln N``, ``H(p) = -sum p_i ln p_i``.
 
     1 for a one-hot distribution, 0 for the uniform one (Shannon entropy
     divided by its maximum ``ln N``; ``0 ln 0 = 0``). Clamped to ``[0, 1]``.
 
+    Args:
+        probabilities: ``[options]`` probabilities (any shape is flattened), read as float64.
+
     Raises:
         ValueError: fewer than two probabilities.
     """
-    import torch
-
-    p = torch.as_tensor(probabilities, dtype=torch.float64, device="cpu").reshape(-1)
-    if p.numel() < 2:
+    p = np.asarray(probabilities, dtype=np.float64).reshape(-1)
+    if p.size < 2:
         raise ValueError("confidence needs at least two probabilities")
-    terms = torch.where(p > 0, p * torch.log(p.clamp_min(1e-300)), torch.zeros_like(p))
+    terms = np.where(p > 0, p * np.log(np.maximum(p, 1e-300)), 0.0)
     entropy = float(-terms.sum())
-    return min(1.0, max(0.0, 1.0 - entropy / math.log(p.numel())))
+    return min(1.0, max(0.0, 1.0 - entropy / math.log(p.size)))
 
 
-def _checked(logits: torch.Tensor | Sequence[float], count: int) -> torch.Tensor | None:
-    import torch
-
-    values = torch.as_tensor(logits, dtype=torch.float64, device="cpu").reshape(-1)
-    if values.numel() != count or not bool(torch.isfinite(values).all()):
+def _checked(logits: ArrayLike, count: int) -> NDArray[np.float64] | None:
+    """``logits`` as float64 ``[count]``, or ``None`` when their number is not ``count``
+    or one is not finite."""
+    values = np.asarray(logits, dtype=np.float64).reshape(-1)
+    if values.size != count or not bool(np.isfinite(values).all()):
         return None
     return values
 
@@ -102,7 +102,7 @@ def _invalid_output(kind: QuestionType) -> FailedAnswer:
 
 
 def choice_answer(
-    keys: Sequence[str], logits: torch.Tensor | Sequence[float], temperature: float = 1.0
+    keys: Sequence[str], logits: ArrayLike, temperature: float = 1.0
 ) -> ChoiceAnswer | FailedAnswer:
     """A Choice answer: the most probable key (the first on a tie), probabilities by key.
 
@@ -115,13 +115,11 @@ def choice_answer(
         ``{"type": "choice", "choice", "probabilities": {key: p}, "confidence"}``,
         or an ``invalid_model_output`` failure when a logit is not finite.
     """
-    import torch
-
     values = _checked(logits, len(keys))
     if values is None:
         return _invalid_output("choice")
     p = softmax(values, temperature)
-    best = int(torch.argmax(p))
+    best = int(np.argmax(p))  # the first on a tie
     return {
         "type": "choice",
         "choice": keys[best],
@@ -130,9 +128,7 @@ def choice_answer(
     }
 
 
-def noul_answer(
-    logits: torch.Tensor | Sequence[float], temperature: float = 1.0
-) -> NoulAnswer | FailedAnswer:
+def noul_answer(logits: ArrayLike, temperature: float = 1.0) -> NoulAnswer | FailedAnswer:
     """A Noul answer: ``{"type": "noul", "noul": P(true)}``.
 
     Args:
@@ -147,7 +143,7 @@ def noul_answer(
 
 def score_answer(
     descriptions: Sequence[str | None],
-    logits: torch.Tensor | Sequence[float],
+    logits: ArrayLike,
     temperature: float = 1.0,
 ) -> ScoreAnswer | FailedAnswer:
     """A Score answer over levels ``0..N-1``.
@@ -160,13 +156,11 @@ def score_answer(
         logits: one logit per level, level 0 first.
         temperature: the softmax temperature.
     """
-    import torch
-
     values = _checked(logits, len(descriptions))
     if values is None:
         return _invalid_output("score")
     p = softmax(values, temperature)
-    levels = torch.arange(len(descriptions), dtype=torch.float64)
+    levels = np.arange(len(descriptions), dtype=np.float64)
     keys = [str(k) for k in range(len(descriptions))]
     return {
         "type": "score",
@@ -177,9 +171,7 @@ def score_answer(
     }
 
 
-def answer(
-    question: Question, logits: torch.Tensor | Sequence[float], temperature: float = 1.0
-) -> QuestionAnswer:
+def answer(question: Question, logits: ArrayLike, temperature: float = 1.0) -> QuestionAnswer:
     """The answer to ``question`` from one logit per option (in ``question.options`` order)."""
     if question.type == "choice":
         return choice_answer(question.keys, logits, temperature)

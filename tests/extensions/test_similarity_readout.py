@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
 
+import numpy as np
 import pytest
-import torch
 
 from vllm_srun.compose.extended import ExtendedModel
 from vllm_srun.compose.loader import LoadOptions, load_model
@@ -99,13 +101,15 @@ def test_probabilities_are_the_softmax_of_cosines_over_the_temperature(minilm):
     ]
     plan = host.plan("embeddings", read_request("embeddings", {"input": texts}))
     vectors = [
-        torch.tensor(d["embedding"], dtype=torch.float64)
+        np.asarray(d["embedding"], dtype=np.float64)
         for d in host.finish(plan, host.run(plan.items))["data"]
     ]
-    cosines = torch.stack([vectors[0] @ v / (vectors[0].norm() * v.norm()) for v in vectors[1:]])
-    expected = torch.softmax(cosines / read_calibration()["temperature"]["choice"], dim=0)
-    got = torch.tensor(list(body["answers"]["team"]["probabilities"].values()), dtype=torch.float64)
-    assert torch.allclose(got, expected, atol=1e-6)
+    state, *options = vectors
+    cosines = np.array([state @ v / (np.linalg.norm(state) * np.linalg.norm(v)) for v in options])
+    scaled = cosines / read_calibration()["temperature"]["choice"]
+    expected = np.exp(scaled - scaled.max()) / np.exp(scaled - scaled.max()).sum()
+    got = np.array(list(body["answers"]["team"]["probabilities"].values()), dtype=np.float64)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
 
 
 def test_noul_score_states_and_a_bad_question_in_place(minilm):
@@ -523,6 +527,50 @@ PICK = {
 LATE = {"type": "noul", "instructions": "Late?"}
 LATE_DESCRIBED = {**LATE, "criteria": {"false": "on time", "true": "late"}}
 RATE = {"type": "score", "instructions": "Rate", "levels": ["low", "high"]}
+
+
+def test_similarities_are_float64_numpy_cosines_and_the_baseline_in_option_order():
+    host = VectorHost(VECTORS)
+    readout = readout_over(host, baseline=0.25)
+    body = {"state": "state", "questions": {"pick": PICK, "late": LATE}}
+    plan = readout.plan("decisions", read_request("decisions", body))
+    [entry], tokens = readout.similarities(plan, host.run(plan.items))
+    for name, want in (("pick", [1.0, 0.0, -1.0]), ("late", [0.25, R2])):
+        _, cosines = entry[name]
+        assert isinstance(cosines, np.ndarray) and cosines.dtype == np.float64
+        assert cosines.tolist() == pytest.approx(want, abs=1e-15)
+    texts = ["state", "Pick a: same", "Pick This is about b.", "Pick c: opposite", "Late?"]
+    assert tokens == [sum(len(t) for t in texts)]  # VectorHost: a token per character
+
+
+def test_the_readout_answers_without_importing_torch():
+    """Served from an ONNX graph, the extension reads its host's embeddings in numpy."""
+    code = (
+        "import sys\n"
+        "from types import SimpleNamespace\n"
+        "from vllm_srun.extensions.similarity_readout.readout import SimilarityDecisions\n"
+        "from vllm_srun.plugins.requests import read_request\n"
+        "class Host:\n"
+        "    def plan(self, surface, body):\n"
+        "        return SimpleNamespace(items=body.texts)\n"
+        "    def run(self, items):\n"
+        "        return list(items)\n"
+        "    def finish(self, plan, outputs):\n"
+        "        return {'data': [{'index': i, 'embedding': [1.0, float(len(t) % 3)], "
+        "'input': {'processed_tokens': 1}} for i, t in enumerate(outputs)]}\n"
+        "host = Host()\n"
+        "readout = SimilarityDecisions(host, {'temperature': {'choice': 0.5, 'noul': 1.0, "
+        "'score': 1.0}})\n"
+        "body = {'state': 's', 'questions': {'q': {'type': 'noul', 'instructions': 'ok?'}}}\n"
+        "plan = readout.plan('decisions', read_request('decisions', body))\n"
+        "print(readout.finish(plan, host.run(plan.items))['answers']['q']['type'])\n"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["noul", "[]"]
 
 
 def test_each_question_type_reads_its_own_temperature_and_noul_the_baseline():

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 
+import numpy as np
 import pytest
-import torch
 
 from vllm_srun.plugins.decisions import (
     InvalidQuestion,
@@ -519,11 +521,11 @@ def test_extra_fields_the_caller_handles():
 
 # -- readout maths ----------------------------------------------------------------------------
 def test_softmax_matches_the_formula_and_sums_to_one():
-    logits = torch.tensor([2.0, -1.0, 0.5], dtype=torch.float32)
+    logits = np.array([2.0, -1.0, 0.5], dtype=np.float32)
     p = softmax(logits)
     z = [2.0, -1.0, 0.5]
     expected = [math.exp(v - 2.0) / sum(math.exp(w - 2.0) for w in z) for v in z]
-    assert p.dtype == torch.float64
+    assert isinstance(p, np.ndarray) and p.dtype == np.float64
     assert p.tolist() == pytest.approx(expected, abs=1e-15)
     assert abs(float(p.sum()) - 1.0) < 1e-12
 
@@ -1136,8 +1138,8 @@ def test_state_text_of_an_entry_is_compact_json_keeping_key_order_and_text():
 
 # -- readout maths edges ---------------------------------------------------------------------------
 def test_softmax_reads_any_shape_and_refuses_no_logits():
-    p = softmax(torch.tensor([[0.0, math.log(3.0)]], dtype=torch.float16))
-    assert p.shape == (2,) and p.dtype == torch.float64 and p.device.type == "cpu"
+    p = softmax(np.array([[0.0, math.log(3.0)]], dtype=np.float16))
+    assert isinstance(p, np.ndarray) and p.shape == (2,) and p.dtype == np.float64
     assert p.tolist() == pytest.approx([0.25, 0.75], abs=1e-3)  # float16 log 3
     assert softmax([5.0]).tolist() == [1.0]
     with pytest.raises(ValueError) as err:
@@ -1151,7 +1153,7 @@ def test_softmax_reads_any_shape_and_refuses_no_logits():
 
 
 def test_confidence_is_clamped_to_zero_and_one_and_needs_two_probabilities():
-    assert confidence(torch.tensor([0.9, 0.1], dtype=torch.float32)) == pytest.approx(
+    assert confidence(np.array([0.9, 0.1], dtype=np.float32)) == pytest.approx(
         1 + (0.9 * math.log(0.9) + 0.1 * math.log(0.1)) / math.log(2), abs=1e-7
     )
     assert confidence([1.5, -0.5]) == 1.0  # entropy below 0 outside a distribution
@@ -1161,6 +1163,23 @@ def test_confidence_is_clamped_to_zero_and_one_and_needs_two_probabilities():
         with pytest.raises(ValueError) as err:
             confidence(bad)
         assert str(err.value) == "confidence needs at least two probabilities"
+
+
+def test_the_readout_maths_answer_without_importing_torch():
+    """The ONNX serving path answers decisions in numpy: no readout imports torch."""
+    code = (
+        "import sys\n"
+        "from vllm_srun.plugins.decisions import parse_request, answer\n"
+        "q = parse_request({'state': 's', 'questions': {'q': {'type': 'choice', "
+        "'instructions': 'i', 'criteria': {'a': None, 'b': None}}}}).entries[0].valid[0]\n"
+        "print(answer(q, [0.0, 1.0])['choice'])\n"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["b", "[]"]
 
 
 def test_a_wrong_number_of_logits_is_invalid_model_output():
@@ -1179,13 +1198,13 @@ def test_the_most_probable_choice_wins_wherever_it_sits():
     assert choice_answer(keys, [0.0, 0.0, 0.0, 1.0])["choice"] == "d"
     assert choice_answer(keys, [3.0, 0.0, 0.0, 1.0])["choice"] == "a"
     assert choice_answer(keys, [0.0, 2.0, 2.0, 1.0])["choice"] == "b"
-    assert choice_answer(keys, torch.tensor([0.0, 0.0, 5.0, 1.0]))["choice"] == "c"
+    assert choice_answer(keys, np.array([0.0, 0.0, 5.0, 1.0], dtype=np.float32))["choice"] == "c"
 
 
 def test_noul_answer_reads_true_second_and_score_weights_levels_from_zero():
     # P(true) = 1 / (1 + e^(z_false - z_true)): here e^-1 over 1 + e^-1 for true lower.
     assert noul_answer([1.0, 0.0])["noul"] == pytest.approx(1 / (1 + math.e), abs=1e-15)
-    assert noul_answer(torch.tensor([0.0, 2.0]), 4.0)["noul"] == pytest.approx(
+    assert noul_answer(np.array([0.0, 2.0], dtype=np.float32), 4.0)["noul"] == pytest.approx(
         1 / (1 + math.exp(-0.5)), abs=1e-15
     )
     result = score_answer(["a", None, "c", "d"], [0.0, 0.0, 0.0, 0.0])
