@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, row in enumerate(rows):
         ids[i, : row.tokens] = torch.tensor(row.input_ids)
         mask[i, : row.tokens] = 1
-    batch = EncoderBatch(ids, mask)
+    batch = EncoderBatch(ids.numpy(), mask.numpy())  # the encoder contract: numpy in
     model = engine.model
 
     def forward_with(attention: str) -> Callable[[], Any]:

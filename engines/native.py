@@ -28,6 +28,9 @@ import zipfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
+
 from vllm_srun.plugins import BATCHING, EXACT, MAX_SPEED, DeviceInfo, Engine, Kernel, hookimpl
 from vllm_srun.plugins.hookspecs import RegisterEngine, RegisterKernel
 from vllm_srun.plugins.spec import (
@@ -95,16 +98,24 @@ class NativeEncoder:
             "token_type_ids" in inspect.signature(model.forward).parameters
         )
 
-    def encode(self, batch: EncoderBatch) -> torch.Tensor:
-        """Run the batch; returns float32 on the CPU (shapes as :class:`EncoderModel`)."""
+    def encode(self, batch: EncoderBatch) -> npt.NDArray[np.float32]:
+        """Run the batch (int64 numpy arrays, moved to the model's device here).
+
+        Returns:
+            A C-contiguous float32 numpy array in host memory, shaped as
+            :class:`~vllm_srun.plugins.spec.EncoderModel` says.
+        """
         import torch
 
+        def on_device(array: npt.NDArray[np.int64]) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(array, dtype=np.int64)).to(self.device)
+
         inputs = {
-            "input_ids": batch.input_ids.to(self.device),
-            "attention_mask": batch.attention_mask.to(self.device),
+            "input_ids": on_device(batch.input_ids),
+            "attention_mask": on_device(batch.attention_mask),
         }
         if self.accepts_token_type_ids and batch.token_type_ids is not None:
-            inputs["token_type_ids"] = batch.token_type_ids.to(self.device)
+            inputs["token_type_ids"] = on_device(batch.token_type_ids)
         want_layer = self.spec.task == "encoder" and self.spec.hidden_layer is not None
         with torch.inference_mode():
             out = self.model(**inputs, output_hidden_states=want_layer, return_dict=True)
@@ -114,7 +125,7 @@ class NativeEncoder:
             result = out.hidden_states[self.spec.hidden_layer]
         else:
             result = out.last_hidden_state
-        hidden: torch.Tensor = result.float().cpu()
+        hidden: npt.NDArray[np.float32] = np.ascontiguousarray(result.float().cpu().numpy())
         return hidden
 
 

@@ -21,11 +21,10 @@ catalog, the layer checks), which a plugin never needs.
   (:class:`FamilyCard` and its parts);
 - package and cache helpers; the conformance kit is :mod:`vllm_srun.plugins.testing`.
 
-Importing it does not import torch: the torch types appear in annotations only,
-and ``RowOutput`` (``torch.Tensor | RowError``) is built at first use.
+Importing it does not import torch: encoder batches and every row output are numpy
+arrays (``RowOutput`` is ``numpy.ndarray | RowError``), and the torch types of the
+decoder contract appear in annotations only.
 """
-
-from typing import TYPE_CHECKING, Any
 
 from vllm_srun.plugins.accelerator import (
     DTYPES,
@@ -99,25 +98,12 @@ from vllm_srun.plugins.spec import (
     RequestError,
     RequestErrorCode,
     RowError,
+    RowOutput,
     WorkItem,
     clip,
     decoder_positions,
     weight_files,
 )
-
-if TYPE_CHECKING:
-    from vllm_srun.plugins.spec import RowOutput
-else:  # at run time only: a type checker sees RowOutput above, and no other name
-
-    def __getattr__(name: str) -> Any:
-        """``RowOutput`` from :mod:`vllm_srun.plugins.spec`, at first use: it names
-        ``torch.Tensor``, and importing the plugin API does not import torch (PEP 562)."""
-        if name == "RowOutput":
-            from vllm_srun.plugins import spec
-
-            return spec.RowOutput
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 __all__ = [
     "BATCHING",

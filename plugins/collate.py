@@ -10,20 +10,24 @@ many requests and returns one output per row. With these helpers it is a line::
   ids when any row has them);
 - :func:`left_padded`: a decoder batch, rows padded on the left (so every row's
   last token sits in the last position, where next-token logits are read);
-- :func:`split_rows`: a batch output back to one tensor per row, padding dropped.
+- :func:`split_rows`: a batch output back to one array per row, padding dropped.
 
-Every tensor is int64 on the CPU; the engine moves it to its device.
+An encoder batch is int64 numpy arrays in host memory and its output a float32 numpy
+array (an engine moves them to and from its device); a decoder batch is int64 torch
+tensors on the CPU (decoders run on the native engine only, which imports torch).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
 
 from vllm_srun.plugins.spec import DecoderBatch, EncoderBatch, WorkItem
 
-if TYPE_CHECKING:  # torch is imported by what runs a model, not by the plugin API
-    import torch
+ScalarT = TypeVar("ScalarT", bound=np.generic)
 
 
 def _width(items: Sequence[WorkItem], width: int | None, skip: int = 0) -> int:
@@ -43,27 +47,25 @@ def right_padded(items: Sequence[WorkItem], pad_id: int, width: int | None = Non
             row (a model with ``pads_to_width``; ``None``: the longest row's length).
 
     Returns:
-        An :class:`~vllm_srun.plugins.spec.EncoderBatch` of int64 ``[rows, width]``
-        tensors: ``input_ids``, ``attention_mask`` (1 for real tokens) and
-        ``token_type_ids`` (zeros where a row has none), the last ``None`` when no
-        row carries type ids.
+        An :class:`~vllm_srun.plugins.spec.EncoderBatch` of C-contiguous int64
+        ``[rows, width]`` numpy arrays: ``input_ids``, ``attention_mask`` (1 for real
+        tokens) and ``token_type_ids`` (zeros where a row has none), the last ``None``
+        when no row carries type ids.
 
     Raises:
         ValueError: no rows.
     """
-    import torch
-
     length = _width(items, width)
-    ids = torch.full((len(items), length), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(items), length), dtype=torch.long)
+    ids = np.full((len(items), length), pad_id, dtype=np.int64)
+    mask = np.zeros((len(items), length), dtype=np.int64)
     types = None
     if any(item.token_type_ids is not None for item in items):
-        types = torch.zeros((len(items), length), dtype=torch.long)
+        types = np.zeros((len(items), length), dtype=np.int64)
     for row, item in enumerate(items):
-        ids[row, : item.tokens] = torch.tensor(item.input_ids, dtype=torch.long)
+        ids[row, : item.tokens] = item.input_ids
         mask[row, : item.tokens] = 1
         if types is not None and item.token_type_ids is not None:
-            types[row, : item.tokens] = torch.tensor(item.token_type_ids, dtype=torch.long)
+            types[row, : item.tokens] = item.token_type_ids
     return EncoderBatch(ids, mask, types)
 
 
@@ -104,26 +106,29 @@ def left_padded(
     return DecoderBatch(ids, mask)
 
 
-def split_rows(output: torch.Tensor, items: Sequence[WorkItem]) -> list[torch.Tensor]:
-    """A right-padded batch's output as one tensor per row, in row order.
+def split_rows(
+    output: npt.NDArray[ScalarT], items: Sequence[WorkItem]
+) -> list[npt.NDArray[ScalarT]]:
+    """A right-padded batch's output as one array per row, in row order.
 
     Args:
-        output: ``[rows, tokens, ...]`` per-token outputs (hidden states, token
-            logits), or ``[rows, ...]`` of fewer dimensions per row than tokens
-            (sequence logits), float32.
+        output: a numpy array (float32 from an engine): ``[rows, tokens, ...]``
+            per-token outputs (hidden states, token logits), or ``[rows, ...]`` of
+            fewer dimensions per row than tokens (sequence logits).
         items: the rows the batch was made of (:func:`right_padded`).
 
     Returns:
         ``[tokens_r, ...]`` views of each row's real tokens for a per-token output
-        (``output.dim() >= 3``), else each row's ``[...]`` slice.
+        (``output.ndim >= 3``), else views of each row's ``[...]`` slice; they share
+        ``output``'s memory and dtype.
 
     Raises:
         ValueError: ``output`` has another number of rows than ``items``.
     """
     if output.shape[0] != len(items):
         raise ValueError(f"the engine answered {output.shape[0]} rows for {len(items)}")
-    if output.dim() < 3:
-        return list(output.unbind(0))
+    if output.ndim < 3:
+        return [output[row, ...] for row in range(len(items))]
     return [output[row, : item.tokens] for row, item in enumerate(items)]
 
 

@@ -14,7 +14,10 @@ and whatever the family needs to finish it.
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Generic, TypeVar, cast
+from typing import Generic, TypeVar, cast
+
+import numpy as np
+import numpy.typing as npt
 
 from vllm_srun.plugins.cards import FamilyCard
 from vllm_srun.plugins.decisions.answers import AnsweredDecisions, DecisionsAnswer
@@ -25,12 +28,7 @@ from vllm_srun.plugins.responses import (
     RerankResponse,
     SurfaceAnswer,
 )
-from vllm_srun.plugins.spec import WorkItem
-
-if TYPE_CHECKING:  # torch is imported by what runs a model, not by the plugin API
-    import torch
-
-    from vllm_srun.plugins.spec import RowOutput
+from vllm_srun.plugins.spec import RowOutput, WorkItem
 
 
 class Plan:
@@ -119,8 +117,10 @@ class LoadedModel(abc.ABC, Generic[PlanT]):
         """
 
     @abc.abstractmethod
-    def run(self, items: list[WorkItem]) -> list[torch.Tensor]:
-        """One output per item, in order (float32, on the CPU).
+    def run(self, items: list[WorkItem]) -> list[npt.NDArray[np.float32]]:
+        """One output per item, in order: a float32 numpy array in host memory (the row's
+        ``[tokens, ...]`` per-token outputs or its ``[...]`` sequence output;
+        :func:`~vllm_srun.plugins.collate.split_rows` cuts them from a batch).
 
         A model with :attr:`pads_to_width` also takes ``width: int | None = None``:
         pad every row to that many tokens (at least the longest row's length; the

@@ -10,7 +10,7 @@ Every offset is a Unicode code point index into the Python ``str`` (``end``
 exclusive): never bytes, never UTF-16 units, so emoji, ZWJ sequences, combining
 accents and CJK before an entity leave it where ``text[start:end]`` says.
 
-Pure helpers: stdlib and numpy (torch tensors are accepted, never imported).
+Pure helpers over numpy array-likes (arrays, nested lists, tuples): stdlib and numpy.
 
 Why one module of 400-odd lines: tokens to words, one label per word and the BIO joining
 are one algorithm over the same offsets and probabilities, each step meaningful only to
@@ -21,20 +21,15 @@ from __future__ import annotations
 
 import bisect
 import math
-import sys
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 import numpy.typing as npt
 
 from vllm_srun.plugins import responses
 from vllm_srun.plugins.words import EMOJI_TAGS, is_cjk, split_words
-
-if TYPE_CHECKING:  # a tensor exists only once torch is imported: the API does not import it
-    import torch
 
 AGGREGATIONS = ("max", "first", "average", "none")
 """Values of ``decode_spans(aggregation=...)``; ``none`` is raw token-level BIO."""
@@ -121,19 +116,10 @@ def _parse_labels(labels: Sequence[str]) -> list[_Tag]:
     return tags
 
 
-def _is_tensor(value: Any) -> TypeGuard[torch.Tensor]:
-    """Whether ``value`` is a torch tensor (never, while torch is not imported)."""
-    torch_module = sys.modules.get("torch")
-    return torch_module is not None and isinstance(value, torch_module.Tensor)
-
-
 def _as_probabilities(
-    probabilities: torch.Tensor | npt.ArrayLike, tokens: int, labels: int
+    probabilities: npt.ArrayLike, tokens: int, labels: int
 ) -> npt.NDArray[np.float64]:
-    if _is_tensor(probabilities):
-        array = probabilities.detach().cpu().double().numpy()
-    else:
-        array = np.asarray(probabilities, dtype=np.float64)
+    array = np.asarray(probabilities, dtype=np.float64)
     if array.ndim != 2:
         raise ValueError(
             f"probabilities must be 2-D [tokens, labels], got shape {tuple(array.shape)}"
@@ -151,8 +137,8 @@ def _as_probabilities(
     return array
 
 
-def _as_offsets(offsets: torch.Tensor | npt.ArrayLike) -> npt.NDArray[np.int64]:
-    array = offsets.detach().cpu().numpy() if _is_tensor(offsets) else np.asarray(offsets)
+def _as_offsets(offsets: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    array = np.asarray(offsets)
     if array.size == 0:
         return np.zeros((0, 2), dtype=np.int64)
     if array.ndim != 2 or array.shape[1] != 2:
@@ -164,15 +150,10 @@ def _as_offsets(offsets: torch.Tensor | npt.ArrayLike) -> npt.NDArray[np.int64]:
     return array.astype(np.int64)
 
 
-def _as_mask(
-    special_mask: torch.Tensor | npt.ArrayLike | None, tokens: int
-) -> npt.NDArray[np.bool_]:
+def _as_mask(special_mask: npt.ArrayLike | None, tokens: int) -> npt.NDArray[np.bool_]:
     if special_mask is None:
         return np.zeros(tokens, dtype=np.bool_)
-    if _is_tensor(special_mask):
-        array = special_mask.detach().cpu().numpy()
-    else:
-        array = np.asarray(special_mask)
+    array = np.asarray(special_mask)
     if array.ndim != 1 or array.shape[0] != tokens:
         raise ValueError(
             f"special_mask must have one entry per token ({tokens}), got shape {tuple(array.shape)}"
@@ -182,13 +163,13 @@ def _as_mask(
 
 def decode_spans(
     text: str,
-    offsets: torch.Tensor | npt.ArrayLike,
-    probabilities: torch.Tensor | npt.ArrayLike,
+    offsets: npt.ArrayLike,
+    probabilities: npt.ArrayLike,
     labels: Sequence[str],
     *,
     aggregation: str = "max",
     threshold: float | None = None,
-    special_mask: torch.Tensor | npt.ArrayLike | None = None,
+    special_mask: npt.ArrayLike | None = None,
 ) -> list[Span]:
     """Entity spans over ``text`` from per-token BIO label probabilities.
 
@@ -197,8 +178,8 @@ def decode_spans(
         offsets: ``[tokens, 2]`` integer code-point ``(start, end)`` per token,
             ``end`` exclusive, as ``tokenizers`` returns them for the Python
             ``str`` (``Encoding.offsets``, ``return_offsets_mapping``).
-        probabilities: float ``[tokens, labels]`` tensor or array, already
-            softmaxed (each value in [0, 1]); computed in float64.
+        probabilities: float ``[tokens, labels]`` array, already softmaxed (each
+            value in [0, 1]); computed in float64.
         labels: the id2label list in column order: ``"O"``, ``"B-<TYPE>"``,
             ``"I-<TYPE>"``, each once.
         aggregation: how a word gets its label from its tokens:

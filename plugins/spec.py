@@ -2,9 +2,13 @@
 
 A family reads the package and fills a :class:`ModelSpec`; the engine never
 parses a package format itself. An encoder engine model takes an
-:class:`EncoderBatch` and returns one float32 tensor; a decoder engine model
-(:class:`DecoderModel`) takes a left-padded :class:`DecoderBatch` and returns
-next-token logits at each row's last position.
+:class:`EncoderBatch` of numpy arrays and returns one float32 numpy array (an engine
+that computes elsewhere converts at its own boundary); a decoder engine model
+(:class:`DecoderModel`, native engines only) takes a left-padded torch
+:class:`DecoderBatch` and returns next-token logits at each row's last position.
+
+Importing this module imports numpy, never torch: torch appears in the decoder's
+annotations only.
 """
 
 from __future__ import annotations
@@ -13,9 +17,12 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, get_args
+from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias, get_args
 
-if TYPE_CHECKING:  # torch is imported by what runs a model, not by the plugin API
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:  # torch is imported by what runs a decoder, not by the plugin API
     import torch
 
 ENCODER_TASKS = ("encoder", "sequence_classification", "token_classification")
@@ -112,7 +119,8 @@ class ModelSpec:
 
 @dataclass
 class EncoderBatch:
-    """Rows of token ids, right-padded to one length.
+    """Rows of token ids, right-padded to one length: C-contiguous numpy arrays in host
+    memory (:func:`~vllm_srun.plugins.collate.right_padded` builds them).
 
     Attributes:
         input_ids: int64 ``[rows, tokens]``.
@@ -121,9 +129,9 @@ class EncoderBatch:
             ``None`` for single texts.
     """
 
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    token_type_ids: torch.Tensor | None = None
+    input_ids: npt.NDArray[np.int64]
+    attention_mask: npt.NDArray[np.int64]
+    token_type_ids: npt.NDArray[np.int64] | None = None
 
 
 class EncoderModel(Protocol):
@@ -144,15 +152,18 @@ class EncoderModel(Protocol):
     @property
     def libraries(self) -> tuple[str, ...]: ...
 
-    def encode(self, batch: EncoderBatch) -> torch.Tensor:
+    def encode(self, batch: EncoderBatch) -> npt.NDArray[np.float32]:
         """float32 ``[rows, tokens, hidden]`` hidden states, ``[rows, labels]``
-        sequence logits or ``[rows, tokens, labels]`` token logits, on the CPU."""
+        sequence logits or ``[rows, tokens, labels]`` token logits: a C-contiguous
+        numpy array in host memory, whatever device computed it."""
         ...
 
 
 @dataclass
 class DecoderBatch:
-    """Rows of token ids for a decoder, padded on the left to one length.
+    """Rows of token ids for a decoder, padded on the left to one length: torch
+    tensors (decoders run on the native engine only;
+    :func:`~vllm_srun.plugins.collate.left_padded` builds them).
 
     Each row's last column is its last real token, so the next-token logits of
     every row sit at position ``-1``. Padding may use any token id (a model
@@ -213,8 +224,9 @@ class DecoderModel(Protocol):
     def libraries(self) -> tuple[str, ...]: ...
 
     def forward(self, batch: DecoderBatch) -> torch.Tensor:
-        """Next-token logits at each row's last position, float32 on the CPU:
-        ``[rows, k]`` at ``batch.read_ids``, or ``[rows, vocab]`` without them."""
+        """Next-token logits at each row's last position, a float32 torch tensor on the
+        CPU: ``[rows, k]`` at ``batch.read_ids``, or ``[rows, vocab]`` without them (the
+        family converts it to numpy before :func:`~vllm_srun.plugins.collate.split_rows`)."""
         ...
 
 
@@ -347,17 +359,6 @@ class RowError:
     message: str
 
 
-if TYPE_CHECKING:
-    RowOutput: TypeAlias = torch.Tensor | RowError
-    """What ``finish`` receives per planned row: the engine's output, or why there is none."""
-
-
-def __getattr__(name: str) -> Any:
-    """``RowOutput`` (``torch.Tensor | RowError``), built at first use so that importing
-    the plugin API does not import torch (PEP 562)."""
-    if name == "RowOutput":
-        import torch
-
-        globals()["RowOutput"] = row_output = torch.Tensor | RowError
-        return row_output
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+RowOutput: TypeAlias = npt.NDArray[np.float32] | RowError
+"""What ``finish`` receives per planned row: the row's float32 numpy output (as
+``run`` returned it), or why there is none."""

@@ -15,7 +15,10 @@ checks that the plugin imports, that its hook implementations match the
 hookspecs, that every object it registers satisfies its layer's contract with
 a name unique in that layer, how accelerators behave when probed, and that
 each family serves its own fixture through a surface (with an installed
-engine, on the CPU).
+engine, on the CPU), its ``run`` giving one float32 numpy array per row.
+
+Importing the kit does not import torch; only the check of an accelerator's
+``torch_device`` does.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
+import numpy as np
 
 from vllm_srun.plugins.accelerator import DeviceInfo
 from vllm_srun.plugins.host.catalog import Catalog, build_catalog
@@ -237,6 +240,9 @@ def _family_problems(family: Any, own_engines: list[Any]) -> list[tuple[str, str
                 return [*steps, ("load()", "must return a vllm_srun.plugins.LoadedModel")]
             plan = loaded.plan(surface, read_request(surface, request))
             outputs: list[RowOutput] = list(loaded.run(list(plan.items)))
+            wrong = _outputs_problem(outputs, len(plan.items))
+            if wrong is not None:
+                return [*steps, ("run()", wrong)]
             body = loaded.finish(plan, outputs)
             json.dumps(body, allow_nan=False)
             steps.append((f"{surface} through {engine.name}", None))
@@ -253,6 +259,25 @@ def _family_problems(family: Any, own_engines: list[Any]) -> list[tuple[str, str
         except Exception as err:
             steps.append(("fixture run", f"raised {type(err).__name__}: {err}"))
         return steps
+
+
+def _outputs_problem(outputs: list[Any], rows: int) -> str | None:
+    """Why ``run``'s ``outputs`` for ``rows`` rows break the contract (one float32 numpy
+    array per row, :data:`~vllm_srun.plugins.spec.RowOutput`), or ``None``."""
+    if len(outputs) != rows:
+        return f"returned {len(outputs)} outputs for {rows} rows; return one per row"
+    for index, output in enumerate(outputs):
+        if not isinstance(output, np.ndarray) or output.dtype != np.float32:
+            kind = (
+                f"a {output.dtype} array"
+                if isinstance(output, np.ndarray)
+                else f"a {type(output).__module__}.{type(output).__qualname__}"
+            )
+            return (
+                f"output {index} is {kind}; each row's output must be a float32 numpy array "
+                "(convert an engine's tensors with .float().cpu().numpy())"
+            )
+    return None
 
 
 def _installed_kernels() -> list[Any]:
@@ -359,6 +384,8 @@ def _keys_problem(acc: Any, device: DeviceInfo) -> str | None:
 
 
 def _torch_device_problem(acc: Any, device: DeviceInfo) -> str | None:
+    import torch  # an accelerator's torch_device is for the native engine: check it with torch
+
     value = acc.torch_device(device.index)
     if not isinstance(value, torch.device):
         return f"torch_device() returned {value!r}, not a torch.device"

@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import torch
 
 VOCAB = 120
@@ -69,8 +71,11 @@ def write_encoder(
     return target
 
 
-def padded_batch(lengths: list[int], pad_id: int = 0, seed: int = 1) -> dict[str, torch.Tensor]:
-    """Right-padded random token rows of the given lengths (ids avoid ``pad_id``)."""
+def padded_batch(
+    lengths: list[int], pad_id: int = 0, seed: int = 1
+) -> dict[str, npt.NDArray[np.int64]]:
+    """Right-padded random token rows of the given lengths (ids avoid ``pad_id``): the
+    fields of an :class:`~vllm_srun.plugins.spec.EncoderBatch`, int64 numpy arrays."""
     generator = torch.Generator().manual_seed(seed)
     width = max(lengths)
     ids = torch.full((len(lengths), width), pad_id, dtype=torch.long)
@@ -78,7 +83,17 @@ def padded_batch(lengths: list[int], pad_id: int = 0, seed: int = 1) -> dict[str
     for row, length in enumerate(lengths):
         ids[row, :length] = torch.randint(3, VOCAB, (length,), generator=generator)
         mask[row, :length] = 1
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+    return {
+        "input_ids": ids.numpy(),
+        "attention_mask": mask.numpy(),
+        "token_type_ids": np.zeros_like(ids.numpy()),
+    }
+
+
+def torch_batch(batch: dict[str, npt.NDArray[np.int64]]) -> dict[str, torch.Tensor]:
+    """A :func:`padded_batch` as torch tensors (sharing its memory): a transformers
+    reference model's inputs."""
+    return {name: torch.from_numpy(array) for name, array in batch.items()}
 
 
 WORDS = [

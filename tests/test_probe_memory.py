@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import torch
+import numpy as np
+import numpy.typing as npt
 
 from vllm_srun.compose import probes
 from vllm_srun.compose.batching import LengthEdges
@@ -22,9 +23,9 @@ class Recorded:
     def probe_items(self) -> list[WorkItem]:
         return [WorkItem(tuple(range(n)), None, f"r{n}") for n in self.lengths]
 
-    def run(self, rows: list[WorkItem]) -> list[torch.Tensor]:
+    def run(self, rows: list[WorkItem]) -> list[npt.NDArray[np.float32]]:
         self.shapes.append((len(rows), rows[0].tokens))
-        return [torch.tensor([float(row.tokens)]) for row in rows]
+        return [np.array([row.tokens], dtype=np.float32) for row in rows]
 
 
 def test_the_equal_length_probe_runs_the_longest_row_and_its_largest_forward_first():
@@ -83,13 +84,13 @@ class Widths(Recorded):
         super().__init__(lengths)
         self.by_width, self.by_rows = by_width, by_rows
 
-    def run(self, rows: list[WorkItem], width: int | None = None) -> list[torch.Tensor]:
+    def run(self, rows: list[WorkItem], width: int | None = None) -> list[npt.NDArray[np.float32]]:
         width = max(width or 0, *(row.tokens for row in rows))
         self.shapes.append((len(rows), width))
         rounding = (width / 1024 if self.by_width else 0.0) + (
             len(rows) / 1024 if self.by_rows else 0.0
         )
-        return [torch.tensor([row.tokens + rounding]) for row in rows]
+        return [np.array([row.tokens + rounding], dtype=np.float32) for row in rows]
 
 
 def test_the_exact_probe_pads_rows_to_edges_and_names_the_widest_sharing_that_holds():

@@ -16,7 +16,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, cast
 
-import torch
+import numpy as np
+import numpy.typing as npt
 
 from vllm_srun.plugins.cards import ExtensionCard, FamilyCard
 from vllm_srun.plugins.extension import SurfaceExtension, SurfaceModel
@@ -94,7 +95,7 @@ class ExtendedModel(LoadedModel[Plan]):
             return plan
         return RoutedPlan(owner, owner.plan(surface, request))
 
-    def run(self, items: list[WorkItem], width: int | None = None) -> list[torch.Tensor]:
+    def run(self, items: list[WorkItem], width: int | None = None) -> list[npt.NDArray[np.float32]]:
         """The host's forward: every row is the host's (``width`` as the host takes it)."""
         if width is not None and self.host.pads_to_width:
             return list(self.host.run(items, width=width))  # type: ignore[call-arg]

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import torch
+import numpy as np
 
 from vllm_srun.compose.batching import MIN_FORWARD_TOKENS, ExactShapes, LengthEdges, exact_forward
 from vllm_srun.plugins.loaded import LoadedModel
@@ -78,7 +78,7 @@ def measure_batch_invariance(
     deviation = 0.0
     for item, batched in zip(items, together, strict=True):
         [alone] = loaded.run([item])
-        deviation = max(deviation, float((alone - batched).abs().max()))
+        deviation = max(deviation, _largest_difference(alone, batched))
     shared = tolerance is None or deviation <= tolerance
     return {
         "max_abs_deviation": deviation,
@@ -139,7 +139,7 @@ def _exact_invariance(
             for row, output in zip(batch, forward(batch), strict=True):
                 if id(row) not in alone:
                     [alone[id(row)]] = forward([row])
-                if not torch.equal(output, alone[id(row)]):
+                if not _same_bits(output, alone[id(row)]):
                     return False
             return True
 
@@ -156,6 +156,18 @@ def _exact_invariance(
     return _equal_length_invariance(
         exact_forward(loaded.run, ExactShapes("equal_length", edges)), items, edges
     )
+
+
+def _largest_difference(a: Any, b: Any) -> float:
+    """The largest absolute difference between two row outputs (numpy arrays of one
+    shape), computed in their dtype; NaN where either holds a NaN."""
+    return float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+
+
+def _same_bits(a: Any, b: Any) -> bool:
+    """Whether two row outputs are the same values at the same shape (``0.0`` equals
+    ``-0.0``, as ``torch.equal`` held): what the ``exact`` probe asks of a row."""
+    return bool(np.array_equal(np.asarray(a), np.asarray(b)))
 
 
 def _row_of_length(template: WorkItem, length: int) -> WorkItem:
@@ -226,7 +238,7 @@ def _equal_length_invariance(
     for item in sorted(items, key=lambda row: row.tokens, reverse=True):
         [alone] = run([item])
         for rows in sorted(EQUAL_LENGTH_ROWS, reverse=True):
-            deviation = max(float((output - alone).abs().max()) for output in run([item] * rows))
+            deviation = max(_largest_difference(output, alone) for output in run([item] * rows))
             if deviation:  # one difference decides: the rest would only cost load time
                 return _exact_verdict("one_by_one", deviation, edges)
     return _exact_verdict("equal_length", 0.0, edges)

@@ -30,9 +30,10 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from vllm_srun.plugins import (
     BATCHING,
@@ -57,9 +58,6 @@ from .export import (
     export_onnx,
     weights_digest,
 )
-
-if TYPE_CHECKING:
-    import torch
 
 # onnxruntime, transformers and optimum are imported where they are used:
 # optimum's exporter alone takes seconds to import, and `vllm-srun plugins`
@@ -164,28 +162,31 @@ class OnnxEncoder:
             if kind not in INPUT_DTYPES:
                 raise ValueError(f"the graph input {name!r} is {kind}, not an integer tensor")
 
-    def encode(self, batch: EncoderBatch) -> torch.Tensor:
-        """Run the batch; returns float32 on the CPU (shapes as :class:`EncoderModel`).
+    def encode(self, batch: EncoderBatch) -> npt.NDArray[np.float32]:
+        """Run the batch (int64 numpy arrays, fed to the session as they are).
 
-        Inputs are fed by name: ``token_type_ids`` only when the graph takes it
-        (zeros when the batch has none), never an input the graph lacks.
+        Inputs are fed by name, cast to the graph's integer type where it differs:
+        ``token_type_ids`` only when the graph takes it (zeros when the batch has
+        none), never an input the graph lacks.
+
+        Returns:
+            A C-contiguous float32 numpy array in host memory, shaped as
+            :class:`~vllm_srun.plugins.spec.EncoderModel` says.
 
         Raises:
             ValueError: the graph's output has not the task's rank or rows.
         """
-        import torch
-
         given = {
             "input_ids": batch.input_ids,
             "attention_mask": batch.attention_mask,
             "token_type_ids": (
                 batch.token_type_ids
                 if batch.token_type_ids is not None
-                else torch.zeros_like(batch.input_ids)
+                else np.zeros_like(batch.input_ids)
             ),
         }
         feed = {
-            name: given[name].detach().cpu().numpy().astype(INPUT_DTYPES[kind], copy=False)
+            name: np.ascontiguousarray(given[name], dtype=INPUT_DTYPES[kind])
             for name, kind in self.input_types.items()
         }
         (result,) = self.session.run([self.output_name], feed)
@@ -195,7 +196,8 @@ class OnnxEncoder:
                 f"the graph output {self.output_name!r} has shape {list(result.shape)}; "
                 f"task {self.spec.task} needs rank {rank} with {rows} rows"
             )
-        return torch.from_numpy(np.ascontiguousarray(result, dtype=np.float32))
+        output: npt.NDArray[np.float32] = np.ascontiguousarray(result, dtype=np.float32)
+        return output
 
 
 class OnnxRuntimeEngine(Engine):

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import torch
+import numpy as np
 
 from vllm_srun.plugins.loaded import Plan
 from vllm_srun.plugins.responses import (
@@ -48,7 +48,9 @@ from vllm_srun.plugins.spec import RowError, RowOutput, WorkItem
 from .inputs import EncodedInput
 from .package import Head, Pooling
 from .readouts import (
+    Floats,
     finish_embedding,
+    l2_normalize,
     label_probabilities,
     label_scores,
     merge_pooled,
@@ -91,8 +93,8 @@ def _failed(rows: list[Any]) -> RowError | None:
     return next((r for r in rows if isinstance(r, RowError)), None)
 
 
-def _finite(tensor: torch.Tensor) -> bool:
-    return bool(torch.isfinite(tensor).all())
+def _finite(array: Floats) -> bool:
+    return bool(np.isfinite(array).all())
 
 
 def answer(plan: TaskPlan, outputs: list[RowOutput], pooling: Pooling | None) -> SurfaceAnswer:
@@ -142,9 +144,7 @@ def answer(plan: TaskPlan, outputs: list[RowOutput], pooling: Pooling | None) ->
     return reranked
 
 
-def _pooled(
-    pooling: Pooling | None, encoded: EncodedInput, rows: list[torch.Tensor]
-) -> torch.Tensor:
+def _pooled(pooling: Pooling | None, encoded: EncodedInput, rows: list[Floats]) -> Floats:
     assert pooling is not None
     vectors = [pool(r, pooling.mode) for r in rows]
     return merge_pooled(vectors, [end - start for start, end in encoded.windows])
@@ -153,7 +153,7 @@ def _pooled(
 def _embedding(
     index: int,
     encoded: EncodedInput,
-    rows: list[torch.Tensor],
+    rows: list[Floats],
     plan: TaskPlan,
     pooling: Pooling | None,
 ) -> Embedding | EmbeddingError:
@@ -170,14 +170,14 @@ def _embedding(
         return embedding_error(index, "invalid_model_output", "the embedding is not finite")
     payload: list[float] | str
     if plan.options["encoding_format"] == "base64":
-        payload = base64.b64encode(vector.numpy().astype("<f4").tobytes()).decode("ascii")
+        payload = base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
     else:
         payload = vector.tolist()
     return embedding_item(index, payload, encoded.usage())
 
 
 def _classified(
-    index: int, encoded: EncodedInput, rows: list[torch.Tensor], plan: TaskPlan
+    index: int, encoded: EncodedInput, rows: list[Floats], plan: TaskPlan
 ) -> ClassifyResult | ItemError:
     if encoded.error is not None:
         return item_error(index, *encoded.error)
@@ -216,7 +216,7 @@ def _classified(
         return result
     scores = label_scores(rows, head.kind)
     if head.kind == "sequence":
-        best = int(torch.argmax(scores))
+        best = int(np.argmax(scores))
         result["label"] = head.labels[best]
         result["probabilities"] = scores.tolist()
         return result
@@ -231,7 +231,7 @@ def _classified(
     return result
 
 
-def _windows(encoded: EncodedInput, rows: list[torch.Tensor], head: Head) -> list[ClassifyWindow]:
+def _windows(encoded: EncodedInput, rows: list[Floats], head: Head) -> list[ClassifyWindow]:
     """Every window of a classified input: its content-token range ``[start, end)`` and,
     except for a token head, that window's own readout (``probabilities`` of a sequence
     head; ``scores`` of a scores or relevance head), which the result merges by maximum."""
@@ -249,7 +249,7 @@ def _windows(encoded: EncodedInput, rows: list[torch.Tensor], head: Head) -> lis
 
 
 def _reranked(
-    plan: TaskPlan, per_input: list[list[torch.Tensor]], pooling: Pooling | None
+    plan: TaskPlan, per_input: list[list[Floats]], pooling: Pooling | None
 ) -> list[RerankResult | ItemError]:
     scored: list[RerankResult] = []
     unscored: list[ItemError] = []
@@ -280,11 +280,9 @@ def _reranked(
     else:
         query_encoded, query_rows = plan.inputs[0], per_input[0]
         query_failed = _failed(query_rows)
-        query = torch.zeros(0)
+        query = np.zeros(0, dtype=np.float32)
         if query_failed is None:
-            query = torch.nn.functional.normalize(
-                _pooled(pooling, query_encoded, query_rows), dim=0
-            )
+            query = l2_normalize(_pooled(pooling, query_encoded, query_rows))
         documents = plan.texts[1:]
         for index, (encoded, rows) in enumerate(zip(plan.inputs[1:], per_input[1:], strict=True)):
             if encoded.error is not None:
@@ -294,8 +292,8 @@ def _reranked(
             if failed is not None:
                 unscored.append(item_error(index, failed.code, failed.message))
                 continue
-            doc = torch.nn.functional.normalize(_pooled(pooling, encoded, rows), dim=0)
-            cosine = float(torch.dot(query, doc))
+            doc = l2_normalize(_pooled(pooling, encoded, rows))
+            cosine = float(np.sum(query * doc, dtype=np.float32))
             if not math.isfinite(cosine):  # before clamping: max(-1.0, nan) is -1.0
                 unscored.append(
                     item_error(index, "invalid_model_output", "the score is not finite")

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-import torch
+import numpy as np
+import numpy.typing as npt
 
 from vllm_srun.plugins.cards import FamilyCard, HeadCard
 from vllm_srun.plugins.collate import right_padded, split_rows
@@ -84,7 +85,7 @@ class TaskModel(LoadedModel[TaskPlan]):
     Args:
         description: what the package is (heads, pooling, limit).
         encoder: the tokenizer under the model's limit.
-        engine_model: the engine's model; ``encode`` returns float32 CPU tensors.
+        engine_model: the engine's model; ``encode`` returns a float32 numpy array.
         defaults: family options from the models file: ``threshold`` and
             ``aggregation`` used where a classify request leaves them out.
     """
@@ -342,12 +343,13 @@ class TaskModel(LoadedModel[TaskPlan]):
         return TaskPlan("rerank", head, encoded, [query, *documents], options=options)
 
     # -- run --------------------------------------------------------------------------------
-    def run(self, items: list[WorkItem], width: int | None = None) -> list[torch.Tensor]:
+    def run(self, items: list[WorkItem], width: int | None = None) -> list[npt.NDArray[np.float32]]:
         """Pad the rows on the right (to ``width`` tokens, default the longest row's),
         run them in one engine call, and split per row.
 
-        Returns one float32 tensor per item: ``[tokens, hidden]`` hidden
-        states, ``[tokens, tags]`` token logits or ``[labels]`` sequence logits.
+        Returns one float32 numpy array per item (a view of the batch output):
+        ``[tokens, hidden]`` hidden states, ``[tokens, tags]`` token logits or
+        ``[labels]`` sequence logits.
         """
         if not items:
             return []

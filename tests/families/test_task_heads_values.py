@@ -14,6 +14,7 @@ import json
 import math
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -21,9 +22,12 @@ from vllm_srun.compose.loader import load_model
 from vllm_srun.families.task_heads.inputs import row_key
 from vllm_srun.families.task_heads.readouts import (
     finish_embedding,
+    l2_normalize,
     label_scores,
     merge_pooled,
     pool,
+    sigmoid,
+    softmax,
     token_probabilities,
 )
 from vllm_srun.plugins.host import load_catalog
@@ -151,95 +155,127 @@ def close(got, want, atol: float = 1e-5) -> bool:
 
 
 # -- readouts, on hand-computed numbers -------------------------------------------------------
+def f32(values: object) -> np.ndarray:
+    return np.array(values, dtype=np.float32)
+
+
 def test_mean_pool_divides_by_the_row_length():
-    hidden = torch.tensor([[1.0, 2.0], [3.0, 6.0], [5.0, 10.0]])
+    hidden = f32([[1.0, 2.0], [3.0, 6.0], [5.0, 10.0]])
     assert pool(hidden, "mean").tolist() == [3.0, 6.0]
-    assert pool(torch.tensor([[2.0, 4.0]]), "mean").tolist() == [2.0, 4.0]
-    assert pool(torch.zeros((0, 2)), "mean").tolist() == [0.0, 0.0]
+    assert pool(f32([[2.0, 4.0]]), "mean").tolist() == [2.0, 4.0]
+    empty = pool(np.zeros((0, 2), dtype=np.float32), "mean")
+    assert empty.tolist() == [0.0, 0.0] and empty.dtype == np.float32
 
 
 def test_cls_last_and_max_pooling_pick_the_right_values():
-    hidden = torch.tensor([[1.0, -2.0], [7.0, 0.5], [-3.0, 4.0]])
+    hidden = f32([[1.0, -2.0], [7.0, 0.5], [-3.0, 4.0]])
     assert pool(hidden, "cls").tolist() == [1.0, -2.0]
     assert pool(hidden, "lasttoken").tolist() == [-3.0, 4.0]
     assert pool(hidden, "max").tolist() == [7.0, 4.0]
+    assert all(pool(hidden, mode).dtype == np.float32 for mode in ("mean", "cls", "max"))
     with pytest.raises(ValueError, match="unknown pooling mode 'sum'"):
         pool(hidden, "sum")
 
 
 def test_merged_windows_are_weighted_by_their_content_tokens():
-    a, b, c = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0]), torch.tensor([4.0, 4.0])
+    a, b, c = f32([1.0, 0.0]), f32([0.0, 1.0]), f32([4.0, 4.0])
     # (3 * a + 1 * b) / 4, not the plain mean (a + b) / 2
     assert merge_pooled([a, b], [3, 1]).tolist() == [0.75, 0.25]
     # (1 * a + 2 * b + 5 * c) / 8
-    assert merge_pooled([a, b, c], [1, 2, 5]).tolist() == [21 / 8, 22 / 8]
+    merged = merge_pooled([a, b, c], [1, 2, 5])
+    assert merged.tolist() == [21 / 8, 22 / 8] and merged.dtype == np.float32
     assert merge_pooled([b], [7]).tolist() == [0.0, 1.0]
 
 
 def test_a_window_without_content_still_counts_once_in_the_merge():
-    a, b = torch.tensor([3.0, 0.0]), torch.tensor([0.0, 3.0])
+    a, b = f32([3.0, 0.0]), f32([0.0, 3.0])
     assert merge_pooled([a, b], [0, 2]).tolist() == [1.0, 2.0]
 
 
 def test_finish_embedding_normalises_then_keeps_the_first_dimensions():
-    vector = torch.tensor([3.0, 4.0, 12.0])
-    assert torch.allclose(finish_embedding(vector, True, None), torch.tensor([3, 4, 12]) / 13)
-    assert torch.allclose(finish_embedding(vector, True, 2), torch.tensor([0.6, 0.8]))
-    assert torch.allclose(finish_embedding(vector, True, 3), torch.tensor([3, 4, 12]) / 13)
+    vector = f32([3.0, 4.0, 12.0])
+    assert np.allclose(finish_embedding(vector, True, None), f32([3, 4, 12]) / 13)
+    assert np.allclose(finish_embedding(vector, True, 2), f32([0.6, 0.8]))
+    assert np.allclose(finish_embedding(vector, True, 3), f32([3, 4, 12]) / 13)
+    assert finish_embedding(vector, True, 2).dtype == np.float32
     assert finish_embedding(vector, False, None).tolist() == [3.0, 4.0, 12.0]
     assert finish_embedding(vector, False, 2).tolist() == [3.0, 4.0]
+    zero = finish_embedding(np.zeros(4, dtype=np.float32), True, None)
+    assert zero.tolist() == [0.0] * 4  # the eps keeps a zero vector finite, as torch's does
+
+
+def test_l2_normalize_matches_torch_normalize():
+    generator = np.random.default_rng(0)
+    for scale in (1e-3, 1.0, 1e3):
+        vectors = (generator.standard_normal((200, 384)) * scale).astype(np.float32)
+        got = np.stack([l2_normalize(v) for v in vectors])
+        want = torch.nn.functional.normalize(torch.from_numpy(vectors), dim=1).numpy()
+        assert got.dtype == np.float32
+        assert np.abs(got - want).max() <= 2e-7  # the norm's sum may round in another order
 
 
 def test_asking_for_every_dimension_changes_no_bit():
-    generator = torch.Generator().manual_seed(0)
+    generator = np.random.default_rng(0)
     for _ in range(20):
-        vector = torch.randn(32, generator=generator)
-        unit = torch.nn.functional.normalize(vector, dim=0)
-        assert torch.equal(finish_embedding(vector, True, 32), unit)  # normalised once
-        assert torch.equal(finish_embedding(vector, False, 32), vector)
+        vector = generator.standard_normal(32).astype(np.float32)
+        unit = l2_normalize(vector)
+        assert np.array_equal(finish_embedding(vector, True, 32), unit)  # normalised once
+        assert np.array_equal(finish_embedding(vector, False, 32), vector)
 
 
 def test_label_scores_are_softmax_or_sigmoid_then_the_maximum_per_label():
     ln3 = math.log(3.0)
-    one = label_scores([torch.tensor([0.0, ln3])], "sequence")
-    assert torch.allclose(one, torch.tensor([0.25, 0.75]))
-    two = label_scores([torch.tensor([0.0, ln3]), torch.tensor([ln3, 0.0])], "sequence")
-    assert torch.allclose(two, torch.tensor([0.75, 0.75]))  # not renormalised
-    sig = label_scores([torch.tensor([0.0, ln3]), torch.tensor([-ln3, 2 * ln3])], "scores")
-    assert torch.allclose(sig, torch.tensor([0.5, 0.9]))
+    one = label_scores([f32([0.0, ln3])], "sequence")
+    assert np.allclose(one, f32([0.25, 0.75])) and one.dtype == np.float32
+    two = label_scores([f32([0.0, ln3]), f32([ln3, 0.0])], "sequence")
+    assert np.allclose(two, f32([0.75, 0.75]))  # not renormalised
+    sig = label_scores([f32([0.0, ln3]), f32([-ln3, 2 * ln3])], "scores")
+    assert np.allclose(sig, f32([0.5, 0.9])) and sig.dtype == np.float32
+
+
+def test_softmax_and_sigmoid_match_torch_and_stay_finite_at_the_extremes():
+    generator = np.random.default_rng(1)
+    logits = (generator.standard_normal((64, 35)) * 8).astype(np.float32)
+    assert np.abs(softmax(logits) - torch.softmax(torch.from_numpy(logits), -1).numpy()).max() < (
+        1e-6
+    )
+    assert np.abs(sigmoid(logits) - torch.sigmoid(torch.from_numpy(logits)).numpy()).max() < 1e-6
+    extreme = f32([-1000.0, -100.0, 0.0, 100.0, 1000.0])
+    assert sigmoid(extreme).tolist() == torch.sigmoid(torch.from_numpy(extreme)).tolist()
+    assert softmax(extreme).tolist() == [0.0, 0.0, 0.0, 0.0, 1.0]
 
 
 def test_token_probabilities_come_from_the_most_central_window():
     # windows [0, 4) and [2, 6) over 6 tokens: tokens 0-2 from window 0, 3-5 from window 1
     # (token 2 sits 1 token from an edge of window 0 and at the edge of window 1; token 3
     # the other way round).
-    first = torch.tensor([[0.0, 0.0]] * 6)  # row of [CLS] + 4 tokens + [SEP]
-    second = torch.tensor([[0.0, 0.0]] * 6)
+    first = np.zeros((6, 2), dtype=np.float32)  # row of [CLS] + 4 tokens + [SEP]
+    second = np.zeros((6, 2), dtype=np.float32)
     for position in range(1, 5):
-        first[position] = torch.tensor([0.0, float(position)])
-        second[position] = torch.tensor([float(position), 0.0])
+        first[position] = [0.0, float(position)]
+        second[position] = [float(position), 0.0]
     rows = [first, second]
     content = [[1, 2, 3, 4], [1, 2, 3, 4]]
     got = token_probabilities(rows, content, [(0, 4), (2, 6)], 6)
 
-    def softmax(x0: float, x1: float) -> list[float]:
+    def pair_softmax(x0: float, x1: float) -> list[float]:
         e0, e1 = math.exp(x0), math.exp(x1)
         return [e0 / (e0 + e1), e1 / (e0 + e1)]
 
     want = [
-        softmax(0, 1),  # token 0: window 0, row position 1
-        softmax(0, 2),  # token 1: window 0, row position 2
-        softmax(0, 3),  # token 2: window 0, row position 3
-        softmax(2, 0),  # token 3: window 1, row position 2
-        softmax(3, 0),  # token 4: window 1, row position 3
-        softmax(4, 0),  # token 5: window 1, row position 4
+        pair_softmax(0, 1),  # token 0: window 0, row position 1
+        pair_softmax(0, 2),  # token 1: window 0, row position 2
+        pair_softmax(0, 3),  # token 2: window 0, row position 3
+        pair_softmax(2, 0),  # token 3: window 1, row position 2
+        pair_softmax(3, 0),  # token 4: window 1, row position 3
+        pair_softmax(4, 0),  # token 5: window 1, row position 4
     ]
-    assert torch.allclose(got, torch.tensor(want), atol=1e-6)
-    row = torch.tensor([[0.0, 3.0], [1.0, 0.0], [0.0, 9.0]])  # [CLS], one token, [SEP]
+    assert np.allclose(got, f32(want), atol=1e-6) and got.dtype == np.float32
+    row = f32([[0.0, 3.0], [1.0, 0.0], [0.0, 9.0]])  # [CLS], one token, [SEP]
     single = token_probabilities([row], [[1]], [(0, 1)], 1)
-    assert torch.allclose(single, torch.tensor([softmax(1, 0)]), atol=1e-6)
-    empty = token_probabilities([torch.zeros((2, 5))], [[]], [(0, 0)], 0)
-    assert empty.shape == (0, 5) and empty.dtype == torch.float32
+    assert np.allclose(single, f32([pair_softmax(1, 0)]), atol=1e-6)
+    empty = token_probabilities([np.zeros((2, 5), dtype=np.float32)], [[]], [(0, 0)], 0)
+    assert empty.shape == (0, 5) and empty.dtype == np.float32
 
 
 # -- heads against a direct transformers forward ----------------------------------------------
@@ -731,11 +767,11 @@ class FixedLogits:
     """An engine model answering the given ``[rows, labels]`` logits, whatever the rows."""
 
     def __init__(self, logits):
-        self.logits = torch.tensor(logits, dtype=torch.float32)
+        self.logits = np.array(logits, dtype=np.float32)
 
     def encode(self, batch):
         assert batch.input_ids.shape[0] == self.logits.shape[0]
-        return self.logits.clone()
+        return self.logits.copy()
 
 
 class Nan:
@@ -745,7 +781,7 @@ class Nan:
         self.real = real
 
     def encode(self, batch):
-        return torch.full_like(self.real.encode(batch), float("nan"))
+        return np.full_like(self.real.encode(batch), np.nan)
 
 
 def with_engine(model, engine):
@@ -995,7 +1031,7 @@ def test_non_finite_outputs_are_item_errors(models, key, surface, request_body, 
 def reference_spans(text, offsets, logits, tags, **options):
     from vllm_srun.plugins.spans import decode_spans
 
-    probabilities = torch.softmax(logits, dim=-1)
+    probabilities = torch.softmax(logits, dim=-1).numpy()
     return [s.to_json() for s in decode_spans(text, offsets, probabilities, tags, **options)]
 
 
@@ -1367,20 +1403,22 @@ class HiddenByFirstToken:
     def encode(self, batch):
         rows, width = batch.input_ids.shape
         first = [int(t) for t in batch.input_ids[:, 1]]
-        return torch.stack([self.vectors[t] for t in first])[:, None, :].expand(rows, width, -1)
+        stacked = np.stack([self.vectors[t] for t in first])[:, None, :]
+        return np.ascontiguousarray(np.broadcast_to(stacked, (rows, width, stacked.shape[-1])))
 
 
 def test_bi_encoder_cosines_are_clamped_to_plus_minus_one(models, tokenizer):
-    # a vector whose normalised self-dot rounds above 1 in float32
-    generator = torch.Generator().manual_seed(0)
+    # a vector whose normalised self-dot rounds above 1 in float32, read as the family reads
+    # a row of [CLS] word [SEP] whose hidden states are all that vector
+    generator = np.random.default_rng(0)
     for _ in range(1000):
-        v = torch.randn(32, generator=generator)
-        unit = torch.nn.functional.normalize(v, dim=0)
-        if float(torch.dot(unit, unit)) > 1.0:
+        v = generator.standard_normal(32).astype(np.float32)
+        unit = l2_normalize(pool(np.stack([v, v, v]), "mean"))
+        if float(np.sum(unit * unit, dtype=np.float32)) > 1.0:
             break
     else:
         pytest.fail("no vector rounds above 1")
-    assert float(torch.dot(unit, -unit)) < -1.0
+    assert float(np.sum(unit * -unit, dtype=np.float32)) < -1.0
     [good], [bad] = content_ids(tokenizer, "good"), content_ids(tokenizer, "bad")
     loaded = with_engine(models["pooled"], HiddenByFirstToken({good: v, bad: -v}))
     body = answer(loaded, "rerank", {"query": "good", "documents": ["bad", "good"]})
@@ -1400,7 +1438,7 @@ class Recording:
 
     def encode(self, batch):
         self.batches.append(batch)
-        return torch.zeros((batch.input_ids.shape[0], self.labels))
+        return np.zeros((batch.input_ids.shape[0], self.labels), dtype=np.float32)
 
 
 def test_rows_reach_the_engine_right_padded_with_the_pad_id(models, packages, tokenizer):
@@ -1435,8 +1473,9 @@ def test_rows_reach_the_engine_right_padded_with_the_pad_id(models, packages, to
     [good_id] = tok("good", add_special_tokens=False)["input_ids"]
     row = [tok.cls_token_id, good_id, tok.sep_token_id, 1, 1]  # padded to 5 tokens
     assert roberta.batches[0].input_ids[0].tolist() == row
-    assert roberta.batches[0].attention_mask.dtype == torch.long
-    assert batch.input_ids.dtype == torch.long
+    assert roberta.batches[0].attention_mask.dtype == np.int64
+    assert batch.input_ids.dtype == np.int64
+    assert all(isinstance(a, np.ndarray) for a in (batch.input_ids, batch.attention_mask))
 
 
 def test_max_tokens_of_one_is_a_limit_not_a_bad_request(models):
@@ -1476,7 +1515,11 @@ def test_a_non_finite_document_fails_alone_in_either_rerank(models, tokenizer):
         "message": "the logit is not finite",
     }
     [good], [bad], [okay] = (content_ids(tokenizer, t) for t in ("good", "bad", "okay"))
-    vectors = {good: torch.ones(32), bad: torch.full((32,), nan), okay: -torch.ones(32)}
+    vectors = {
+        good: np.ones(32, dtype=np.float32),
+        bad: np.full(32, nan, dtype=np.float32),
+        okay: -np.ones(32, dtype=np.float32),
+    }
     bi = with_engine(models["pooled"], HiddenByFirstToken(vectors))
     body = answer(bi, "rerank", {"query": "good", "documents": ["bad", "okay", "good"]})
     assert [r["index"] for r in body["results"]] == [2, 1, 0]

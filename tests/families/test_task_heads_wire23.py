@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
-import torch
 
 from vllm_srun.compose.loader import load_model
 from vllm_srun.families.task_heads.exits import (
@@ -128,16 +128,21 @@ def test_embeddings_dimensions_are_bounded_by_the_exit(loaded):
 # -- per-token label probabilities -----------------------------------------------------------
 def test_label_probabilities_add_each_labels_b_and_i_tags():
     tags = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
-    probabilities = torch.tensor(
-        [[0.5, 0.1, 0.2, 0.15, 0.05], [0.0, 0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0]]
+    probabilities = np.array(
+        [[0.5, 0.1, 0.2, 0.15, 0.05], [0.0, 0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0]],
+        dtype=np.float32,
     )
     got = label_probabilities(probabilities, tags, ("PER", "LOC"))
-    assert got.dtype == torch.float32 and got.shape == (3, 2)
-    assert torch.allclose(got, torch.tensor([[0.3, 0.2], [1.0, 0.0], [0.0, 0.0]]))
+    assert got.dtype == np.float32 and got.shape == (3, 2)
+    # each sum is one float32 addition of the two tags' probabilities, bit for bit
+    p = probabilities
+    assert np.array_equal(got, np.stack([p[:, 1] + p[:, 2], p[:, 3] + p[:, 4]], axis=1))
+    assert np.allclose(got, [[0.3, 0.2], [1.0, 0.0], [0.0, 0.0]])
     # the labels' order is the response's, whatever the tags' order
     swapped = label_probabilities(probabilities, tags, ("LOC", "PER"))
-    assert torch.allclose(swapped, got.flip(1))
-    assert label_probabilities(torch.zeros((0, 5)), tags, ("PER", "LOC")).shape == (0, 2)
+    assert np.array_equal(swapped, got[:, ::-1])
+    empty = np.zeros((0, 5), dtype=np.float32)
+    assert label_probabilities(empty, tags, ("PER", "LOC")).shape == (0, 2)
 
 
 def test_return_tokens_is_planned_for_token_heads_only(loaded):

@@ -268,3 +268,68 @@ def test_an_engine_model_that_does_not_declare_its_members_fails_the_kit():
         "FAIL family bare_family: engine model: engine bare_engine's model lacks compute_dtype "
         "and libraries; declare them (vllm_srun.plugins.EncoderModel, DecoderModel)"
     ) in report.to_text()
+
+
+def test_a_family_whose_run_gives_tensors_not_numpy_arrays_fails_the_kit():
+    """Every row output a family's ``run`` gives is a float32 numpy array (RowOutput): an
+    engine model that hands back torch tensors, or float64 arrays, is named."""
+    import dataclasses
+
+    import numpy as np
+
+    from vllm_srun.engines.native import NativeEngine
+    from vllm_srun.families.task_heads import TaskHeadsFamily
+
+    class Wrapped:
+        compute_dtype = "float32"
+        libraries = ("torch",)
+
+        def __init__(self, inner, convert):
+            self.inner, self.convert = inner, convert
+
+        def encode(self, batch):
+            return self.convert(self.inner.encode(batch))
+
+    def plugin(convert, name):
+        class Custom(TaskHeadsFamily):
+            def describe(self, package):
+                return dataclasses.replace(super().describe(package), model_type=f"{name}_bert")
+
+        Custom.name = f"{name}_family"
+
+        class WrappingEngine(NativeEngine):
+            auto_priority = 99
+
+            def supports(self, spec, device):
+                if spec.model_type not in (f"{name}_bert", "bert"):
+                    return f"{name}_engine runs {name}_bert only"
+                return super().supports(dataclasses.replace(spec, model_type="bert"), device)
+
+            def load(self, spec, device, options):
+                inner = super().load(dataclasses.replace(spec, model_type="bert"), device, options)
+                return Wrapped(inner, convert)
+
+        WrappingEngine.name = f"{name}_engine"
+        module = types.ModuleType(f"{name}_plugin")
+
+        @hookimpl
+        def register_families(register):
+            register(Custom())
+
+        @hookimpl
+        def register_engines(register):
+            register(WrappingEngine())
+
+        module.register_families = register_families
+        module.register_engines = register_engines
+        return module
+
+    report = check_plugin(plugin(torch.from_numpy, "tensor"))
+    assert not report.ok
+    assert (
+        "FAIL family tensor_family: run(): output 0 is a torch.Tensor; each row's output must "
+        "be a float32 numpy array (convert an engine's tensors with .float().cpu().numpy())"
+    ) in report.to_text()
+    wide = check_plugin(plugin(lambda out: out.astype(np.float64), "wide"))
+    assert "FAIL family wide_family: run(): output 0 is a float64 array;" in wide.to_text()
+    assert check_plugin(plugin(lambda out: out, "plain")).ok
