@@ -19,7 +19,7 @@ from typing import Any
 from vllm_srun.plugins.requests import InputOptions, Overflow
 from vllm_srun.plugins.responses import InputUsage, input_usage
 from vllm_srun.plugins.spec import ItemErrorCode, RequestError, WorkItem
-from vllm_srun.plugins.tokenizing import load_fast_tokenizer
+from vllm_srun.plugins.tokenizing import load_encoder_tokenizer
 from vllm_srun.plugins.windows import DEFAULT_OVERLAP, DEFAULT_SCAN_BUDGET, plan_windows
 
 
@@ -111,14 +111,17 @@ class TextEncoder:
     """
 
     def __init__(self, package: Path, limit: int) -> None:
-        tokenizer, backend = load_fast_tokenizer(package)
+        # tokenizers alone where it reads the package as transformers would (BERT-style
+        # tokenizers: MiniLM, Rampart), so a model on ONNX Runtime never imports transformers
+        loaded = load_encoder_tokenizer(package)
+        backend = loaded.backend
         # Text that spells a special token ("[SEP]", "<s>") is read as text, never
         # as a control token: a user cannot inject structure into a row.
         backend.encode_special_tokens = True
         self.backend = backend
         self.prefix, self.suffix = _envelope(backend)
         self.limit = limit
-        self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+        self.pad_id = int(loaded.pad_id if loaded.pad_id is not None else 0)
         self.specials = (
             backend.num_special_tokens_to_add(False),
             backend.num_special_tokens_to_add(True),
