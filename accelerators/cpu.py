@@ -1,16 +1,35 @@
 """The ``cpu`` accelerator: always available, the last resort of ``--device auto``.
 
 Golden reference keys are ``cpu:<arch>:<isa>:<bf16>`` then ``cpu``, where
-``isa`` is the vector ISA PyTorch's dispatcher selected
+``isa`` is the vector ISA PyTorch's dispatcher selects
 (``torch.backends.cpu.get_cpu_capability()``, lower-cased) and ``bf16`` is
 ``bf16_native`` when the CPU has AVX512-BF16 or AMX tiles, else
 ``bf16_emulated``: those decide how matmuls round.
+
+A model on ONNX Runtime never imports torch, so on x86-64 Linux, while torch is not
+imported, both are read from the CPU flags the kernel lists in ``/proc/cpuinfo``, the
+way PyTorch's dispatcher (``aten/src/ATen/native/DispatchStub.cpp``) and
+``torch.cpu`` read them through cpuinfo:
+
+- ``ATEN_CPU_CAPABILITY`` set to ``avx512``, ``avx2`` or ``default`` wins (any other
+  value is ignored, as PyTorch ignores it with a warning);
+- ``avx512``: flags ``avx512vl``, ``avx512bw``, ``avx512dq`` and ``fma`` (AVX512 kernels);
+- ``avx2``: flags ``avx2`` and ``fma``;
+- ``default`` otherwise;
+- ``bf16_native``: flag ``avx512_bf16`` (``torch.cpu._is_avx512_bf16_supported``) or
+  ``amx_tile`` (``torch.cpu._is_amx_tile_supported``); else ``bf16_emulated``.
+
+Elsewhere (another architecture, no ``/proc/cpuinfo``), or once torch is imported,
+torch answers. ``tests/accelerators/test_cpu.py`` checks the two agree on the
+machine it runs on. The facts only torch knows (``lapack``, ``mkldnn``, ``threads``)
+are listed only when torch is already imported.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +51,66 @@ def machine_arch() -> str:
     return _ARCH_ALIASES.get(arch, arch)
 
 
+_CPUINFO = Path("/proc/cpuinfo")
+
+ISA_FLAGS = (
+    ("AVX512", frozenset({"avx512vl", "avx512bw", "avx512dq", "fma"})),
+    ("AVX2", frozenset({"avx2", "fma"})),
+)
+"""PyTorch's x86 CPU capabilities, most capable first, with the ``/proc/cpuinfo`` flags
+each needs (the cpuinfo tests of ``compute_cpu_capability``)."""
+
+ISA_OVERRIDES = {"avx512": "AVX512", "avx2": "AVX2", "default": "DEFAULT"}
+"""``ATEN_CPU_CAPABILITY`` values an x86 PyTorch honours, and the capability each selects."""
+
+BF16_FLAGS = {"_is_avx512_bf16_supported": "avx512_bf16", "_is_amx_tile_supported": "amx_tile"}
+"""``torch.cpu`` probe -> the ``/proc/cpuinfo`` flag it reads."""
+
+
+def x86_flags(cpuinfo: Path | None = None) -> frozenset[str] | None:
+    """The CPU flags of ``/proc/cpuinfo`` (its first ``flags`` line) on x86-64 Linux, or
+    ``None`` elsewhere or when the file cannot be read (torch then answers)."""
+    if machine_arch() != "x86_64":
+        return None
+    try:
+        with (cpuinfo or _CPUINFO).open(encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        return None
+    return None
+
+
+def isa_from_flags(flags: frozenset[str], override: str | None = None) -> str:
+    """PyTorch's CPU capability (``AVX512``, ``AVX2``, ``DEFAULT``) on an x86 CPU with
+    ``flags``, under ``ATEN_CPU_CAPABILITY`` ``override`` (see the module's rules)."""
+    if override in ISA_OVERRIDES:
+        return ISA_OVERRIDES[override]
+    for isa, needed in ISA_FLAGS:
+        if needed <= flags:
+            return isa
+    return "DEFAULT"
+
+
+def cpu_capability() -> str:
+    """``torch.backends.cpu.get_cpu_capability()``: read from the CPU flags while torch is
+    not imported on x86-64 Linux (the module's rules), else from torch."""
+    flags = x86_flags() if "torch" not in sys.modules else None
+    if flags is not None:
+        return isa_from_flags(flags, os.environ.get("ATEN_CPU_CAPABILITY"))
+    import torch
+
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
 def _cpu_flag(name: str) -> bool:
+    """A ``torch.cpu`` probe (:data:`BF16_FLAGS`): the CPU flag while torch is not imported
+    on x86-64 Linux, else torch's answer (``False`` when it has no such probe or it
+    raises)."""
+    flags = x86_flags() if "torch" not in sys.modules else None
+    if flags is not None:
+        return BF16_FLAGS[name] in flags
     import torch
 
     probe = getattr(torch.cpu, name, None)
@@ -95,19 +173,21 @@ class CpuAccelerator(Accelerator):
         return True
 
     def capabilities(self) -> dict[str, Any]:
-        """arch, isa, bf16, amx, lapack (PyTorch built with LAPACK), mkldnn, cores, threads."""
-        import torch
-
-        return {
+        """arch, isa, bf16, amx, cores; and, when torch is already imported, lapack
+        (PyTorch built with LAPACK), mkldnn and threads (``torch.get_num_threads()``)."""
+        found: dict[str, Any] = {
             "arch": machine_arch(),
-            "isa": str(torch.backends.cpu.get_cpu_capability()).lower(),
+            "isa": cpu_capability().lower(),
             "bf16": bf16_support(),
             "amx": _cpu_flag("_is_amx_tile_supported"),
-            "lapack": bool(torch._C.has_lapack),
-            "mkldnn": bool(torch.backends.mkldnn.is_available()),  # type: ignore[no-untyped-call]
             "cores": os.cpu_count(),
-            "threads": torch.get_num_threads(),
         }
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            found["lapack"] = bool(torch._C.has_lapack)
+            found["mkldnn"] = bool(torch.backends.mkldnn.is_available())
+            found["threads"] = torch.get_num_threads()
+        return found
 
     def devices(self) -> list[DeviceInfo]:
         """The one CPU device, ``cpu``."""
@@ -119,6 +199,10 @@ class CpuAccelerator(Accelerator):
         import torch
 
         return torch.device("cpu")
+
+    def host_memory(self, device: DeviceInfo) -> bool:
+        """``True``: the CPU computes in host memory (said without importing torch)."""
+        return True
 
     def hardware_keys(self, device: DeviceInfo) -> list[str]:
         """``cpu:<arch>:<isa>:<bf16>`` then ``cpu``."""

@@ -9,6 +9,7 @@ then ``cuda``.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from typing import TYPE_CHECKING, Any
 
 from vllm_srun.plugins import (
@@ -18,6 +19,7 @@ from vllm_srun.plugins import (
     hookimpl,
     torch_devices,
 )
+from vllm_srun.plugins.accelerator import device_nodes, torch_build
 from vllm_srun.plugins.hookspecs import RegisterAccelerator
 
 if TYPE_CHECKING:
@@ -41,7 +43,15 @@ class CudaAccelerator(Accelerator):
     auto_priority = 20
 
     def available(self) -> bool:
-        """A CUDA (not HIP) build of PyTorch that sees at least one GPU."""
+        """A CUDA (not HIP) build of PyTorch that sees at least one GPU. Said without
+        importing torch when its build has no CUDA, or (on Linux) no NVIDIA device node
+        exists (``/dev/nvidiactl``, ``/dev/nvidia<N>``, WSL's ``/dev/dxg``)."""
+        if "torch" not in sys.modules:
+            build = torch_build()
+            if build is None or build.get("cuda") is None or build.get("hip") is not None:
+                return False
+            if not device_nodes("/dev/nvidiactl", "/dev/nvidia[0-9]*", "/dev/dxg"):
+                return False
         import torch
 
         try:

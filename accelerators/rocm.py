@@ -7,6 +7,7 @@ N)``. Golden reference keys are ``rocm:<gfx arch>`` then ``rocm``.
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 from vllm_srun.plugins import (
@@ -16,6 +17,7 @@ from vllm_srun.plugins import (
     hookimpl,
     torch_devices,
 )
+from vllm_srun.plugins.accelerator import device_nodes, torch_build
 from vllm_srun.plugins.hookspecs import RegisterAccelerator
 
 if TYPE_CHECKING:
@@ -42,7 +44,12 @@ class RocmAccelerator(Accelerator):
     auto_priority = 10
 
     def available(self) -> bool:
-        """A HIP build of PyTorch that sees at least one GPU."""
+        """A HIP build of PyTorch that sees at least one GPU. Said without importing
+        torch when its build has no HIP, or (on Linux) ROCm's ``/dev/kfd`` is absent."""
+        if "torch" not in sys.modules:
+            build = torch_build()
+            if build is None or build.get("hip") is None or not device_nodes("/dev/kfd"):
+                return False
         import torch
 
         try:

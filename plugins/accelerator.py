@@ -9,9 +9,14 @@ reference keys a device's answers are compared against.
 from __future__ import annotations
 
 import abc
+import ast
+import glob
+import importlib.util
+import platform
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:  # torch is imported by what places a model, not by the plugin API
@@ -107,6 +112,17 @@ class Accelerator(abc.ABC):
     def torch_device(self, index: int | None) -> torch.device:
         """The ``torch.device`` for a device index (``None`` for unnumbered devices)."""
 
+    def host_memory(self, device: DeviceInfo) -> bool:
+        """Whether ``device`` computes in host memory, as a CPU does (its models weigh
+        on the host's RAM, with no GPU workspace beside them).
+
+        By default whether :meth:`torch_device` is a ``cpu`` device, which imports
+        torch; an accelerator that knows without torch overrides it (the ``cpu``
+        accelerator answers ``True``, so a model on ONNX Runtime is placed without
+        torch).
+        """
+        return bool(self.torch_device(device.index).type == "cpu")
+
     def synchronize(self, index: int | None) -> None:  # noqa: B027 - optional hook
         """Wait for queued work on the device to finish; a no-op by default."""
 
@@ -171,6 +187,48 @@ def slug(text: str) -> str:
     1550``) into golden reference key parts.
     """
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+
+
+def torch_build() -> dict[str, Any] | None:
+    """What the installed PyTorch was built for, without importing it: the values of
+    ``torch.version`` (``cuda``, ``hip``, ``xpu``: a version string or ``None``),
+    read from ``torch/version.py`` (literal assignments only). ``None`` when torch is
+    not installed or the file cannot be read.
+
+    An accelerator's :meth:`Accelerator.available` reads it while torch is not imported,
+    so that ``--device auto`` on a machine whose PyTorch cannot reach the device (a CPU
+    build, or no driver) does not import torch only to learn that.
+    """
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    try:
+        path = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, StopIteration, UnicodeDecodeError):
+        return None
+    found: dict[str, Any] = {}
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and value is not None:
+            try:
+                found[target.id] = ast.literal_eval(value)
+            except ValueError:
+                continue
+    return found
+
+
+def device_nodes(*patterns: str) -> bool:
+    """Whether any path matching one of ``patterns`` (globs such as ``/dev/nvidia[0-9]*``)
+    exists: a device's driver is loaded. Always ``True`` off Linux, where the nodes are not
+    where these patterns look (torch must answer there)."""
+    if platform.system() != "Linux":
+        return True
+    return any(glob.glob(pattern) for pattern in patterns)
 
 
 def torch_memory_info(

@@ -264,8 +264,10 @@ BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def on_cpu(placement: Placement) -> bool:
-    """Whether the placement runs on host memory (its torch device type is ``cpu``)."""
-    return placement.accelerator.torch_device(placement.device.index).type == "cpu"
+    """Whether the placement runs on host memory
+    (:meth:`~vllm_srun.plugins.Accelerator.host_memory`: by default, whether its torch
+    device type is ``cpu``; the ``cpu`` accelerator says so without importing torch)."""
+    return placement.accelerator.host_memory(placement.device)
 
 
 def weight_bytes(spec: ModelSpec, cpu: bool) -> int:

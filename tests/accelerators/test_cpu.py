@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -202,3 +206,102 @@ def test_conforms_with_faked_avx512_bf16(monkeypatch):
     _fake_cpu(monkeypatch, machine="x86_64", isa="AVX512", avx512_bf16=True)
     report = check_plugin(cpu_mod)
     assert report.ok, report.to_text()
+
+
+# -- the capabilities without torch ----------------------------------------------------------
+
+CAPABILITIES = """
+import json, sys
+from vllm_srun.accelerators.cpu import CpuAccelerator
+acc = CpuAccelerator()
+(device,) = acc.devices()
+print(json.dumps({"caps": device.capabilities, "keys": acc.hardware_keys(device),
+                  "torch": "torch" in sys.modules}))
+"""
+TORCH_CAPABILITY = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+
+
+def _run(code: str, **env: str) -> str:
+    environ = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**environ, **env},
+    )
+    return done.stdout.strip().splitlines()[-1]
+
+
+needs_flags = pytest.mark.skipif(
+    cpu_mod.x86_flags() is None,
+    reason="the capabilities are read from /proc/cpuinfo on x86-64 Linux only",
+)
+
+
+@needs_flags
+def test_without_torch_the_flags_give_torch_s_capabilities_and_keys():
+    """A process that never imports torch names this machine as torch does: the same ISA,
+    bf16 class and AMX, so the same golden reference key; torch-only facts are left out."""
+    found = json.loads(_run(CAPABILITIES))
+    assert found["torch"] is False
+    caps = found["caps"]
+    assert set(caps) == {"arch", "isa", "bf16", "amx", "cores"}
+    assert caps["isa"] == str(torch.backends.cpu.get_cpu_capability()).lower()
+    amx = bool(torch.cpu._is_amx_tile_supported())
+    native = bool(torch.cpu._is_avx512_bf16_supported()) or amx
+    assert caps["bf16"] == ("bf16_native" if native else "bf16_emulated")
+    assert caps["amx"] is amx
+    acc = cpu_mod.CpuAccelerator()
+    (with_torch,) = acc.devices()
+    assert "lapack" in with_torch.capabilities and "threads" in with_torch.capabilities
+    assert found["keys"] == acc.hardware_keys(with_torch)
+
+
+@needs_flags
+@pytest.mark.parametrize("override", ["default", "avx2", "avx512", "AVX2", "sve256", "bogus"])
+def test_aten_cpu_capability_is_read_as_torch_reads_it(override):
+    """torch honours ATEN_CPU_CAPABILITY's x86 values (lower case) and ignores the others."""
+    without = json.loads(_run(CAPABILITIES, ATEN_CPU_CAPABILITY=override))["caps"]["isa"]
+    assert without == _run(TORCH_CAPABILITY, ATEN_CPU_CAPABILITY=override).lower()
+
+
+AVX512 = frozenset({"avx512f", "avx512vl", "avx512bw", "avx512dq", "fma", "avx2", "avx"})
+
+
+@pytest.mark.parametrize(
+    ("flags", "isa"),
+    [
+        (AVX512, "AVX512"),
+        (AVX512 - {"avx512dq"}, "AVX2"),  # AVX512 kernels need VL, BW and DQ
+        (AVX512 - {"fma"}, "DEFAULT"),  # both need FMA
+        (frozenset({"avx2", "fma", "avx"}), "AVX2"),
+        (frozenset({"avx2"}), "DEFAULT"),
+        (frozenset(), "DEFAULT"),
+    ],
+)
+def test_the_flag_rules(flags, isa):
+    assert cpu_mod.isa_from_flags(flags) == isa
+    assert cpu_mod.isa_from_flags(flags, "default") == "DEFAULT"
+    assert cpu_mod.isa_from_flags(flags, "zvector") == isa
+
+
+def test_bf16_and_amx_come_from_their_flags_without_torch(monkeypatch, tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fma avx2 amx_tile\n")
+    monkeypatch.setattr(cpu_mod, "_CPUINFO", cpuinfo)
+    monkeypatch.setattr(cpu_mod.platform, "machine", lambda: "x86_64")
+    monkeypatch.delitem(sys.modules, "torch")  # as in a process that never imported it
+    caps = cpu_mod.CpuAccelerator().capabilities()
+    assert (caps["isa"], caps["bf16"], caps["amx"]) == ("avx2", "bf16_native", True)
+    assert "lapack" not in caps and "threads" not in caps
+    cpuinfo.write_text("flags\t\t: fma avx2 avx512_bf16\n")
+    assert cpu_mod.bf16_support() == "bf16_native"
+    cpuinfo.write_text("flags\t\t: fma avx2\n")
+    assert cpu_mod.bf16_support() == "bf16_emulated"
+
+
+def test_the_cpu_computes_in_host_memory_without_torch():
+    acc = cpu_mod.CpuAccelerator()
+    (device,) = acc.devices()
+    assert acc.host_memory(device) is True
