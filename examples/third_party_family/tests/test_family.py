@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
+import numpy as np
 import pytest
 import torch
 from vllm_srun_nanoguard.engine import NanoGuardEngine
 from vllm_srun_nanoguard.family import NanoGuardFamily
 
-from vllm_srun.plugins import DeviceInfo, PackageError
+from vllm_srun.plugins import DeviceInfo, EncoderBatch, PackageError
 
 CPU = DeviceInfo("cpu", None, "cpu", None, None, {})
 
@@ -81,15 +83,24 @@ def test_the_engine_runs_nanoguard_only(package):
     )
 
 
+def test_the_engine_takes_numpy_and_answers_the_networks_logits_as_numpy(package):
+    spec = NanoGuardFamily().describe(package)
+    module = NanoGuardEngine().load(spec, CPU, {})
+    ids = np.array([[256, 104, 105] + [257] * 29, [256] + [120] * 31], dtype=np.int64)
+    mask = (ids != 257).astype(np.int64)
+    logits = module.encode(EncoderBatch(ids, mask))
+    assert isinstance(logits, np.ndarray) and logits.dtype == np.float32
+    assert logits.shape == (2, 2) and logits.flags.c_contiguous
+    with torch.inference_mode():
+        direct = module.network(torch.tensor(ids), torch.tensor(mask), mask_keys=False)
+    assert logits.tobytes() == direct.numpy().tobytes()  # the same bits: only the type changes
+
+
 def test_the_engine_runs_bfloat16_and_answers_float32_logits(package):
-    import dataclasses
-
-    from vllm_srun.plugins import EncoderBatch
-
     spec = dataclasses.replace(NanoGuardFamily().describe(package), dtype="bfloat16")
     module = NanoGuardEngine().load(spec, CPU, {})
     assert module.network.cls_head.weight.dtype == torch.bfloat16
-    ids = torch.tensor([[256, 104, 105] + [257] * 29])
-    logits = module.encode(EncoderBatch(ids, (ids != 257).long()))
-    assert logits.dtype == torch.float32 and logits.shape == (1, 2)
-    assert bool(torch.isfinite(logits).all())
+    ids = np.array([[256, 104, 105] + [257] * 29], dtype=np.int64)
+    logits = module.encode(EncoderBatch(ids, (ids != 257).astype(np.int64)))
+    assert isinstance(logits, np.ndarray) and logits.dtype == np.float32
+    assert logits.shape == (1, 2) and bool(np.isfinite(logits).all())

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
-from vllm_srun.plugins import RequestError, RowError
+from vllm_srun.plugins import EncoderBatch, RequestError, RowError
 from vllm_srun.plugins.requests import read_request
 
 
@@ -37,6 +38,16 @@ def test_rows_are_the_full_width_and_keyed_by_content(model):
     assert [item.tokens for item in plan.items] == [32, 32, 32]
     assert plan.items[0].input_ids[:4] == (256, 104, 105, 257)
     assert plan.items[0].key == plan.items[1].key != plan.items[2].key
+
+
+def test_run_answers_one_float32_numpy_logit_pair_per_row(model):
+    plan = model.plan("classify", read_request("classify", {"input": ["hi", "ho"]}))
+    outputs = model.run(list(plan.items))
+    assert [(type(o), o.dtype, o.shape) for o in outputs] == [(np.ndarray, np.float32, (2,))] * 2
+    batch = np.array([item.input_ids for item in plan.items], dtype=np.int64)
+    logits = model.engine_model.encode(EncoderBatch(batch, (batch != 257).astype(np.int64)))
+    assert np.array_equal(np.stack(outputs), logits)
+    assert model.run([]) == []
 
 
 def test_an_answer_alone_equals_the_same_row_in_a_batch(model):

@@ -4,7 +4,9 @@ Transformers has no NanoGuard architecture, so the built-in ``native`` engine
 refuses the spec; this engine accepts exactly that architecture and nothing
 else. It runs where the runtime placed the model (``options["torch_device"]``,
 the device ``native`` would use: CPU, CUDA, ROCm, XPU, ...), in eval and
-inference mode, and returns float32 CPU logits like every encoder engine.
+inference mode. Torch stays inside the engine: like every encoder engine it
+takes the batch's int64 numpy arrays and returns float32 numpy logits, so the
+family never sees a tensor.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import torch
 
 from vllm_srun.plugins import DeviceInfo, EncoderBatch, Engine, ModelSpec
@@ -37,20 +41,22 @@ class NanoGuardModule:
         self.device = device
         self.compute_dtype = str(next(network.parameters()).dtype).removeprefix("torch.")
 
-    def encode(self, batch: EncoderBatch) -> torch.Tensor:
-        """float32 ``[rows, labels]`` logits on the CPU.
+    def encode(self, batch: EncoderBatch) -> npt.NDArray[np.float32]:
+        """float32 ``[rows, labels]`` logits in host memory, C-contiguous.
 
-        Every position of the batch is attended to, padding included, as the
-        package's own code runs the model (its callers pad to ``sequence_len``);
-        the mean pooling reads the positions ``attention_mask`` marks as real.
+        ``batch`` holds int64 numpy ``[rows, tokens]`` arrays; they cross into torch
+        here and the logits cross back, the only place either happens. Every
+        position is attended to, padding included, as the package's own code runs
+        the model (its callers pad to ``sequence_len``); the mean pooling reads the
+        positions ``attention_mask`` marks as real.
         """
         with torch.inference_mode():
             logits: torch.Tensor = self.network(
-                batch.input_ids.to(self.device),
-                batch.attention_mask.to(self.device),
+                torch.from_numpy(batch.input_ids).to(self.device),
+                torch.from_numpy(batch.attention_mask).to(self.device),
                 mask_keys=False,
             )
-        return logits.float().cpu()
+        return np.ascontiguousarray(logits.float().cpu().numpy())
 
 
 class NanoGuardEngine(Engine):

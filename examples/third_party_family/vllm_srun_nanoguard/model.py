@@ -23,7 +23,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
+import numpy as np
+import numpy.typing as npt
 
 from vllm_srun.plugins import (
     OVERFLOW_MODES,
@@ -110,8 +111,11 @@ class GuardPlan(Plan):
 class NanoGuardModel(LoadedModel[GuardPlan]):
     """NanoGuard behind the loaded-model verbs; answers ``classify`` only.
 
+    It never sees torch: the engine takes numpy batches and returns numpy logits.
+
     Args:
-        engine_model: the engine's model; ``encode`` returns float32 ``[rows, 2]`` logits.
+        engine_model: the engine's model; ``encode`` returns float32 ``[rows, 2]`` logits
+            as a numpy array.
         tokenizer: the package's tokenizer.
         limit: the model's ``sequence_len``: tokens per row, BOS included.
     """
@@ -217,18 +221,18 @@ class NanoGuardModel(LoadedModel[GuardPlan]):
             )
         return size, overlap
 
-    def run(self, items: list[WorkItem]) -> list[torch.Tensor]:
+    def run(self, items: list[WorkItem]) -> list[npt.NDArray[np.float32]]:
         """Run full-width rows in one forward; the pooling reads the non-pad positions
         (the tokenizer never emits the pad token inside a text).
 
         Returns:
-            one float32 ``[2]`` logit vector per item.
+            one float32 numpy ``[2]`` logit vector per item (a view of the batch's).
         """
         if not items:
             return []
-        ids = torch.tensor([item.input_ids for item in items], dtype=torch.long)
-        mask = (ids != self.tokenizer.pad_id).long()
-        return list(self.engine_model.encode(EncoderBatch(ids, mask)).unbind(0))
+        ids = np.array([item.input_ids for item in items], dtype=np.int64)
+        mask = (ids != self.tokenizer.pad_id).astype(np.int64)
+        return list(self.engine_model.encode(EncoderBatch(ids, mask)))
 
     def finish(self, plan: GuardPlan, outputs: list[RowOutput]) -> ClassifyAnswer:
         """The classify body: per input the label, ``probabilities`` in ``labels`` order
@@ -256,7 +260,7 @@ class NanoGuardModel(LoadedModel[GuardPlan]):
         failed = next((r for r in rows if isinstance(r, RowError)), None)
         if failed is not None:
             return item_error(index, failed.code, failed.message)
-        per_window = [softmax([float(v) for v in r.tolist()]) for r in rows]  # type: ignore[union-attr]
+        per_window = [softmax(r.tolist()) for r in rows if not isinstance(r, RowError)]
         if not all(math.isfinite(p) for window in per_window for p in window):
             return item_error(index, "invalid_model_output", "the model's output is not finite")
         probabilities = [max(column) for column in zip(*per_window, strict=True)]
