@@ -286,6 +286,8 @@ class NativeEngine(Engine):
 
         Options:
             torch_device: the ``torch.device`` to run on (default CPU).
+            threads: torch's CPU threads (``torch.set_num_threads``, process-wide;
+                ``None``: torch's default, one per core).
             kernels: the runtime's choice per slot (:meth:`select_kernels`);
                 the ``attention`` kernel's implementation is the transformers
                 ``attn_implementation``.
@@ -301,6 +303,9 @@ class NativeEngine(Engine):
         reason = self.supports(spec, device)
         if reason is not None:
             raise ValueError(reason)
+        threads = options.get("threads")
+        if threads:  # --threads: torch's intra-op threads (process-wide, as torch has them)
+            torch.set_num_threads(int(threads))
         import transformers
 
         target = options.get("torch_device", torch.device("cpu"))

@@ -19,20 +19,27 @@ whose every step turns its failure into the operator phrase a
 :func:`~vllm_srun.compose.engine_choice.choose_engine` are two of those steps, and
 :class:`ServedModel` is what
 the pipeline returns. The parts it calls (placement, the registry, the probes,
-the extensions, the batch planning) already live in modules of their own.
+the extensions, the batch planning) already live in modules of their own; what stays
+here keeps a model that never needs torch or transformers from importing them (the
+lean import of transformers' model base when something first imports it, the engine
+options whose ``torch_device`` is made on first read, the weights digest read from
+verification).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import importlib.abc
+import importlib.machinery
 import json
 import os
 import sys
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Required
-
-import torch
 
 from vllm_srun.compose.adapters import AdapterModel, prepare_adapter
 from vllm_srun.compose.batching import (
@@ -57,7 +64,12 @@ from vllm_srun.compose.placement import (
     refuse_weight_formats,
     required_bytes,
 )
-from vllm_srun.compose.probe_cache import ForwardCostCache, forward_cost_key
+from vllm_srun.compose.probe_cache import (
+    BatchInvarianceCache,
+    ForwardCostCache,
+    forward_cost_key,
+    invariance_key,
+)
 from vllm_srun.compose.probes import (
     measure_batch_invariance,
     measure_forward_cost,
@@ -268,7 +280,7 @@ class ServedModel:
         unique: dict[str, WorkItem] = {}
         for item in items:
             unique.setdefault(item.key, item)
-        results: dict[str, torch.Tensor] = {}
+        results: dict[str, RowOutput] = {}
         bounds = dataclasses.replace(self.limits(), forward_overhead_tokens=None)
         for batch in plan_forwards(list(unique.values()), bounds):
             for item, output in zip(batch, self.run_rows(batch), strict=True):
@@ -377,6 +389,122 @@ def import_transformers_lean() -> None:
             setattr(import_utils, name, value)
 
 
+LEAN_MODULES = ("transformers.modeling_utils", "transformers.generation.utils")
+"""The modules of transformers' model base :func:`import_transformers_lean` imports lean."""
+
+
+class _LeanLoader(importlib.abc.Loader):
+    """A module loader that runs the module with transformers' unused backends hidden
+    (:data:`UNUSED_TRANSFORMERS_BACKENDS` read ``False`` while it and what it imports
+    run; restored after the outermost)."""
+
+    depth = 0
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        created: ModuleType | None = self._loader.create_module(spec)
+        return created
+
+    def exec_module(self, module: ModuleType) -> None:
+        import_utils = sys.modules.get("transformers.utils.import_utils")
+        flags = {
+            name: getattr(import_utils, name)
+            for name in UNUSED_TRANSFORMERS_BACKENDS
+            if _LeanLoader.depth == 0 and isinstance(getattr(import_utils, name, None), bool)
+        }
+        _LeanLoader.depth += 1
+        try:
+            for name in flags:
+                setattr(import_utils, name, False)
+            self._loader.exec_module(module)
+        finally:
+            _LeanLoader.depth -= 1
+            for name, value in flags.items():
+                setattr(import_utils, name, value)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_resource_reader, ...
+        return getattr(self._loader, name)
+
+
+class _LeanModelBase(importlib.abc.MetaPathFinder):
+    """Finds :data:`LEAN_MODULES` as the other finders do, with :class:`_LeanLoader`
+    around their loader; leaves ``sys.meta_path`` once both are imported."""
+
+    def find_spec(
+        self, name: str, path: Any = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if name not in LEAN_MODULES:
+            return None
+        if all(module in sys.modules for module in LEAN_MODULES if module != name):
+            sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _LeanModelBase)]
+        for finder in sys.meta_path:
+            if finder is self or isinstance(finder, _LeanModelBase):
+                continue
+            found = getattr(finder, "find_spec", None)
+            spec = found(name, path, target) if found is not None else None
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _LeanLoader(spec.loader)
+                return spec  # type: ignore[no-any-return]
+        return None
+
+
+def import_transformers_lean_when_needed() -> None:
+    """Have transformers' model base imported lean (as :func:`import_transformers_lean`
+    does) whenever something first imports it: an engine's model classes, peft,
+    a family. Imports nothing itself, so a model that never needs transformers (on ONNX
+    Runtime) never pays for it. Idempotent; does nothing once the base is imported."""
+    if all(module in sys.modules for module in LEAN_MODULES):
+        return
+    if not any(isinstance(finder, _LeanModelBase) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _LeanModelBase())
+
+
+def verified_weights_digest(weights: tuple[str, ...], files: Mapping[str, str]) -> str | None:
+    """The weights digest of a spec (``ModelSpec.weights_digest``, the ONNX export cache's
+    key) from the digests verification already has, so a restart hashes nothing: a single
+    weights file's SHA-256, else SHA-256 over one ``name NUL digest`` line per file in
+    name order (the rule an ONNX export cache keys its graphs by when a spec carries none).
+    ``None`` when the spec names no weights or one was not verified."""
+    if not weights or any(name not in files for name in weights):
+        return None
+    if len(weights) == 1:
+        return files[weights[0]]
+    combined = hashlib.sha256()
+    for name in sorted(weights):
+        combined.update(f"{name}\0{files[name]}\n".encode())
+    return combined.hexdigest()
+
+
+class EngineOptions(Mapping[str, Any]):
+    """The options an engine's ``load`` receives; ``torch_device`` is made on first read
+    (:meth:`~vllm_srun.plugins.Accelerator.torch_device` imports torch), so an engine
+    that never reads it (ONNX Runtime) loads without torch."""
+
+    def __init__(self, values: Mapping[str, Any], torch_device: Callable[[], Any]) -> None:
+        self._values = dict(values)
+        self._torch_device = torch_device
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "torch_device" and key not in self._values:
+            self._values[key] = self._torch_device()
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(["torch_device", *(k for k in self._values if k != "torch_device")])
+
+    def __len__(self) -> int:
+        return len(self._values) + ("torch_device" not in self._values)
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is torch's out-of-memory error (torch only when already imported)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(err, torch.OutOfMemoryError)
+
+
 def served_profiles(family: Family, engine: Engine, spec: ModelSpec) -> tuple[Profile, ...]:
     """The profiles the model could be loaded under on ``engine``: those it declares,
     less those the family refuses for the model (the card's ``profiles``)."""
@@ -428,7 +556,7 @@ def load_model(
     """
     options = options or LoadOptions()
     catalog = catalog or load_catalog()
-    import_transformers_lean()  # before peft, a family or an engine imports a model class
+    import_transformers_lean_when_needed()  # when peft, a family or an engine imports a model
     name, device, engine, family = options.name, options.device, options.engine, options.family
     dtype, threads, revision = options.dtype, options.threads, options.revision
     max_model_len, memory_budget_gib = options.max_model_len, options.memory_budget_gib
@@ -468,12 +596,15 @@ def load_model(
         )
     try:
         chosen_family.verify(package)
+        described = chosen_family.describe(package)
         spec = dataclasses.replace(
-            chosen_family.describe(package),
+            described,
             dtype=dtype,
             max_model_len=max_model_len,
             shared_context=options.enable_shared_context,
             profile=options.profile,
+            weights_digest=described.weights_digest
+            or verified_weights_digest(described.weights, prepared.verification.files),
         )
     except LoadError:
         raise
@@ -526,13 +657,15 @@ def load_model(
             f"engine {chosen_engine.name} cannot run on {placement.accelerator.name}: {err}; "
             "install a plugin that registers that kernel, or choose another --engine"
         ) from err
-    engine_options = {
-        "torch_device": placement.accelerator.torch_device(placement.device.index),
-        "providers": placement.accelerator.onnx_providers(placement.device),
-        "threads": threads,
-        "kernels": kernels,
-        "profile": profile,
-    }
+    engine_options = EngineOptions(
+        {
+            "providers": placement.accelerator.onnx_providers(placement.device),
+            "threads": threads,
+            "kernels": kernels,
+            "profile": profile,
+        },
+        lambda: placement.accelerator.torch_device(placement.device.index),
+    )
     try:
         engine_model = chosen_engine.load(spec, placement.device, engine_options)
         undeclared = undeclared_members(engine_model)
@@ -545,32 +678,38 @@ def load_model(
         extra = {"options": options.family_options} if options.family_options else {}
         family_model = chosen_family.load(package, spec, engine_model, **extra)
         loaded = attach_extensions(catalog, family_model)
-        invariance = measure_batch_invariance(
-            loaded, profile.batch_tolerance, LengthEdges(spec.token_limit)
+        cost_key = forward_cost_key(
+            prepared.verification.identity or spec.weights_digest,
+            (chosen_family, chosen_engine, profile),
+            spec,
+            placement,
+            kernels,
+            loaded,
+            options.family_options,
+            engine_model,
+            threads=threads,
+        )
+        invariance = BatchInvarianceCache().measured(  # once per machine and key
+            invariance_key(
+                cost_key, profile.batch_tolerance, spec.token_limit, engine_model, loaded
+            ),
+            lambda: measure_batch_invariance(
+                loaded, profile.batch_tolerance, LengthEdges(spec.token_limit)
+            ),
         )
         forward_cost = ForwardCostCache().measured(  # once per machine: a timing, not a check
-            forward_cost_key(
-                prepared.verification.identity or spec.weights_digest,
-                (chosen_family, chosen_engine, profile),
-                spec,
-                placement,
-                kernels,
-                loaded,
-                options.family_options,
-                engine_model,
-            ),
-            lambda: measure_forward_cost(loaded),
+            cost_key, lambda: measure_forward_cost(loaded)
         )
         release_freed_heap()  # what the probes' forwards freed: not the server's to keep
-    except torch.OutOfMemoryError as err:
-        free = free_now(placement)
-        raise LoadError(
-            f"needs about {gib(required_bytes(spec, placement))} GiB, "
-            f"{'an unknown amount' if free is None else gib(free)} GiB free; out of memory on "
-            f"{placement.device.device} ({str(err).splitlines()[0]})",
-            retryable=True,
-        ) from err
     except RuntimeError as err:
+        if _out_of_memory(err):
+            free = free_now(placement)
+            raise LoadError(
+                f"needs about {gib(required_bytes(spec, placement))} GiB, "
+                f"{'an unknown amount' if free is None else gib(free)} GiB free; out of memory "
+                f"on {placement.device.device} ({str(err).splitlines()[0]})",
+                retryable=True,
+            ) from err
         if "LAPACK" in str(err):
             raise LoadError(
                 f"built without LAPACK: the model needs LAPACK on {placement.device.device} and "

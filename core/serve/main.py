@@ -134,10 +134,8 @@ def serve(config: ServeConfig) -> int:
         return 1
     early = _EarlySignals()
     try:
-        import torch
-
-        if config.threads:
-            torch.set_num_threads(config.threads)
+        # --threads reaches each engine's load (an engine on torch sets torch's threads, an
+        # ONNX Runtime session its intra-op threads): torch is not imported for it here
         try:  # before any model loads, so before any kernel compiles
             cache = autotune.apply(config.autotune_cache)
         except OSError as err:

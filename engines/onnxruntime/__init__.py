@@ -28,6 +28,7 @@ name is ``vllm_srun.engines.onnxruntime``).
 from __future__ import annotations
 
 import importlib.util
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,11 +52,16 @@ from vllm_srun.plugins.spec import EncoderBatch, ModelSpec
 from .export import (
     EXPORT_TASKS,
     GRAPH_FILE,
+    BuildError,
     cache_root,
     ensure_export,
     ensure_optimized,
     export_dir,
     export_onnx,
+    export_refusal,
+    in_process,
+    run_builder,
+    verified_export,
     weights_digest,
 )
 
@@ -223,8 +229,18 @@ class OnnxRuntimeEngine(Engine):
         ),
     )
 
+    def __init__(self) -> None:
+        self._refusals: dict[tuple[str, str], str | None] = {}
+
     def supports(self, spec: Any, device: DeviceInfo) -> str | None:
-        """``None`` when the spec has an ONNX graph, or weights optimum can export; else why not."""
+        """``None`` when the spec has an ONNX graph, or weights optimum can export; else why not.
+
+        A package without a graph whose verified export is in the cache
+        (:func:`~.export.verified_export`) is accepted without importing torch,
+        transformers or optimum; otherwise optimum is asked (:func:`~.export.export_refusal`,
+        in a child process unless torch and transformers are imported here already) and
+        its answer kept for the model type and task.
+        """
         if not isinstance(spec, ModelSpec):
             return "onnxruntime runs encoder model specs only"
         if spec.task not in EXPORT_TASKS:
@@ -243,49 +259,37 @@ class OnnxRuntimeEngine(Engine):
                     f"({spec.released_dtype}); use --dtype auto"
                 )
             return None
-        return self._export_refusal(spec)
-
-    @staticmethod
-    def _export_refusal(spec: ModelSpec) -> str | None:
-        import torch
-
         if not spec.weights:
             return "the package has neither an ONNX graph nor safetensors weights to export"
-        if spec.torch_dtype != torch.float32:
+        served = spec.released_dtype if spec.dtype == "auto" else spec.dtype
+        if served != "float32":
             return (
                 "onnxruntime exports float32 graphs; use --dtype float32 (or --engine native "
-                f"for {spec.dtype if spec.dtype != 'auto' else spec.released_dtype})"
+                f"for {served})"
             )
         try:
-            exporter = importlib.util.find_spec("optimum.exporters.onnx")
-        except ImportError:  # optimum itself, or its exporters package, is missing
-            exporter = None
-        if exporter is None:
-            return "the package has no ONNX graph and optimum-onnx (to export one) is not installed"
-        importlib.import_module("optimum.exporters.onnx.model_configs")  # registers the configs
-        import transformers
-        from optimum.exporters.tasks import TasksManager
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+            if verified_export(spec) is not None:
+                return None
+        except (OSError, ValueError):  # weights to digest that cannot be read: load says so
+            pass
+        return self._export_refusal(spec.model_type, spec.task)
 
-        if spec.model_type not in CONFIG_MAPPING_NAMES:
-            return (
-                f"transformers {transformers.__version__} has no built-in model type "
-                f"{spec.model_type!r} to export (remote code is never run)"
-            )
-        tasks: Mapping[str, Any] = {}
-        for model_type in dict.fromkeys((spec.model_type, spec.model_type.replace("_", "-"))):
+    def _export_refusal(self, model_type: str, task: str) -> str | None:
+        """optimum's answer for the model type and task (:func:`~.export.export_refusal`),
+        asked once per process: here when torch and transformers are imported already,
+        else in the build process."""
+        if (model_type, task) in self._refusals:
+            return self._refusals[model_type, task]
+        if in_process():
+            refusal = export_refusal(model_type, task)
+        else:
             try:
-                tasks = TasksManager.get_supported_tasks_for_model_type(
-                    model_type, exporter="onnx", library_name="transformers"
-                )
-                break
-            except KeyError:
-                continue
-        export_task = EXPORT_TASKS[spec.task]
-        if export_task not in tasks:
-            what = "" if not tasks else f" for task {export_task}"
-            return f"optimum cannot export model type {spec.model_type!r} to ONNX{what}"
-        return None
+                said = run_builder("check", model_type, task).strip().splitlines()
+                refusal = json.loads(said[-1])["refusal"]
+            except (BuildError, ValueError, IndexError, KeyError, TypeError) as err:
+                return f"optimum could not be asked whether it exports the model: {err}"
+        self._refusals[(model_type, task)] = refusal
+        return refusal
 
     def load(self, spec: Any, device: DeviceInfo, options: Mapping[str, Any]) -> OnnxEncoder:
         """Open ``spec``'s graph in an ONNX Runtime session, exporting it first if needed.

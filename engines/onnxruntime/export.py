@@ -6,18 +6,45 @@ only, on the CPU at float32) into ``<cache>/onnx/<weights digest>/<exporter
 task>/model.onnx`` (:func:`export_dir`, under :func:`cache_root`), and every
 later start reuses it. :func:`ensure_export` writes the export beside its place
 and renames it in, so a crash never leaves a half graph there.
+
+Every build carries a record, ``record.json`` (:data:`RECORD_FILE`): the weights
+digest it was built from, the SHA-256 of each file it wrote (with the file's
+``stat`` identity once the file has settled, as the runtime's digest cache keeps
+them: :mod:`vllm_srun.compose.registry.digests`), what it is (``export`` or
+``max_speed`` with or without int8) and the versions of the libraries that built
+it. A build is used only when its record matches (:func:`check_build`): the files
+are hashed again unless their ``stat`` identity is the recorded one, so a restart
+reads the record and hashes nothing; a build whose record is missing or does not
+match is built again, with a warning saying why.
+
+The export and the ``max_speed`` optimisation import torch, transformers and
+optimum (seconds, and hundreds of MB that stay in the process). A process that has
+not imported torch and transformers runs them in a child process
+(``python -m vllm_srun.engines.onnxruntime.build``, :mod:`.build`), so a server of a
+cached graph never imports them, and a first start only in the child.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib.metadata
+import json
+import logging
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
-from vllm_srun.plugins.cache import runtime_cache_dir
+from vllm_srun.plugins.cache import runtime_cache_dir, write_json_atomically
 from vllm_srun.plugins.spec import ModelSpec
+
+log = logging.getLogger("vllm_srun.engines.onnxruntime")
 
 EXPORT_TASKS = {
     "encoder": "feature-extraction",
@@ -28,6 +55,28 @@ EXPORT_TASKS = {
 
 GRAPH_FILE = "model.onnx"
 """The graph file an export writes (large models add ``model.onnx_data`` beside it)."""
+
+RECORD_FILE = "record.json"
+"""The record every build carries beside its graph (the module's description)."""
+
+RECORD_VERSION = 1
+"""The record's ``version``; a build recorded by another version is built again."""
+
+BUILD_LIBRARIES = ("optimum-onnx", "optimum", "transformers", "torch", "onnx", "onnxruntime")
+"""The distributions whose versions a record names (what built the graph)."""
+
+SETTLE_NS = 2_000_000_000
+"""How old (ns) a file's newest timestamp must be for its ``stat`` identity to be recorded
+(the digest cache's rule: a same-size rewrite within a coarse clock tick keeps every
+field, so a fresh file is hashed again at the next check instead)."""
+
+IN_PROCESS_MODULES = ("torch", "transformers")
+"""When both are imported already, builds and the export check run in this process
+(they cost nothing more there); otherwise in a child process (:mod:`.build`)."""
+
+
+class BuildError(ValueError):
+    """A build or its check failed in the child process; the message says what it printed."""
 
 
 def cache_root(environ: Mapping[str, str] | None = None) -> Path:
@@ -78,6 +127,158 @@ def export_dir(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> Pat
     return cache_root(environ) / "onnx" / weights_digest(spec) / EXPORT_TASKS[spec.task]
 
 
+def library_versions(names: tuple[str, ...] = BUILD_LIBRARIES) -> dict[str, str | None]:
+    """Installed version of each distribution (``None`` when absent), from package
+    metadata: nothing is imported."""
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def _file_identity(path: Path) -> dict[str, int]:
+    info = path.stat()
+    return {
+        "device": info.st_dev,
+        "inode": info.st_ino,
+        "size": info.st_size,
+        "mtime_ns": info.st_mtime_ns,
+        "ctime_ns": info.st_ctime_ns,
+    }
+
+
+def _settled(identity: Mapping[str, int], started_ns: int) -> bool:
+    return started_ns - max(identity["mtime_ns"], identity["ctime_ns"]) >= SETTLE_NS
+
+
+def _built_files(folder: Path) -> list[str]:
+    """The files a build wrote at its top level (its record aside): a ``max_speed`` build
+    lives in a folder inside the export's and has a record of its own."""
+    return sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != RECORD_FILE)
+
+
+def write_record(folder: Path, weights: str, kind: str) -> dict[str, Any]:
+    """Write ``folder/record.json`` for the build in ``folder`` (every file at its top level
+    hashed).
+
+    Args:
+        folder: the finished build.
+        weights: the weights digest it was built from.
+        kind: ``export``, ``max_speed`` or ``max_speed_int8``.
+
+    Returns:
+        The record.
+
+    Raises:
+        OSError: a file cannot be read or the record written.
+    """
+    started = time.time_ns()
+    files: dict[str, dict[str, Any]] = {}
+    for rel in _built_files(folder):
+        identity = _file_identity(folder / rel)
+        entry: dict[str, Any] = {"sha256": _file_sha256(folder / rel)}
+        if _settled(identity, started) and _file_identity(folder / rel) == identity:
+            entry["stat"] = identity
+        files[rel] = entry
+    record = {
+        "version": RECORD_VERSION,
+        "kind": kind,
+        "weights_digest": weights,
+        "graph": GRAPH_FILE,
+        "files": files,
+        "libraries": library_versions(),
+    }
+    write_json_atomically(folder / RECORD_FILE, record)
+    return record
+
+
+def check_build(folder: Path, weights: str, kind: str) -> str | None:
+    """``None`` when ``folder`` holds a build of ``kind`` from ``weights`` whose files match
+    its record; else why not (``no build``, ``no record``, ``model.onnx differs from
+    its record``, ...). A file whose ``stat`` identity is the recorded one is not read;
+    one without (or with another, unchanged bytes) is hashed, and the record is
+    updated with its identity once it has settled (quietly skipped when the cache
+    cannot be written). Never raises."""
+    if not (folder / GRAPH_FILE).is_file():
+        return "no build"
+    try:
+        record = json.loads((folder / RECORD_FILE).read_bytes())
+    except FileNotFoundError:
+        return f"it has no {RECORD_FILE}"
+    except (OSError, ValueError) as err:
+        return f"its {RECORD_FILE} cannot be read ({err})"
+    if not isinstance(record, dict) or record.get("version") != RECORD_VERSION:
+        return f"its {RECORD_FILE} is not a version {RECORD_VERSION} record"
+    if record.get("weights_digest") != weights or record.get("kind") != kind:
+        return "its record names other weights or another build"
+    files = record.get("files")
+    if not isinstance(files, dict) or GRAPH_FILE not in files:
+        return f"its record lists no {GRAPH_FILE}"
+    if sorted(files) != _built_files(folder):
+        return "its files are not the ones its record lists"
+    started, refreshed = time.time_ns(), False
+    for rel, entry in files.items():
+        path = folder / rel
+        try:
+            identity = _file_identity(path)
+            if isinstance(entry, dict) and entry.get("stat") == identity:
+                continue
+            if not isinstance(entry, dict) or _file_sha256(path) != entry.get("sha256"):
+                return f"{rel} differs from its record"
+        except OSError as err:
+            return f"{rel} cannot be read ({err.strerror or err})"
+        if _settled(identity, started) and _file_identity(path) == identity:
+            entry["stat"], refreshed = identity, True
+    if refreshed:  # a read-only cache: the files are hashed again next time
+        with contextlib.suppress(OSError):
+            write_json_atomically(folder / RECORD_FILE, record)
+    return None
+
+
+def export_refusal(model_type: str, task: str) -> str | None:
+    """Why optimum cannot export ``model_type`` for the engine's ``task``, or ``None``.
+
+    Imports transformers and optimum (and through them torch): a server runs it in
+    the child process (:mod:`.build`, ``check``) unless they are imported already.
+    """
+    import importlib
+    import importlib.util
+
+    try:
+        exporter = importlib.util.find_spec("optimum.exporters.onnx")
+    except ImportError:  # optimum itself, or its exporters package, is missing
+        exporter = None
+    if exporter is None:
+        return "the package has no ONNX graph and optimum-onnx (to export one) is not installed"
+    importlib.import_module("optimum.exporters.onnx.model_configs")  # registers the configs
+    import transformers
+    from optimum.exporters.tasks import TasksManager
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    if model_type not in CONFIG_MAPPING_NAMES:
+        return (
+            f"transformers {transformers.__version__} has no built-in model type "
+            f"{model_type!r} to export (remote code is never run)"
+        )
+    tasks: Mapping[str, Any] = {}
+    for name in dict.fromkeys((model_type, model_type.replace("_", "-"))):
+        try:
+            tasks = TasksManager.get_supported_tasks_for_model_type(
+                name, exporter="onnx", library_name="transformers"
+            )
+            break
+        except KeyError:
+            continue
+    export_task = EXPORT_TASKS[task]
+    if export_task not in tasks:
+        what = "" if not tasks else f" for task {export_task}"
+        return f"optimum cannot export model type {model_type!r} to ONNX{what}"
+    return None
+
+
 def export_onnx(spec: ModelSpec, output: Path) -> None:
     """Export ``spec``'s safetensors model to an ONNX graph in ``output`` (``model.onnx``).
 
@@ -103,22 +304,67 @@ def export_onnx(spec: ModelSpec, output: Path) -> None:
     )
 
 
-def ensure_export(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> Path:
-    """The cached graph of ``spec``, exporting it first when the cache lacks it.
+def in_process() -> bool:
+    """Whether builds run in this process (:data:`IN_PROCESS_MODULES` already imported)."""
+    return all(name in sys.modules for name in IN_PROCESS_MODULES)
 
-    The export is written into a temporary sibling folder and renamed into
-    place in one step, so a crash mid-export never leaves a half graph where
-    the next start would find it; when two processes export at once, the
-    first rename wins and the other's copy is discarded.
+
+def run_builder(*arguments: str) -> str:
+    """Run ``python -m vllm_srun.engines.onnxruntime.build ARGUMENTS`` (:mod:`.build`) and
+    return what it printed.
+
+    Raises:
+        BuildError: the child failed; the message gives the last lines it wrote to
+            stderr (optimum's or the exporter's error).
+    """
+    command = [sys.executable, "-m", "vllm_srun.engines.onnxruntime.build", *arguments]
+    done = subprocess.run(
+        command, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"}
+    )
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+        said = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
+        cause = said[-1] if said else " | ".join(lines[-3:]) or f"exit status {done.returncode}"
+        raise BuildError(
+            f"the ONNX build process ({' '.join(command[1:4])} {arguments[0]}) failed: {cause}"
+        )
+    return done.stdout
+
+
+def ensure_export(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> Path:
+    """The cached graph of ``spec``, exporting it first when the cache has no verified one
+    (:func:`check_build`).
+
+    The export is written into a temporary sibling folder with its record and renamed
+    into place in one step, so a crash mid-export never leaves a half graph where the
+    next start would find it; when two processes export at once, the first rename
+    wins and the other's copy is discarded. It runs in a child process unless torch
+    and transformers are imported here already (:func:`in_process`).
 
     Returns:
         The path of ``model.onnx``.
 
     Raises:
-        ValueError: optimum cannot export the model.
+        ValueError: optimum cannot export the model (:class:`BuildError` when the
+            child process said so).
         OSError: the package cannot be read or the cache written.
     """
-    return _build_once(export_dir(spec, environ), lambda staging: export_onnx(spec, staging))
+
+    def export(staging: Path) -> None:
+        if in_process():
+            export_onnx(spec, staging)
+        else:
+            run_builder("export", str(spec.package), spec.task, str(staging))
+
+    return _build_once(export_dir(spec, environ), export, weights_digest(spec), "export")
+
+
+def verified_export(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> Path | None:
+    """The graph of ``spec``'s verified export (:func:`check_build`), or ``None``."""
+    target = export_dir(spec, environ)
+    if check_build(target, weights_digest(spec), "export") is None:
+        return target / GRAPH_FILE
+    return None
 
 
 OPTIMIZATION_LEVEL = 2
@@ -180,29 +426,47 @@ def ensure_optimized(
         OSError: the package cannot be read or the cache written.
     """
     source = ensure_export(spec, environ).parent
-    return _build_once(
-        optimized_dir(spec, int8, environ), lambda staging: optimize_onnx(source, staging, int8)
-    )
+
+    def optimize(staging: Path) -> None:
+        if in_process():
+            optimize_onnx(source, staging, int8)
+        else:
+            run_builder("optimize", str(source), str(staging), *(["--int8"] if int8 else []))
+
+    kind = "max_speed_int8" if int8 else "max_speed"
+    # the export's own files (this folder is inside it) are verified by the export's record
+    return _build_once(optimized_dir(spec, int8, environ), optimize, weights_digest(spec), kind)
 
 
-def _build_once(target: Path, build: Callable[[Path], None]) -> Path:
-    """``target/model.onnx``, built by ``build(staging)`` into a sibling folder renamed
-    into place when the cache lacks it (see :func:`ensure_export`)."""
+def _build_once(target: Path, build: Callable[[Path], None], weights: str, kind: str) -> Path:
+    """``target/model.onnx``, built by ``build(staging)`` into a sibling folder, recorded
+    (:func:`write_record`) and renamed into place, unless ``target`` already holds a
+    build its record verifies (see :func:`ensure_export`). A build that does not verify
+    is replaced, with a warning that says why."""
     graph = target / GRAPH_FILE
-    if graph.is_file():
+    problem = check_build(target, weights, kind)
+    if problem is None:
         return graph
+    if target.exists():
+        log.warning("the ONNX build %s is not used (%s): building it again", target, problem)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         build(staging)
         if not (staging / GRAPH_FILE).is_file():
             raise ValueError(f"no {GRAPH_FILE} was written for {target}")
-        if target.exists() and not graph.is_file():
-            shutil.rmtree(target)  # not one of ours: a complete build always has the graph
+        write_record(staging, weights, kind)
+        if target.exists():  # a build that did not verify: moved aside, then removed
+            stale = Path(
+                tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent)
+            )
+            with contextlib.suppress(OSError):  # a concurrent start moved it first
+                target.rename(stale / "build")
+            shutil.rmtree(stale, ignore_errors=True)
         try:
             staging.rename(target)
         except OSError:
-            if not graph.is_file():  # not a concurrent build that won the race
+            if check_build(target, weights, kind) is not None:  # not a concurrent build
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -210,15 +474,24 @@ def _build_once(target: Path, build: Callable[[Path], None]) -> Path:
 
 
 __all__ = [
+    "BUILD_LIBRARIES",
     "EXPORT_TASKS",
     "GRAPH_FILE",
     "OPTIMIZATION_LEVEL",
+    "RECORD_FILE",
+    "BuildError",
     "cache_root",
+    "check_build",
     "ensure_export",
     "ensure_optimized",
     "export_dir",
     "export_onnx",
+    "in_process",
+    "library_versions",
     "optimize_onnx",
     "optimized_dir",
+    "run_builder",
+    "verified_export",
     "weights_digest",
+    "write_record",
 ]

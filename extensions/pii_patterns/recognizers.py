@@ -22,9 +22,12 @@ and never fetches the live list (no network at run time).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import re
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,6 +146,37 @@ def _trim_url(text: str, start: int, end: int) -> int:
     return end
 
 
+PRESIDIO_DEVICE = "PRESIDIO_DEVICE"
+"""Presidio's device variable: set (to ``cpu``) while it is imported, its NLP engines'
+device detector reads it instead of importing torch to look for a GPU."""
+
+
+@contextlib.contextmanager
+def _without_torch() -> Iterator[None]:
+    """Import Presidio as a process without torch and transformers would: importing
+    ``presidio_analyzer`` imports its NLP engines, whose device detector imports torch and
+    whose Hugging Face pipelines import transformers (several seconds and hundreds of MB,
+    for engines this module never runs: it calls pattern recognizers only). While this
+    runs, ``import torch`` and ``import transformers`` raise ImportError where neither is
+    imported yet (Presidio then records them as absent, as it is written to), and
+    :data:`PRESIDIO_DEVICE` reads ``cpu`` unless set; both are restored after, so a later
+    import of torch or transformers works as ever."""
+    blocked = [name for name in ("torch", "transformers") if name not in sys.modules]
+    device = os.environ.get(PRESIDIO_DEVICE)
+    for name in blocked:
+        sys.modules[name] = None  # type: ignore[assignment]
+    if device is None:
+        os.environ[PRESIDIO_DEVICE] = "cpu"
+    try:
+        yield
+    finally:
+        for name in blocked:
+            if sys.modules.get(name, ...) is None:
+                del sys.modules[name]
+        if device is None:
+            os.environ.pop(PRESIDIO_DEVICE, None)
+
+
 @functools.cache
 def shared_scanner() -> PatternScanner:
     """One :class:`PatternScanner` per process (every token model shares it: the
@@ -172,20 +206,22 @@ class PatternScanner:
 
     def __init__(self) -> None:
         import tldextract
-        from presidio_analyzer import Pattern, PatternRecognizer
-        from presidio_analyzer.nlp_engine import NlpArtifacts
-        from presidio_analyzer.predefined_recognizers import (
-            AbaRoutingRecognizer,
-            CreditCardRecognizer,
-            DateRecognizer,
-            EmailRecognizer,
-            IbanRecognizer,
-            IpRecognizer,
-            PhoneRecognizer,
-            UrlRecognizer,
-            UsBankRecognizer,
-            UsSsnRecognizer,
-        )
+
+        with _without_torch():
+            from presidio_analyzer import Pattern, PatternRecognizer
+            from presidio_analyzer.nlp_engine import NlpArtifacts
+            from presidio_analyzer.predefined_recognizers import (
+                AbaRoutingRecognizer,
+                CreditCardRecognizer,
+                DateRecognizer,
+                EmailRecognizer,
+                IbanRecognizer,
+                IpRecognizer,
+                PhoneRecognizer,
+                UrlRecognizer,
+                UsBankRecognizer,
+                UsSsnRecognizer,
+            )
 
         offline = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
 
