@@ -85,15 +85,32 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def serve_once(vllm_srun: str, cache_dir: str, port: int) -> dict[str, Any]:
-    """Start ``vllm-srun serve MODEL --offline``, wait for the ready line, measure, stop.
+HEAVY = ("torch", "transformers", "optimum")
+"""Top-level packages a cached ONNX start must not import (issue 32)."""
+
+
+def serve_once(
+    vllm_srun: str,
+    cache_dir: str,
+    port: int,
+    model: str = MODEL,
+    extra: tuple[str, ...] = (),
+    importtime: bool = False,
+) -> dict[str, Any]:
+    """Start ``vllm-srun serve MODEL --offline EXTRA``, wait for the ready line, measure, stop.
 
     The ready line is read from the server's log as it is written (a reader
     thread hands each line over; no polling); peak RSS and CPU time are read at
-    that moment.
+    that moment. With ``importtime`` the server runs under ``python -X importtime``
+    (slower: its times are not reported) and ``imported`` lists the top-level
+    packages of :data:`HEAVY` it imported, with ``modules`` the number of modules.
     """
     env = {**os.environ, "VLLM_SRUN_CACHE_DIR": cache_dir, "PYTHONUNBUFFERED": "1"}
-    argv = [vllm_srun, "serve", MODEL, "--offline", "--host", "127.0.0.1", "--port", str(port)]
+    argv = [vllm_srun, "serve", model, "--offline", "--host", "127.0.0.1", "--port", str(port)]
+    argv += list(extra)
+    if importtime:
+        argv = [str(Path(vllm_srun).parent / "python"), "-X", "importtime", *argv]
+    modules: set[str] = set()
     child = Child()  # stopped at exit too: an interrupted run leaves no server behind
     started = time.perf_counter()
     server = child.proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
@@ -118,6 +135,11 @@ def serve_once(vllm_srun: str, cache_dir: str, port: int) -> dict[str, Any]:
                 break
             if line is None:
                 break
+            if line.startswith("import time:"):
+                name = line.rsplit("|", 1)[-1].strip()
+                if name != "package":
+                    modules.add(name)
+                continue
             seen.append(line)
             if READY.search(line):
                 figures["ready_s"] = round(time.perf_counter() - started, 3)
@@ -127,13 +149,52 @@ def serve_once(vllm_srun: str, cache_dir: str, port: int) -> dict[str, Any]:
                 figures["anon_mb"] = round(memory["RssAnon"] / 1024, 1)
                 figures["file_mb"] = round(memory["RssFile"] / 1024, 1)
                 figures["golden"] = line.split("golden ", 1)[1].strip()
+                figures["engine"] = line.split("(", 1)[1].split(")", 1)[0]
                 break
     finally:
         child.stop()
         reader.join(timeout=10)
     if "ready_s" not in figures:
         raise RuntimeError(f"{vllm_srun} serve never got ready:\n{''.join(seen[-20:])}")
+    if importtime:
+        tops = {name.split(".", 1)[0] for name in modules}
+        return {"imported": sorted(set(HEAVY) & tops), "modules": len(modules)}
     return figures
+
+
+ENGINE_STARTS = (
+    ("MiniLM, onnxruntime", MODEL, ("--engine", "onnxruntime")),
+    ("MiniLM, native", MODEL, ("--engine", "native")),
+    ("Rampart, onnxruntime", "arcjet/rampart-pii", ("--engine", "onnxruntime")),
+)
+"""The restarts compared side by side: label, model, engine arguments."""
+
+ENGINE_TARGETS = {"MiniLM, onnxruntime": (1.5, 250.0), "Rampart, onnxruntime": (2.0, None)}
+"""Issue 32's targets for a warm-cache start: ready seconds, peak RSS MB."""
+
+
+def engine_starts(vllm_srun: str, port: int) -> dict[str, dict[str, Any]]:
+    """Each of :data:`ENGINE_STARTS` started once to warm a fresh runtime cache (the ONNX
+    export of MiniLM, the digests), then measured on a restart in turn, three rounds
+    (the median of each figure), and once more under ``-X importtime`` for the modules."""
+    with tempfile.TemporaryDirectory(prefix="startup-engines-") as cache:
+        for _, model, extra in ENGINE_STARTS:
+            serve_once(vllm_srun, cache, port, model, extra)
+        rounds: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in ENGINE_STARTS}
+        for _ in range(3):
+            for label, model, extra in ENGINE_STARTS:
+                rounds[label].append(serve_once(vllm_srun, cache, port, model, extra))
+        found = {}
+        for label, model, extra in ENGINE_STARTS:
+            runs = rounds[label]
+            found[label] = {
+                key: statistics.median(run[key] for run in runs)
+                for key in ("ready_s", "cpu_s", "peak_rss_mb", "anon_mb", "file_mb")
+            }
+            found[label]["engine"] = runs[0]["engine"]
+            found[label]["golden"] = runs[0]["golden"]
+            found[label].update(serve_once(vllm_srun, cache, port, model, extra, importtime=True))
+    return found
 
 
 def serve_pair(vllm_srun: str, port: int) -> dict[str, dict[str, Any]]:
@@ -200,6 +261,8 @@ def main() -> int:
     for label, binary in sides.items():  # the serve starts, one side after the other
         log(f"{label}: serve {MODEL}, first start and restart")
         figures[label].update(serve_pair(binary, args.port))
+    log(f"engines side by side: {', '.join(label for label, _, _ in ENGINE_STARTS)}")
+    figures["engines"] = engine_starts(ours, args.port)
     for label, binary in sides.items():
         log(f"{label}: phases of a start, in process")
         figures[label]["phases"] = phases(str(Path(binary).parent / "python"))
@@ -278,7 +341,31 @@ def render(figures: dict[str, Any]) -> str:
         row(f"serve, {start}: RSS at ready, file pages", (start, "file_mb"), "MB")
     lines += [
         "",
-        f"Golden self-check at ready: {ours['restart']['golden']}.",
+        f"Golden self-check at ready: {ours['restart']['golden']} "
+        f"(engine {ours['restart']['engine']}).",
+        "",
+        "## Engines side by side (issue 32: warm cache, median of 3 restarts in turn)",
+        "",
+        "| start | engine | ready | CPU until ready | peak RSS | RSS anonymous | target "
+        "| heavy packages imported | modules |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for label, found in figures["engines"].items():
+        ready_goal, rss_goal = ENGINE_TARGETS.get(label, (None, None))
+        goals = []
+        if ready_goal is not None:
+            goals.append(f"<= {ready_goal} s {_target(found['ready_s'], ready_goal)}")
+        if rss_goal is not None:
+            goals.append(f"<= {rss_goal:g} MB {_target(found['peak_rss_mb'], rss_goal)}")
+        lines.append(
+            f"| {label} | {found['engine']} | {found['ready_s']} s | {found['cpu_s']} s | "
+            f"{found['peak_rss_mb']} MB | {found['anon_mb']} MB | {'; '.join(goals) or '-'} | "
+            f"{', '.join(found['imported']) or 'none'} | {found['modules']} |"
+        )
+    lines += [
+        "",
+        "Heavy packages: " + ", ".join(HEAVY) + " (top-level names seen by `python -X "
+        "importtime` in a separate start of each).",
         "",
         "## Where a start goes (one process, each phase in order; the runtime cache warm)",
         "",
