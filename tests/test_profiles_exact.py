@@ -44,7 +44,10 @@ def _without_index(results: list[dict[str, Any]], position: int) -> dict[str, An
 
 @pytest.fixture(scope="module")
 def minilm() -> ServedModel:
-    return load_model("sentence-transformers/all-MiniLM-L6-v2", LoadOptions(offline=True))
+    # pinned: --engine auto takes onnxruntime where the reference declares it at parity
+    return load_model(
+        "sentence-transformers/all-MiniLM-L6-v2", LoadOptions(offline=True, engine="native")
+    )
 
 
 @pytest.fixture(scope="module")
