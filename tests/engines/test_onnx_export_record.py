@@ -187,3 +187,18 @@ def test_engine_options_make_the_torch_device_on_first_read():
     assert sorted(options) == ["threads", "torch_device"] and len(options) == 2
     assert options.get("torch_device") == "device" and options["torch_device"] == "device"
     assert made == [1]
+
+
+@pytest.mark.slow
+def test_the_weights_beside_the_graph_give_the_same_bits(cache, spec, monkeypatch, tmp_path):
+    """An export keeps its weights in model.onnx_data (ONNX Runtime maps them): the same
+    graph and values as optimum's single file, so the same bits."""
+    mapped = OnnxRuntimeEngine().load(spec, CPU, {})
+    assert (mapped.graph.parent / ort_export.WEIGHTS_FILE).is_file()
+    assert mapped.graph.stat().st_size < 64 * 1024  # the graph alone; the weights beside it
+    monkeypatch.setattr(ort_export, "external_weights", lambda graph: None)
+    monkeypatch.setenv("VLLM_SRUN_CACHE_DIR", str(tmp_path / "inline"))
+    inline = OnnxRuntimeEngine().load(spec, CPU, {})
+    assert not (inline.graph.parent / ort_export.WEIGHTS_FILE).exists()
+    batch = EncoderBatch(**padded_batch([7, 3, 5]))
+    assert np.array_equal(mapped.encode(batch), inline.encode(batch))
