@@ -5,8 +5,10 @@ the command at once with a message saying what to do (exit 1); ``serving ...
 on ...`` is logged only once the listener accepts. A Unix socket is created
 mode 0600 (only the server's user may connect) and removed at exit.
 
-HTTP answers from the first moment (``/health/live`` 200, ``/health`` 503 with
-per-model states) while models load. SIGTERM (or SIGINT) starts the shutdown:
+Models start loading once the plugins are composed, while the HTTP app is built and
+uvicorn starts (an ONNX Runtime session opens without holding the GIL, so the two
+overlap). HTTP answers from the first moment (``/health/live`` 200, ``/health`` 503
+with per-model states) while models load. SIGTERM (or SIGINT) starts the shutdown:
 
 1. admission stops: ``/health`` answers 503, a new request 503 ``not_ready``;
 2. every request received before the signal is answered as usual, within
@@ -47,6 +49,7 @@ import stat
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -144,6 +147,9 @@ def serve(config: ServeConfig) -> int:
         if cache is not None:
             log.info("autotune cache: %s", cache)
         runtime = Runtime(config)
+        settled = SettledLater()
+        if not early.received:  # the models load while the app is built and uvicorn starts
+            runtime.start_loading(on_settled=settled)
         inflight = InFlight(build_app(runtime), runtime.drain, runtime.config.systemone_schema)
         uv_config = uvicorn.Config(
             inflight,
@@ -155,7 +161,7 @@ def serve(config: ServeConfig) -> int:
             lifespan="off",
             timeout_graceful_shutdown=5,
         )
-        server = DrainingServer(uv_config, runtime, listener.where, early.received)
+        server = DrainingServer(uv_config, runtime, listener.where, early.received, settled)
         server.run(sockets=[listener.socket])
         finished = runtime.drain.finish()
         code = 0 if runtime.drain.drained and finished and not server.gave_up else 1
@@ -167,6 +173,30 @@ def serve(config: ServeConfig) -> int:
         listener.close()
         early.restore()
     return code
+
+
+class SettledLater:
+    """The loading thread's ``on_settled`` when loading starts before the server exists
+    (:func:`serve`): the call is kept until :meth:`then` names what to run, and runs it
+    then, or at once when it comes after."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._called = False
+        self._target: Callable[[], None] | None = None
+
+    def __call__(self) -> None:
+        with self._lock:
+            self._called, target = True, self._target
+        if target is not None:
+            target()
+
+    def then(self, target: Callable[[], None]) -> None:
+        """Run ``target`` when loading settles (now, if it has)."""
+        with self._lock:
+            self._target, called = target, self._called
+        if called:
+            target()
 
 
 class _EarlySignals:
@@ -356,18 +386,21 @@ class DrainingServer(uvicorn.Server):
         runtime: Runtime,
         where: str,
         early_signals: list[int] | None = None,
+        settled: SettledLater | None = None,
     ) -> None:
         super().__init__(config)
         self.runtime = runtime
         self.drain = runtime.drain
         self.where = where
         self.early_signals = early_signals if early_signals is not None else []
+        self.settled_early = settled
         self.gave_up: list[str] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_task: asyncio.Task[None] | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        """Start serving on the bound listener, then log it and start loading the models."""
+        """Start serving on the bound listener, then log it and start loading the models,
+        or (:func:`serve` started them while the app was built) hear when they settle."""
         self._loop = asyncio.get_running_loop()
         await super().startup(sockets=sockets)
         if not self.started:
@@ -377,7 +410,11 @@ class DrainingServer(uvicorn.Server):
             self.handle_exit(self.early_signals[0], None)
             return
         log.info("serving %d model(s) on %s", len(self.runtime.models), self.where)
-        if not self.should_exit:
+        if self.should_exit:
+            return
+        if self.runtime.started and self.settled_early is not None:
+            self.settled_early.then(self._settled)
+        else:
             self.runtime.start_loading(on_settled=self._settled)
 
     def _settled(self) -> None:

@@ -113,6 +113,7 @@ class Runtime:
         self.models = {m.served_name: ModelState(m) for m in config.models}
         self.accepting = True
         self.started = False
+        self._loading: threading.Thread | None = None
         self.stopping = threading.Event()
         self.drain = Drain(self)
         # Planning runs on one thread per model (ModelService.planner): tokenising
@@ -128,7 +129,8 @@ class Runtime:
 
     # -- lifecycle --------------------------------------------------------------------------
     def start_loading(self, on_settled: Callable[[], None] | None = None) -> threading.Thread:
-        """Load every model in a background thread; HTTP serves meanwhile.
+        """Load every model in a background thread; HTTP serves meanwhile. Once only: a
+        second call returns the thread the first started (``on_settled`` is the first's).
 
         The thread loads the models in order and keeps a schedule of retries:
         a model whose load failed for a passing cause waits (status
@@ -141,11 +143,14 @@ class Runtime:
                 ready or failed (not when :meth:`stop` ended it): the moment
                 :meth:`cannot_serve` is final.
         """
+        if self._loading is not None:  # started already: the one loading thread
+            return self._loading
         self.started = True
         thread = threading.Thread(
             target=self._load_all, args=(on_settled,), name="model-loader", daemon=True
         )
         thread.start()
+        self._loading = thread
         return thread
 
     def cannot_serve(self) -> list[str]:

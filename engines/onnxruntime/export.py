@@ -59,8 +59,9 @@ GRAPH_FILE = "model.onnx"
 RECORD_FILE = "record.json"
 """The record every build carries beside its graph (the module's description)."""
 
-RECORD_VERSION = 1
-"""The record's ``version``; a build recorded by another version is built again."""
+RECORD_VERSION = 2
+"""The record's ``version``; a build recorded by another version is built again (2: the
+weights beside the graph, :data:`WEIGHTS_FILE`)."""
 
 BUILD_LIBRARIES = ("optimum-onnx", "optimum", "transformers", "torch", "onnx", "onnxruntime")
 """The distributions whose versions a record names (what built the graph)."""

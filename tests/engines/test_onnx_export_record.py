@@ -65,7 +65,7 @@ def hashes(monkeypatch):
 def test_an_export_carries_a_record_that_verifies_it(cache, spec):
     graph = ensure_export(spec)
     record = json.loads((graph.parent / RECORD_FILE).read_text())
-    assert record["version"] == 1 and record["kind"] == "export"
+    assert record["version"] == 2 and record["kind"] == "export"
     assert record["weights_digest"] == weights_digest(spec)
     assert record["graph"] == GRAPH_FILE
     assert record["files"][GRAPH_FILE]["sha256"] == ort_export._file_sha256(graph)
