@@ -6,13 +6,13 @@ pool that finds the worker suspect (:mod:`.liveness`), asks for an early probe
 (:meth:`~.worker.Worker.request_probe`). A probe of a suspect worker waits
 :data:`~.liveness.SUSPECT_PROBE_TIMEOUT` only, and its failure makes the worker
 ``unreachable`` at once, and so does a probe already waiting when its worker turns
-suspect, :data:`~.liveness.SUSPECT_PROBE_TIMEOUT` after it was sent. A slow answer alone never does where the worker shows other
-signs of life: a ready worker that answered a request while the probe waited stays
-ready, and one busy with requests (outstanding, not suspect) is marked only after a
-second consecutive probe fails. A ready model's card
-comes from ``GET /v1/models`` (with the model's entry in its Jev model list, when the
-runtime gives one). A worker whose ``api_version`` major is not the
-frontend's is ``incompatible``; one that does not list the model is ``missing``;
+suspect, :data:`~.liveness.SUSPECT_PROBE_TIMEOUT` after it was sent. A slow answer
+alone never does where the worker shows other signs of life: a ready worker that
+answered a request while the probe waited stays ready, and one busy with requests
+(outstanding, not suspect) is marked only after a second consecutive probe fails. A
+ready model's card comes from ``GET /v1/models`` (with the model's entry in its Jev
+model list, when the runtime gives one). A worker whose ``api_version`` major is not
+the frontend's is ``incompatible``; one that does not list the model is ``missing``;
 one that does not answer is ``unreachable`` (a managed worker that never answered
 yet is still ``starting``).
 """
