@@ -44,8 +44,11 @@ def catalog():
 
 @pytest.fixture(scope="module")
 def minilm(catalog):
+    # pinned: --engine auto takes onnxruntime where the reference declares it at parity
     return load_model(
-        MINILM, LoadOptions(name="sentence-transformers/all-MiniLM-L6-v2"), catalog=catalog
+        MINILM,
+        LoadOptions(name="sentence-transformers/all-MiniLM-L6-v2", engine="native"),
+        catalog=catalog,
     )
 
 
