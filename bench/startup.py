@@ -43,6 +43,7 @@ sys.path.insert(0, str(HERE))
 
 from machine import log, machine, wait_quiet  # noqa: E402
 from server import Child  # noqa: E402
+from startup_onnx_phases import phases as onnx_phases  # noqa: E402
 
 RESULTS = HERE / "results"
 BIN = Path(sys.executable).parent
@@ -179,6 +180,9 @@ def engine_starts(vllm_srun: str, port: int) -> dict[str, dict[str, Any]]:
     (the median of each figure), and once more under ``-X importtime`` for the modules."""
     with tempfile.TemporaryDirectory(prefix="startup-engines-") as cache:
         for _, model, extra in ENGINE_STARTS:
+            first = serve_once(vllm_srun, cache, port, model, extra)
+            log(f"  {model} {' '.join(extra)}: first start ready in {first['ready_s']} s")
+        for _, model, extra in ENGINE_STARTS:  # the first restart records the export's stat
             serve_once(vllm_srun, cache, port, model, extra)
         rounds: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in ENGINE_STARTS}
         for _ in range(3):
@@ -194,6 +198,9 @@ def engine_starts(vllm_srun: str, port: int) -> dict[str, dict[str, Any]]:
             found[label]["engine"] = runs[0]["engine"]
             found[label]["golden"] = runs[0]["golden"]
             found[label].update(serve_once(vllm_srun, cache, port, model, extra, importtime=True))
+            if "onnxruntime" in extra:
+                env = {**os.environ, "VLLM_SRUN_CACHE_DIR": cache}
+                found[label]["phases"] = onnx_phases(model, env)
     return found
 
 
@@ -366,6 +373,23 @@ def render(figures: dict[str, Any]) -> str:
         "",
         "Heavy packages: " + ", ".join(HEAVY) + " (top-level names seen by `python -X "
         "importtime` in a separate start of each).",
+        "",
+    ]
+    for label, found in figures["engines"].items():
+        run = found.get("phases")
+        if run is None:
+            continue
+        lines += [
+            f"{label}, a restart's phases in one process (bench/startup_onnx_phases.py; "
+            f"torch imported: {run['torch']}, transformers: {run['transformers']}):",
+            "",
+            "| phase | wall ms |",
+            "| --- | --- |",
+            *(f"| {name} | {ms} |" for name, ms in run["phases"]),
+            f"| total (the server adds its start, the app and uvicorn) | {run['total_ms']} |",
+            "",
+        ]
+    lines += [
         "",
         "## Where a start goes (one process, each phase in order; the runtime cache warm)",
         "",
