@@ -53,6 +53,7 @@ from .export import (
     EXPORT_TASKS,
     GRAPH_FILE,
     BuildError,
+    cache_problem,
     cache_root,
     ensure_export,
     ensure_optimized,
@@ -272,7 +273,7 @@ class OnnxRuntimeEngine(Engine):
                 return None
         except (OSError, ValueError):  # weights to digest that cannot be read: load says so
             pass
-        return self._export_refusal(spec.model_type, spec.task)
+        return cache_problem(spec) or self._export_refusal(spec.model_type, spec.task)
 
     def _export_refusal(self, model_type: str, task: str) -> str | None:
         """optimum's answer for the model type and task (:func:`~.export.export_refusal`),

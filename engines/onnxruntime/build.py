@@ -25,7 +25,7 @@ from pathlib import Path
 
 from vllm_srun.plugins.spec import ModelSpec
 
-from .export import export_onnx, export_refusal, optimize_onnx
+from .export import die_with_parent, export_onnx, export_refusal, optimize_onnx
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     optimize.add_argument("output", type=Path)
     optimize.add_argument("--int8", action="store_true")
     args = parser.parse_args(argv)
+    die_with_parent()
     try:
         if args.command == "check":
             print(json.dumps({"refusal": export_refusal(args.model_type, args.task)}))

@@ -27,6 +27,7 @@ cached graph never imports them, and a first start only in the child.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import importlib.metadata
 import json
@@ -37,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -334,6 +335,59 @@ def external_weights(graph: Path) -> None:
     )
 
 
+PARENT_VARIABLE = "VLLM_SRUN_BUILD_PARENT"
+"""The environment variable that tells a build child its parent's pid: the child ends
+when that process does (:func:`die_with_parent`), so a server stopped or killed during
+its first start leaves no export running."""
+
+
+def die_with_parent() -> None:
+    """In a build child: be sent SIGKILL when the parent named by :data:`PARENT_VARIABLE`
+    ends (Linux ``prctl(PR_SET_PDEATHSIG)``), and end now if it has ended already. Does
+    nothing elsewhere or without the variable."""
+    parent = os.environ.get(PARENT_VARIABLE)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_pdeathsig = 1
+    libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != int(parent):  # it ended before the request took effect
+        os._exit(1)
+
+
+EXPORT_HEADROOM = 64 * 1024 * 1024
+"""Bytes an export needs free beyond twice the weights (its staging copy and the graph)."""
+
+
+def cache_problem(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> str | None:
+    """Why an export of ``spec`` could not be written into the runtime cache, or ``None``:
+    the cache's nearest existing folder is not a writable folder, or it has less free
+    space than twice the weights plus :data:`EXPORT_HEADROOM`. The message names the
+    path and the fixes."""
+    root = cache_root(environ)
+    existing = root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    fix = "set VLLM_SRUN_CACHE_DIR to a writable folder with room, or serve it with --engine native"
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        return f"the runtime cache {root} cannot be written to export the model: {fix}"
+    try:
+        weights = sum((spec.package / name).stat().st_size for name in spec.weights)
+        free = shutil.disk_usage(existing).free
+    except OSError:
+        return None  # the load reports an unreadable package itself
+    needed = 2 * weights + EXPORT_HEADROOM
+    if free < needed:
+        return (
+            f"the runtime cache {root} has {free // 2**20} MiB free; exporting the model "
+            f"needs about {needed // 2**20} MiB: {fix}"
+        )
+    return None
+
+
 def in_process() -> bool:
     """Whether builds run in this process (:data:`IN_PROCESS_MODULES` already imported)."""
     return all(name in sys.modules for name in IN_PROCESS_MODULES)
@@ -349,14 +403,17 @@ def run_builder(*arguments: str) -> str:
     """
     command = [sys.executable, "-m", "vllm_srun.engines.onnxruntime.build", *arguments]
     done = subprocess.run(
-        command, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"}
+        command,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore", PARENT_VARIABLE: str(os.getpid())},
     )
     if done.returncode != 0:
         lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
         said = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
         cause = said[-1] if said else " | ".join(lines[-3:]) or f"exit status {done.returncode}"
         raise BuildError(
-            f"the ONNX build process ({' '.join(command[1:4])} {arguments[0]}) failed: {cause}"
+            f"the ONNX build process ({' '.join(command[1:3])} {arguments[0]}) failed: {cause}"
         )
     return done.stdout
 
@@ -478,47 +535,77 @@ def _build_once(target: Path, build: Callable[[Path], None], weights: str, kind:
     """``target/model.onnx``, built by ``build(staging)`` into a sibling folder, recorded
     (:func:`write_record`) and renamed into place, unless ``target`` already holds a
     build its record verifies (see :func:`ensure_export`). A build that does not verify
-    is replaced, with a warning that says why."""
+    is replaced, with a warning that says why.
+
+    Builds of one target are serialised by an exclusive lock on a sibling lock file
+    (``fcntl.flock``, released by the kernel if the holder dies): a start that waited
+    checks again and uses what the other built. Under the lock, staging and moved-aside
+    folders a killed build left beside the target are removed.
+    """
     graph = target / GRAPH_FILE
-    problem = check_build(target, weights, kind)
-    if problem is None:
+    if check_build(target, weights, kind) is None:
         return graph
-    if target.exists():
-        log.warning("the ONNX build %s is not used (%s): building it again", target, problem)
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    try:
-        build(staging)
-        if not (staging / GRAPH_FILE).is_file():
-            raise ValueError(f"no {GRAPH_FILE} was written for {target}")
-        write_record(staging, weights, kind)
-        if target.exists():  # a build that did not verify: moved aside, then removed
-            stale = Path(
-                tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent)
-            )
-            with contextlib.suppress(OSError):  # a concurrent start moved it first
-                target.rename(stale / "build")
-            shutil.rmtree(stale, ignore_errors=True)
+    with _locked(target.parent / f".{target.name}.lock"):
+        problem = check_build(target, weights, kind)  # another start may have built it
+        if problem is None:
+            return graph
+        for leftover in target.parent.glob(f".{target.name}.*"):
+            if leftover.is_dir() and leftover.suffix in (".tmp", ".old"):
+                shutil.rmtree(leftover, ignore_errors=True)  # a killed build's: none runs now
+        if target.exists():
+            log.warning("the ONNX build %s is not used (%s): building it again", target, problem)
+        log.info(
+            "building the ONNX %s %s once into the runtime cache (a first start: this takes "
+            "seconds to minutes; later starts reuse it)",
+            kind,
+            target,
+        )
+        staging = Path(
+            tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        )
         try:
+            build(staging)
+            if not (staging / GRAPH_FILE).is_file():
+                raise ValueError(f"no {GRAPH_FILE} was written for {target}")
+            write_record(staging, weights, kind)
+            if target.exists():  # a build that did not verify: moved aside, then removed
+                stale = Path(
+                    tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent)
+                )
+                target.rename(stale / "build")
+                shutil.rmtree(stale, ignore_errors=True)
             staging.rename(target)
-        except OSError:
-            if check_build(target, weights, kind) is not None:  # not a concurrent build
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return graph
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the block."""
+    with path.open("a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 __all__ = [
     "BUILD_LIBRARIES",
+    "EXPORT_HEADROOM",
     "EXPORT_TASKS",
     "GRAPH_FILE",
     "OPTIMIZATION_LEVEL",
     "RECORD_FILE",
+    "PARENT_VARIABLE",
     "WEIGHTS_FILE",
     "BuildError",
+    "cache_problem",
     "cache_root",
     "check_build",
+    "die_with_parent",
     "ensure_export",
     "ensure_optimized",
     "export_dir",

@@ -170,7 +170,10 @@ def test_the_second_load_reuses_the_export(tmp_path, cache, monkeypatch):
     second = OnnxRuntimeEngine().load(spec, CPU, {})
     assert len(calls) == 1 and second.graph == first.graph
     assert second.graph.stat().st_mtime_ns == stamp
-    assert [p.name for p in first.graph.parent.parent.iterdir()] == ["feature-extraction"]
+    assert sorted(p.name for p in first.graph.parent.parent.iterdir()) == [
+        ".feature-extraction.lock",  # the builds' lock: nothing else beside the export
+        "feature-extraction",
+    ]
     batch = EncoderBatch(**padded_batch([4, 2]))
     assert np.array_equal(first.encode(batch), second.encode(batch))
 
@@ -188,7 +191,8 @@ def test_a_crash_mid_export_leaves_no_half_graph(tmp_path, cache, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         ensure_export(spec)
     target = export_dir(spec)
-    assert not target.exists() and list(target.parent.iterdir()) == []
+    assert not target.exists()
+    assert [p.name for p in target.parent.iterdir()] == [".feature-extraction.lock"]
     monkeypatch.undo()
     monkeypatch.setenv("VLLM_SRUN_CACHE_DIR", str(cache))
     loaded = OnnxRuntimeEngine().load(spec, CPU, {})
