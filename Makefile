@@ -64,8 +64,8 @@ PORT := 8100
 SOURCES := core plugins families engines accelerators extensions frontend
 
 serve: install
-	@echo "make serve: $(SERVE_MODELS) on http://$(HOST):$(PORT) (make serve PORT=... for another port); ready once curl -s $(HOST):$(PORT)/health answers 200"
 	@$(PY) -m compileall -q -j 0 $(SOURCES) >/dev/null
+	@echo "make serve: $(SERVE_MODELS) on http://$(HOST):$(PORT) (make serve PORT=... for another port); ready once curl -s $(HOST):$(PORT)/health answers 200"
 	$(VENV)/bin/vllm-srun serve $(SERVE_MODELS) --offline --host $(HOST) --port $(PORT)
 
 # The held-out evaluation (eval/run.py): decisions accuracy on MiniLM and PII span

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import Field, StrictBool
+from pydantic import ConfigDict, Field, StrictBool
 from typing_extensions import TypedDict
 
 from vllm_srun.plugins.cards import EXTENSION, CardStatus, ModelCard
@@ -63,8 +63,20 @@ class DecisionOption(Strict):
     description: str | None = None
 
 
+OPTIONS_GIVEN: dict[str, Any] = {
+    "anyOf": [
+        {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+        for name in ("criteria", "choices", "levels")
+    ]
+}
+"""A question names its options: ``criteria``, ``choices`` or ``levels``, not null (what
+the route's validation refuses otherwise, stated in the document)."""
+
+
 class DecisionQuestion(Strict):
     """One typed question; ``criteria``, or ``choices`` / ``levels``, never both."""
+
+    model_config = ConfigDict(json_schema_extra=OPTIONS_GIVEN)
 
     type: Literal["choice", "noul", "score"]
     instructions: NonBlank = Field(description="The question itself; not blank.")
@@ -95,6 +107,12 @@ class DecisionOptions(Strict):
 NonBlank = Annotated[str, Field(pattern=r"\S")]
 """Text with at least one character that is not white space."""
 
+StateObject = Annotated[dict[str, Any], Field(min_length=1)]
+"""A state as an object: at least one member (an empty one has nothing to judge)."""
+
+StateArray = Annotated[list[Any], Field(min_length=1)]
+"""A state as an array: at least one item (an empty one has nothing to judge)."""
+
 
 NoImages = Annotated[
     list[str] | None,
@@ -109,15 +127,15 @@ NoImages = Annotated[
 class DecisionState(Strict):
     """One more state, asked and answered as a request of its own would be."""
 
-    state: NonBlank | dict[str, Any] | list[Any]
+    state: NonBlank | StateObject | StateArray
     questions: dict[str, DecisionQuestion] = Field(min_length=1)
     images: NoImages = None
 
 
 class DecisionsRequest(Strict):
     model: str | None = None
-    state: NonBlank | dict[str, Any] | list[Any] = Field(
-        description="Text (not blank), an object or an array."
+    state: NonBlank | StateObject | StateArray = Field(
+        description="Text (not blank), an object or an array, not empty."
     )
     questions: dict[str, DecisionQuestion] = Field(
         min_length=1, description="Answered in this order; at least one."
@@ -138,7 +156,7 @@ class SystemOneBatchRequest(Strict):
     question forms; see ``--systemone-schema``)."""
 
     model: str | None = None
-    states: list[NonBlank | dict[str, Any] | list[Any]] = Field(
+    states: list[NonBlank | StateObject | StateArray] = Field(
         min_length=1, max_length=64, description="The states, each answered in order."
     )
     questions: dict[str, DecisionQuestion] = Field(
