@@ -5,6 +5,7 @@ a third-party family's converted tokenizer), each in a subfolder of its own."""
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -86,4 +87,17 @@ def intact_build(folder: Path, record_name: str, damaged: str) -> dict[str, Any]
     return dict(record)
 
 
-__all__ = ["intact_build", "runtime_cache_dir", "write_json_atomically"]
+def library_versions(names: tuple[str, ...]) -> dict[str, str | None]:
+    """The installed version of each distribution in ``names`` (``None`` when absent),
+    read from package metadata so that nothing is imported: part of the key a cached
+    build or measurement is kept under."""
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+__all__ = ["intact_build", "library_versions", "runtime_cache_dir", "write_json_atomically"]

@@ -28,7 +28,6 @@ the old one (as the digest cache writes, :mod:`vllm_srun.compose.registry.digest
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import logging
 import sys
@@ -38,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_srun.plugins import runtime_cache_dir
-from vllm_srun.plugins.cache import write_json_atomically
+from vllm_srun.plugins.cache import library_versions, write_json_atomically
 
 if TYPE_CHECKING:
     from vllm_srun.compose.placement import Placement
@@ -73,18 +72,6 @@ def runtime_libraries(engine_model: EncoderModel | DecoderModel) -> tuple[str, .
     return tuple(sorted(set(LIBRARIES) | set(engine_model.libraries)))
 
 
-def library_versions(names: tuple[str, ...] = LIBRARIES) -> dict[str, str | None]:
-    """The installed version of each distribution in ``names`` (``None`` when absent),
-    read from package metadata so that nothing is imported."""
-    versions: dict[str, str | None] = {}
-    for name in names:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
-
-
 @dataclass(frozen=True)
 class ForwardCostKey:
     """Everything that changes a forward-cost measurement.
@@ -105,7 +92,7 @@ class ForwardCostKey:
             else ``--threads`` (0: the engine's default, one per core).
         probe_tokens: the token count of each probe row, in order (the shapes timed).
         options: the family options from the models file.
-        libraries: distribution -> version (:func:`library_versions`).
+        libraries: distribution -> version (:func:`~vllm_srun.plugins.cache.library_versions`).
     """
 
     model: str
@@ -118,7 +105,7 @@ class ForwardCostKey:
     threads: int
     probe_tokens: tuple[int, ...]
     options: dict[str, Any] = field(default_factory=dict)
-    libraries: dict[str, str | None] = field(default_factory=library_versions)
+    libraries: dict[str, str | None] = field(default_factory=lambda: library_versions(LIBRARIES))
 
     def document(self) -> dict[str, Any]:
         """The key as JSON values (tuples become lists)."""
@@ -421,6 +408,5 @@ __all__ = [
     "InvarianceKey",
     "forward_cost_key",
     "invariance_key",
-    "library_versions",
     "runtime_libraries",
 ]

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import importlib.metadata
 import json
 import logging
 import os
@@ -42,7 +41,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from vllm_srun.plugins.cache import runtime_cache_dir, write_json_atomically
+from vllm_srun.plugins.cache import library_versions, runtime_cache_dir, write_json_atomically
 from vllm_srun.plugins.spec import ModelSpec
 
 log = logging.getLogger("vllm_srun.engines.onnxruntime")
@@ -129,18 +128,6 @@ def export_dir(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> Pat
     return cache_root(environ) / "onnx" / weights_digest(spec) / EXPORT_TASKS[spec.task]
 
 
-def library_versions(names: tuple[str, ...] = BUILD_LIBRARIES) -> dict[str, str | None]:
-    """Installed version of each distribution (``None`` when absent), from package
-    metadata: nothing is imported."""
-    versions: dict[str, str | None] = {}
-    for name in names:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
-
-
 def _file_identity(path: Path) -> dict[str, int]:
     info = path.stat()
     return {
@@ -191,7 +178,7 @@ def write_record(folder: Path, weights: str, kind: str) -> dict[str, Any]:
         "weights_digest": weights,
         "graph": GRAPH_FILE,
         "files": files,
-        "libraries": library_versions(),
+        "libraries": library_versions(BUILD_LIBRARIES),
     }
     write_json_atomically(folder / RECORD_FILE, record)
     return record
@@ -613,7 +600,6 @@ __all__ = [
     "export_refusal",
     "external_weights",
     "in_process",
-    "library_versions",
     "optimize_onnx",
     "optimized_dir",
     "run_builder",
