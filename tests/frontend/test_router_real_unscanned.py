@@ -5,7 +5,7 @@ Three ``vllm-sr serve --config`` processes for the module:
 - ``rampart``: real Rampart (``arcjet/rampart-pii``, a managed ``vllm-srun`` worker)
   under ``input: {max_tokens: 64, overflow: reject}``, bound as ``pii_classifier``; two
   listeners: ``open`` (no request deadline; ``signal_timeout_ms`` 30 s) and ``hurried``
-  (``timeout: 2s``, so the signals' deadline is 1 s). A padded prompt over 64 tokens is
+  (``timeout: 1.5s``, so the signals' deadline is 0.5 s). A padded prompt over 64 tokens is
   refused by the first read (``max_length_exceeded``) and read again in windows of the
   deployment's 64 tokens; past the model's scan budget (32768 content tokens) or past the
   deadline it is *unscanned*, and the rule matches whatever ``on_error`` says;
@@ -70,7 +70,7 @@ RAMPART_CONFIG = (
     """
 listeners:
   - {name: open, address: 127.0.0.1, port: {chat_port}, runtime: {models: [rampart-pii]}}
-  - {name: hurried, address: 127.0.0.1, port: {hurried_port}, timeout: 2s}
+  - {name: hurried, address: 127.0.0.1, port: {hurried_port}, timeout: 1.5s}
 """
     + PROVIDERS
     + """
@@ -194,24 +194,27 @@ def test_t15_past_the_models_scan_budget_the_rule_matches_unscanned(rampart: Rou
 def test_t15_a_scan_past_the_deadline_matches_unscanned(
     rampart: RouterServed, backend: Running
 ) -> None:
-    """On the ``hurried`` listener (timeout 2 s: the signals' deadline is 1 s) a prompt
-    whose windowed read takes seconds is abandoned at the deadline: the rule matches
-    (unscanned, ``deadline``) and the late answer counts as ``timeout``. Last of the
-    Rampart tests: the abandoned read keeps the worker busy a few seconds more."""
+    """On the ``hurried`` listener (timeout 1.5 s: the signals' deadline is 0.5 s) a
+    prompt whose windowed read takes seconds is abandoned at the deadline: the rule
+    matches (unscanned, ``deadline``) and the late answer counts as ``timeout``. The
+    prompt is as long as the scan budget allows (30,006 content tokens, 469 windows), so
+    the read outlasts the deadline on faster machines too: CI's read 18,000 tokens in
+    0.9 s. Last of the Rampart tests: the abandoned read keeps the worker busy a few
+    seconds more."""
     before = metric_value(
         rampart.metrics(),
         "vsr_model_runtime_unknown_answers_total",
         deployment="pii",
         reason="timeout",
     )
-    long_clean = PAD * 1500 + CLEAN_END  # ~19,000 tokens: ~300 windows, seconds on 2 cores
+    long_clean = PAD * 2500 + CLEAN_END  # 30,006 tokens, under the 32,768 budget
     since = len(backend.stub.requests)
     started = time.monotonic()
     answer = rampart.ask(long_clean, port=rampart.hurried_port)  # type: ignore[attr-defined]
     seconds = time.monotonic() - started
     print(f"\nhurried: answered in {seconds:.2f} s, {dict(answer.headers)}")
     assert answer.status_code == 200, answer.text
-    assert seconds < 1.9  # the signals' deadline (1 s), not the read
+    assert seconds < 1.4  # the signals' deadline (0.5 s), not the read
     assert answer.headers["x-vsr-selected-decision"] == "pii_guard"
     assert answer.headers["x-vsr-matched-pii"] == "contact_pii"
     assert [s.body["model"] for s in backend.stub.requests[since:]] == ["served-private"]
