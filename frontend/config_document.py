@@ -5,11 +5,12 @@
 :data:`MAX_NODES`; :func:`sha256` hashes the file's bytes (the ``ETag``,
 ``source_config_hash``) and :func:`runtime_hash` the validated configuration as canonical
 JSON; :func:`redacted` is what ``GET /api/v1/config`` shows (no credential);
-:func:`merge_patch` is a ``PATCH``'s RFC 7396 merge; :func:`restart_problems` says what
-in a candidate needs a restart and :func:`unset_credentials` which backend keys are not
-set; :class:`ConfigRefused` is a refused configuration request and
-:func:`problem_reasons` its ``reasons``. Applying and activating a document is
-:mod:`vllm_sr.reload`'s.
+:func:`unredacted` puts the persisted credentials back into a document written with
+the placeholders it was read with; :func:`merge_patch` is a ``PATCH``'s RFC 7396 merge;
+:func:`restart_problems` says what in a candidate needs a restart and
+:func:`unset_credentials` which backend keys are not set; :class:`ConfigRefused` is a
+refused configuration request and :func:`problem_reasons` its ``reasons``. Applying and
+activating a document is :mod:`vllm_sr.reload`'s.
 """
 
 from __future__ import annotations
@@ -134,6 +135,64 @@ def _without_password(url: str) -> str:
         return url
     user, colon, _ = userinfo.partition(":")
     return f"{scheme}{sep}{user}{':' + REDACTED if colon else ''}@{host}"
+
+
+class RedactedUnknown(ValueError):
+    """A written document keeps a :data:`REDACTED` placeholder where the persisted one has
+    no credential to put back (the message names the path and the fix)."""
+
+
+def unredacted(given: Any, persisted: Any) -> Any:
+    """``given`` with every :data:`REDACTED` placeholder that :func:`redacted` would have
+    written for ``persisted`` at the same place replaced by the persisted credential, so
+    that a document read from ``GET /api/v1/config``, edited and written back keeps its
+    keys. Lists of named mappings (listeners, provider models, backends, headers) are
+    matched by ``name``, other lists by position.
+
+    Raises:
+        RedactedUnknown: a placeholder where the persisted document has nothing it could
+            stand for (a new listener or key written as ``<redacted>``).
+    """
+    return _unredacted(given, persisted, redacted(persisted), "")
+
+
+def _unredacted(given: Any, persisted: Any, shown: Any, path: str) -> Any:
+    """:func:`unredacted` of the value at ``path``, with its persisted form and the form
+    ``GET /api/v1/config`` showed (both ``None`` where the persisted document has none)."""
+    if isinstance(given, dict):
+        known = persisted if isinstance(persisted, dict) else {}
+        view = shown if isinstance(shown, dict) else {}
+        return {
+            key: _unredacted(
+                value, known.get(key), view.get(key), f"{path}.{key}" if path else str(key)
+            )
+            for key, value in given.items()
+        }
+    if isinstance(given, list):
+        known_list = persisted if isinstance(persisted, list) else []
+        view_list = shown if isinstance(shown, list) else []
+        by_name = {
+            item["name"]: index
+            for index, item in enumerate(known_list)
+            if isinstance(item, dict) and isinstance(item.get("name"), str)
+        }
+        out = []
+        for index, item in enumerate(given):
+            named = item.get("name") if isinstance(item, dict) else None
+            at = by_name.get(named) if isinstance(named, str) else None
+            if at is None and not by_name and index < len(known_list):
+                at = index
+            pair = (known_list[at], view_list[at]) if at is not None else (None, None)
+            out.append(_unredacted(item, *pair, f"{path}[{index}]"))
+        return out
+    if isinstance(given, str) and REDACTED in given:
+        if given == shown:
+            return persisted
+        raise RedactedUnknown(
+            f"{path or 'the document'} is {given!r}: {REDACTED} stands for a credential the "
+            "saved configuration does not have there; write the credential itself"
+        )
+    return given
 
 
 def merge_patch(target: Any, patch: Any) -> Any:

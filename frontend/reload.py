@@ -46,6 +46,7 @@ from .config.in_use import unserved_grants
 from .config.schema import Config, ConfigError, parse_config
 from .config_document import (
     ConfigRefused,
+    RedactedUnknown,
     merge_patch,
     problem_reasons,
     redacted,
@@ -53,6 +54,7 @@ from .config_document import (
     runtime_hash,
     safe_yaml,
     sha256,
+    unredacted,
     unset_credentials,
 )
 from .router.compose import RouterUnready, router_mode
@@ -318,11 +320,14 @@ class Reloads:
     # -- plan --------------------------------------------------------------------------------
     def candidate(self, text: str, mode: str) -> Candidate:
         """Validate ``text`` (a whole document, or with ``mode: merge`` a merge patch of
-        the persisted one) as the next configuration.
+        the persisted one) as the next configuration. A credential written as the
+        ``<redacted>`` placeholder ``GET /api/v1/config`` showed is the persisted one
+        (:func:`~.config_document.unredacted`).
 
         Raises:
             ConfigRefused: 400 ``INVALID_REQUEST`` (a mode other than replace or merge);
-                400 ``INVALID_CONFIG`` with every problem.
+                400 ``INVALID_CONFIG`` with every problem (a placeholder standing for no
+                persisted credential among them).
         """
         if mode not in ("replace", "merge"):
             raise ConfigRefused(400, "INVALID_REQUEST", "mode must be replace or merge")
@@ -343,12 +348,24 @@ class Reloads:
                 "the configuration must be a mapping (global:, listeners:)",
                 reasons=problem_reasons(["the configuration must be a mapping"], "INVALID_CONFIG"),
             )
+        try:
+            persisted = self.source.document()
+        except (ConfigError, yaml.YAMLError):
+            persisted = {}
+        try:
+            restored = unredacted(given, persisted)
+        except RedactedUnknown as err:
+            raise ConfigRefused(
+                400,
+                "INVALID_CONFIG",
+                str(err),
+                reasons=problem_reasons([str(err)], "INVALID_CONFIG"),
+            ) from None
         if mode == "merge":
-            try:
-                persisted = self.source.document()
-            except (ConfigError, yaml.YAMLError):
-                persisted = {}
-            given = merge_patch(persisted, given)
+            given = merge_patch(persisted, restored)
+            data = yaml.safe_dump(given, sort_keys=False, allow_unicode=True).encode()
+        elif restored != given:  # the credentials read as placeholders are written back
+            given = restored
             data = yaml.safe_dump(given, sort_keys=False, allow_unicode=True).encode()
         else:
             data = text.encode()

@@ -13,11 +13,13 @@ import pytest
 from vllm_sr.config.schema import parse_config
 from vllm_sr.config_document import (
     REDACTED,
+    RedactedUnknown,
     merge_patch,
     problem_reasons,
     redacted,
     restart_problems,
     runtime_hash,
+    unredacted,
 )
 from vllm_sr.reload import BACKUPS_KEPT, ConfigSource
 
@@ -94,6 +96,67 @@ def test_credentials_are_redacted_and_nothing_else() -> None:
             ]
         },
     }
+
+
+SAVED = {
+    "listeners": [
+        {"name": "a", "api_keys": ["ka1", "ka2"], "runtime": {"models": ["m1"]}},
+        {"name": "b", "api_keys": ["kb1"]},
+    ],
+    "providers": {
+        "models": [
+            {
+                "name": "chat",
+                "backend_refs": [
+                    {"name": "one", "api_key": "sk-one"},
+                    {"name": "two", "base_url": "http://admin:pw@host:8000/v1"},
+                ],
+            }
+        ]
+    },
+}
+
+
+def test_a_document_read_redacted_and_written_back_keeps_every_credential() -> None:
+    assert unredacted(redacted(SAVED), SAVED) == SAVED
+    edited = redacted(SAVED)
+    edited["listeners"] = [edited["listeners"][1], edited["listeners"][0]]  # reordered
+    edited["listeners"][1]["runtime"] = {"models": ["m1", "m2"]}  # a grant added
+    edited["listeners"][0]["api_keys"].append("kb2")  # a new key beside the kept one
+    assert unredacted(edited, SAVED)["listeners"] == [
+        {"name": "b", "api_keys": ["kb1", "kb2"]},
+        {"name": "a", "api_keys": ["ka1", "ka2"], "runtime": {"models": ["m1", "m2"]}},
+    ]
+    refs = unredacted(redacted(SAVED), SAVED)["providers"]["models"][0]["backend_refs"]
+    assert refs[1]["base_url"] == "http://admin:pw@host:8000/v1"
+
+
+@pytest.mark.parametrize(
+    ("path", "edit"),
+    [
+        (
+            "listeners[2].api_keys[0]",
+            lambda d: d["listeners"].append({"name": "c", "api_keys": [REDACTED]}),
+        ),
+        ("listeners[1].api_keys[1]", lambda d: d["listeners"][1]["api_keys"].append(REDACTED)),
+        (
+            "providers.models[0].backend_refs[1].base_url",
+            lambda d: d["providers"]["models"][0]["backend_refs"][1].update(
+                base_url=f"http://admin:{REDACTED}@elsewhere:8000/v1"
+            ),
+        ),
+    ],
+)
+def test_a_placeholder_with_no_saved_credential_behind_it_is_refused(path, edit) -> None:
+    edited = redacted(SAVED)
+    edit(edited)
+    with pytest.raises(RedactedUnknown) as refused:
+        unredacted(edited, SAVED)
+    assert str(refused.value).startswith(f"{path} is ")
+    assert str(refused.value).endswith(
+        "stands for a credential the saved configuration does not have there; write the "
+        "credential itself"
+    )
 
 
 def test_listener_and_mode_changes_need_a_restart_grants_and_keys_do_not() -> None:
