@@ -5,8 +5,9 @@ managed deployment in use is ready (and again once shutdown starts);
 ``GET /startup-status`` is upstream's startup document; ``GET /api/v1/status`` the
 instance's mode and phase; ``GET /api/v1/inventory/model-runtime`` lists each
 deployment in use with its replicas; ``POST /api/v1/routing/preview`` previews a
-Router-mode routing (:mod:`vllm_sr.router.preview`). Nothing here shows a socket path or a
-credential: an endpoint is ``unix`` or ``scheme://host:port``.
+Router-mode routing (:mod:`vllm_sr.router.preview`); ``GET /dashboard`` is the Dashboard
+(:mod:`vllm_sr.dashboard`). Nothing here shows a socket path or a credential: an endpoint
+is ``unix`` or ``scheme://host:port``.
 
 The configuration routes (:mod:`vllm_sr.reload`, ROUTER-SPEC §3.2): ``GET /api/v1/config``
 (the persisted document, keys redacted, with its ``ETag``), ``POST /api/v1/config/plan``,
@@ -31,6 +32,9 @@ from fastapi.responses import JSONResponse, Response
 
 from ..bodies import BodyTooLarge, read_body
 from ..config_document import ConfigRefused
+from ..dashboard import dashboard_routes
+from ..dashboard.snapshot import DashboardSource
+from ..pages import MANAGEMENT_LINKS, add_index
 from ..reload import Reloads
 from ..router.preview import Preview
 from ..startup import StartupStatus
@@ -39,21 +43,16 @@ MAX_CONFIG_BODY = 4 * 1024 * 1024
 """The largest configuration request body read (413 beyond)."""
 
 
-class ManagementSource(Protocol):
-    """What the management API reads (the :class:`~vllm_sr.frontend.Frontend`)."""
+class ManagementSource(DashboardSource, Protocol):
+    """What the management API reads (the :class:`~vllm_sr.frontend.Frontend`): the
+    Dashboard's source (configuration, reloads, metrics, routes, inventory, instance
+    status), and the startup status and the preview."""
 
     status: StartupStatus
     preview: Preview
-    reloads: Reloads
 
     @property
     def draining(self) -> bool: ...
-
-    def inventory(self) -> list[dict[str, Any]]:
-        """Each deployment's inventory entry (its pool's), in any order."""
-        ...
-
-    def instance_status(self) -> dict[str, Any]: ...
 
 
 def _json(status: int, body: dict[str, Any]) -> JSONResponse:
@@ -105,6 +104,7 @@ def build_management_app(source: ManagementSource) -> FastAPI:
         return await source.preview.handle(request)
 
     config_routes(app, source.reloads)
+    dashboard_routes(app, source)
 
     @app.get("/api/v1/inventory/model-runtime")
     async def inventory() -> JSONResponse:
@@ -112,6 +112,7 @@ def build_management_app(source: ManagementSource) -> FastAPI:
         entries = sorted(source.inventory(), key=lambda entry: str(entry.get("name")))
         return _json(200, {"deployments": entries, "count": len(entries)})
 
+    add_index(app, "management", MANAGEMENT_LINKS, list_routes=True)
     return app
 
 

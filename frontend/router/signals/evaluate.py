@@ -113,6 +113,26 @@ class Setup:
     candidates: dict[str, list[list[float]]] = field(default_factory=dict)
     unknown: Callable[[str, str], None] = lambda deployment, reason: None
 
+    def answered_by(self, kind: str, rule: DecisionRule | None = None) -> str | None:
+        """The deployment whose model answers the signals of ``kind`` (a
+        :data:`~vllm_sr.config.routing.SIGNAL_KINDS` entry; ``rule`` for a ``decision``
+        rule's own ``deployment``), or ``None`` for the kinds the router evaluates itself
+        (keywords, context, language). Domains and jailbreak without their binding are
+        questions to the default decision deployment; PII has no such fallback."""
+        bound = {
+            "embeddings": "embedding",
+            "domains": "domain_classifier",
+            "jailbreak": "prompt_guard",
+            "pii": "pii_classifier",
+        }.get(kind)
+        if bound is not None and bound in self.bindings:
+            return self.bindings[bound].deployment
+        if kind in ("domains", "jailbreak"):
+            return self.decision_deployment
+        if kind == "decision":
+            return (rule.deployment if rule is not None else None) or self.decision_deployment
+        return None
+
 
 def _unit(vector: Sequence[float]) -> list[float]:
     norm = math.sqrt(sum(v * v for v in vector)) or 1.0

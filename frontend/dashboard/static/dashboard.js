@@ -1,0 +1,414 @@
+// The vllm-sr Dashboard: reads /api/v1/dashboard every second and renders it; changes
+// deployments through the configuration API (plan, then PATCH with If-Match, then follow
+// the activation); previews a routing in Router mode. No framework, no build step, and
+// nothing fetched from anywhere but this origin (the page's Content-Security-Policy says so).
+"use strict";
+
+(() => {
+  const KEY_STORE = "vllm-sr-dashboard-key";
+  const REFRESH_MS = 1000;
+  let key = sessionStorage.getItem(KEY_STORE) || "";
+  let latest = null; // the last document read
+  let change = null; // {summary, patch, plan, version?, done?}
+  const $ = (id) => document.getElementById(id);
+
+  // -- small helpers ------------------------------------------------------------------------
+  function el(tag, props, ...children) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(props || {})) {
+      if (name === "class") node.className = value;
+      else if (name.startsWith("data-")) node.setAttribute(name, value);
+      else node[name] = value;
+    }
+    for (const child of children.flat()) {
+      if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
+    }
+    return node;
+  }
+
+  function badge(state) {
+    return el("span", { class: `badge state-${state}`, "data-state": state }, state);
+  }
+
+  function counts(table) {
+    const entries = Object.entries(table || {});
+    return entries.length ? entries.map(([name, value]) => `${name} ${value}`).join(", ") : "none";
+  }
+
+  async function api(method, path, body, extra) {
+    const headers = { ...(extra || {}) };
+    if (key) headers.Authorization = `Bearer ${key}`;
+    const init = { method, headers, cache: "no-store" };
+    if (body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    const response = await fetch(path, init);
+    const text = await response.text();
+    let data = null;
+    try {
+      data = text ? JSON.parse(text) : null;
+    } catch (err) {
+      data = { error: { message: text } };
+    }
+    return { status: response.status, data, headers: response.headers };
+  }
+
+  function errorText(answer) {
+    const error = answer.data && answer.data.error;
+    if (!error) return `HTTP ${answer.status}`;
+    return `${error.code || answer.status}: ${error.message}`;
+  }
+
+  // -- the refresh loop ---------------------------------------------------------------------
+  async function refresh() {
+    try {
+      const answer = await api("GET", "/api/v1/dashboard");
+      if (answer.status === 401) {
+        showProblem(`${errorText(answer)}`);
+        $("key-form").hidden = false;
+      } else if (answer.status !== 200) {
+        showProblem(errorText(answer));
+      } else {
+        $("connection").hidden = true;
+        $("key-form").hidden = true;
+        latest = answer.data;
+        render(latest);
+      }
+    } catch (err) {
+      showProblem(`the frontend does not answer (${err.message}); retrying every second`);
+    }
+    setTimeout(refresh, REFRESH_MS);
+  }
+
+  function showProblem(text) {
+    $("connection").textContent = text;
+    $("connection").hidden = false;
+  }
+
+  function render(data) {
+    const mode = $("mode");
+    mode.textContent = data.mode === "router" ? "Router" : "Engine";
+    mode.dataset.mode = data.mode;
+    $("phase").textContent = data.message ? `${data.phase}: ${data.message}` : data.phase;
+    $("version").textContent = data.version;
+    $("config-hash").textContent = data.config.source_config_hash;
+    $("config-version").textContent = data.config.config_version;
+    $("activation").replaceChildren(activation(data.config));
+    renderDeployments(data);
+    renderFigures(data);
+    renderRouting(data);
+    renderListeners(data);
+    renderChoices(data);
+    followChange(data);
+    $("refreshed").textContent = new Date().toLocaleTimeString();
+  }
+
+  function activation(config) {
+    const status = config.activation_status;
+    const parts = [badge(status)];
+    if (config.activation) {
+      const a = config.activation;
+      parts.push(` config version ${a.config_version}, started ${a.started_at}`);
+      if (a.finished_at) parts.push(`, finished ${a.finished_at}`);
+    }
+    if (status === "failed" && config.last_rejection) {
+      parts.push(el("span", { class: "problem" }, ` ${config.last_rejection.error}`));
+    }
+    return el("span", {}, parts);
+  }
+
+  // -- deployments --------------------------------------------------------------------------
+  function renderDeployments(data) {
+    const sections = data.deployments.map((d) => {
+      const heads = (d.heads || []).map((h) =>
+        el("li", {}, `${h.name} (${h.kind})`, h.labels && h.labels.length
+          ? el("span", { class: "labels" }, `: ${h.labels.join(", ")}`) : null));
+      const published = (d.published || []).map((p) => `${p.listener} (${p.grant})`).join(", ");
+      const rows = (d.replicas || []).map((r) =>
+        el("tr", { "data-replica": r.id, "data-state": r.state },
+          el("td", {}, el("code", {}, r.id)),
+          el("td", { class: "state" }, badge(r.state)),
+          el("td", {}, r.reason || ""),
+          el("td", { class: "inflight" }, r.inflight),
+          el("td", { class: "restarts" }, r.restarts),
+          el("td", {}, r.device || "")));
+      return el("div", { class: "deployment", "data-deployment": d.name, "data-generation": d.generation },
+        el("h3", {}, d.name, " ", badge(d.state),
+          el("span", { class: "ready-count" }, ` ${d.ready_replicas}/${d.desired_replicas} ready`),
+          d.generation === "preparing" ? el("span", { class: "note" }, " (preparing: the next configuration)") : null),
+        el("p", { class: "facts" },
+          `${d.artifact || d.repo || "attached"}${d.revision ? "@" + d.revision.slice(0, 12) : ""}`,
+          ` · profile ${d.profile || "?"} · device ${d.device || "?"} · ${d.family || "?"} on ${d.engine || "?"}`,
+          d.public_id ? ` · public id ${d.public_id}` : "",
+          published ? ` · published on ${published}` : " · not published",
+          d.bound && d.bound.length ? ` · bound as ${d.bound.join(", ")}` : ""),
+        d.reason ? el("p", { class: "problem" }, d.reason) : null,
+        heads.length ? el("ul", { class: "heads" }, heads) : null,
+        el("table", { class: "replicas" },
+          el("thead", {}, el("tr", {}, ["Replica", "State", "Reason", "In flight", "Restarts", "Device"].map((h) => el("th", {}, h)))),
+          el("tbody", {}, rows)));
+    });
+    $("deployments").replaceChildren(...(sections.length ? sections : [el("p", { class: "note" }, "No deployment is in use.")]));
+    const declared = data.declared || [];
+    $("declared").replaceChildren(declared.length
+      ? el("p", { class: "note" }, "Declared, not in use (no consumer or grant uses them, so no worker runs): ",
+        declared.map((d) => `${d.name} (${d.artifact || "attached"})`).join(", "))
+      : "");
+  }
+
+  function renderFigures(data) {
+    const rows = Object.entries(data.figures || {}).sort().map(([name, f]) =>
+      el("tr", { "data-deployment": name },
+        el("td", {}, name),
+        el("td", { class: "ready" }, f.ready === 1 ? "yes" : "no"),
+        el("td", { class: "restarts" }, f.restarts ?? 0),
+        el("td", { class: "requests" }, counts(f.requests)),
+        el("td", { class: "unknown" }, counts(f.unknown_answers))));
+    $("figures").tBodies[0].replaceChildren(...rows);
+  }
+
+  function renderRouting(data) {
+    const routing = data.routing;
+    $("routing-section").hidden = !routing;
+    if (!routing) return;
+    $("decisions").tBodies[0].replaceChildren(...routing.decisions.map((d) =>
+      el("tr", { "data-decision": d.name },
+        el("td", {}, d.name), el("td", {}, d.priority),
+        el("td", {}, el("code", {}, d.conditions)), el("td", {}, d.models.join(", ")))));
+    $("signals").tBodies[0].replaceChildren(...routing.signals.map((s) =>
+      el("tr", { "data-signal": `${s.kind}:${s.name}` },
+        el("td", {}, s.kind), el("td", {}, s.name),
+        el("td", {}, s.deployment || "the router itself"))));
+  }
+
+  function renderListeners(data) {
+    $("listeners").tBodies[0].replaceChildren(...data.listeners.map((l) =>
+      el("tr", { "data-listener": l.name },
+        el("td", {}, l.name), el("td", {}, `${l.address}:${l.port}`),
+        el("td", {}, l.api_keys ? `${l.api_keys} (hidden)` : "none: open"),
+        el("td", {}, l.runtime.join(", ")), el("td", {}, l.systemone.join(", ")),
+        el("td", {}, l.models.join(", ")))));
+  }
+
+  // The selects keep what the operator picked across refreshes.
+  function fill(select, values) {
+    const picked = select.value;
+    const same = select.options.length === values.length &&
+      values.every((v, i) => select.options[i].value === v);
+    if (!same) select.replaceChildren(...values.map((v) => el("option", { value: v }, v)));
+    if (values.includes(picked)) select.value = picked;
+  }
+
+  function renderChoices(data) {
+    const active = data.deployments.filter((d) => d.generation === "active");
+    fill($("scale-deployment"), active.filter((d) => d.scalable).map((d) => d.name));
+    fill($("remove-deployment"), [...active.map((d) => d.name), ...(data.declared || []).map((d) => d.name)]);
+    fill($("add-listener"), data.listeners.map((l) => l.name));
+  }
+
+  // -- changes ------------------------------------------------------------------------------
+  async function savedDocument() {
+    const answer = await api("GET", "/api/v1/config");
+    if (answer.status !== 200) throw new Error(errorText(answer));
+    return answer.data;
+  }
+
+  function deploymentsOf(doc) {
+    return ((doc.global || {}).model_catalog || {}).deployments || {};
+  }
+
+  function catalogPatch(deployments) {
+    return { global: { model_catalog: { deployments } } };
+  }
+
+  // A listener list with public_id added to (or removed from) a grant. The keys it was read
+  // with are placeholders; the configuration API puts the saved ones back.
+  function regranted(doc, edit) {
+    return (doc.listeners || []).map((listener) => {
+      const copy = JSON.parse(JSON.stringify(listener));
+      edit(copy);
+      return copy;
+    });
+  }
+
+  async function planScale(event) {
+    event.preventDefault();
+    const name = $("scale-deployment").value;
+    const count = Number($("scale-replicas").value);
+    const doc = await savedDocument();
+    const saved = deploymentsOf(doc)[name];
+    if (!saved) return showChange({ summary: `${name} is not in the saved configuration` });
+    const placements = saved.replicas && saved.replicas.length
+      ? saved.replicas : [saved.device ? { device: saved.device } : {}];
+    const replicas = Array.from({ length: count }, (_, i) => placements[Math.min(i, placements.length - 1)]);
+    const patch = catalogPatch({ [name]: { device: null, replicas } });
+    await plan(`Scale ${name} to ${count} replica${count === 1 ? "" : "s"}`, patch);
+  }
+
+  async function planAdd(event) {
+    event.preventDefault();
+    const name = $("add-name").value.trim();
+    const deployment = { provider: "model_runtime", artifact: $("add-artifact").value.trim(), profile: $("add-profile").value };
+    const revision = $("add-revision").value.trim();
+    const publicName = $("add-public-name").value.trim();
+    const device = $("add-device").value.trim() || "auto";
+    const count = Number($("add-replicas").value);
+    if (revision) deployment.revision = revision;
+    if (publicName) deployment.public_name = publicName;
+    if (count > 1) deployment.replicas = Array.from({ length: count }, () => ({ device }));
+    else deployment.device = device;
+    const publicId = publicName || deployment.artifact;
+    const listener = $("add-listener").value;
+    const grant = $("add-grant").value;
+    const doc = await savedDocument();
+    const patch = catalogPatch({ [name]: deployment });
+    patch.listeners = regranted(doc, (l) => {
+      if (l.name !== listener) return;
+      l[grant] = l[grant] || {};
+      const models = l[grant].models || [];
+      if (!models.includes(publicId)) models.push(publicId);
+      l[grant].models = models;
+    });
+    await plan(`Add ${name} (${deployment.artifact}) and publish ${publicId} on ${listener}'s ${grant} grant`, patch);
+  }
+
+  async function planRemove(event) {
+    event.preventDefault();
+    const name = $("remove-deployment").value;
+    const doc = await savedDocument();
+    const found = (latest.deployments.concat(latest.declared || [])).find((d) => d.name === name);
+    const publicId = found && found.public_id;
+    const patch = catalogPatch({ [name]: null });
+    if (publicId) {
+      patch.listeners = regranted(doc, (l) => {
+        for (const grant of ["runtime", "systemone"]) {
+          if (l[grant] && l[grant].models) l[grant].models = l[grant].models.filter((m) => m !== publicId);
+        }
+      });
+    }
+    await plan(`Remove ${name}${publicId ? ` and its grants of ${publicId}` : ""}`, patch);
+  }
+
+  async function plan(summary, patch) {
+    const answer = await api("POST", "/api/v1/config/plan", { yaml: JSON.stringify(patch), mode: "merge" });
+    showChange({ summary, patch, answer });
+  }
+
+  function showChange(next) {
+    change = next;
+    $("change").hidden = false;
+    $("change-summary").textContent = next.summary;
+    $("change-patch").textContent = next.patch ? JSON.stringify(next.patch, null, 2) : "";
+    const reasons = [];
+    let planText = "";
+    let applicable = false;
+    if (next.answer) {
+      const a = next.answer;
+      if (a.status === 200) {
+        const p = a.data;
+        planText = `Plan: valid${p.changed ? ", changes the configuration" : ", changes nothing"}` +
+          (p.restart_required ? "; needs a restart (not applied from here)" : "");
+        for (const w of p.warnings || []) reasons.push(`warning: ${w}`);
+        for (const r of p.reasons || []) reasons.push(r.message);
+        applicable = p.changed && !p.restart_required;
+      } else {
+        planText = `Plan refused: ${errorText(a)}`;
+        for (const r of (a.data && a.data.error && a.data.error.reasons) || []) reasons.push(r.message);
+      }
+    }
+    $("change-plan").textContent = planText;
+    $("change-reasons").replaceChildren(...reasons.map((r) => el("li", {}, r)));
+    $("change-apply").disabled = !applicable;
+    setStatus("", "");
+  }
+
+  function setStatus(text, kind) {
+    const status = $("change-status");
+    status.textContent = text;
+    status.className = kind;
+    status.dataset.status = kind;
+  }
+
+  async function apply() {
+    if (!change || !change.answer || change.answer.status !== 200) return;
+    $("change-apply").disabled = true;
+    setStatus("Applying…", "pending");
+    const answer = await api("PATCH", "/api/v1/config", { yaml: JSON.stringify(change.patch) },
+      { "If-Match": change.answer.data.current_etag });
+    const body = answer.data || {};
+    if (answer.status === 200 || answer.status === 202) {
+      change.version = body.config_version;
+      change.hash = body.generated_runtime_hash;
+      setStatus(answer.status === 200 ? "active" : "pending: the new workers are starting while the old ones serve",
+        answer.status === 200 ? "active" : "pending");
+      if (answer.status === 200) change.done = true;
+    } else if (answer.status === 503) {
+      change.done = true;
+      setStatus(`failed: ${(body.last_rejection && body.last_rejection.error) || body.message}; the previous configuration keeps serving`, "failed");
+    } else {
+      setStatus(`refused: ${errorText(answer)}`, "failed");
+      $("change-apply").disabled = false;
+    }
+  }
+
+  // While an applied change is pending, the document's activation says how it ends.
+  function followChange(data) {
+    if (!change || change.done || !change.hash) return;
+    const config = data.config;
+    if (config.generated_runtime_hash !== change.hash) return;
+    if (config.activation_status === "active") {
+      change.done = true;
+      setStatus("active", "active");
+    } else if (config.activation_status === "failed") {
+      change.done = true;
+      const why = config.last_rejection ? config.last_rejection.error : "see /api/v1/config/hash";
+      setStatus(`failed: ${why}; the previous configuration keeps serving`, "failed");
+    }
+  }
+
+  // -- the routing preview --------------------------------------------------------------------
+  async function preview(event) {
+    event.preventDefault();
+    const answer = await api("POST", "/api/v1/routing/preview", { text: $("preview-text").value });
+    const problem = $("preview-problem");
+    if (answer.status !== 200 && !(answer.status === 503 && answer.data && answer.data.decision_result)) {
+      $("preview-result").hidden = true;
+      problem.textContent = errorText(answer);
+      problem.hidden = false;
+      return;
+    }
+    problem.hidden = true;
+    const body = answer.data;
+    const result = body.decision_result || {};
+    $("preview-decision").textContent = result.decision_name || "none (the default model)";
+    $("preview-model").textContent = `${body.selected_model || ""} (${body.selection_status || ""})`;
+    const matched = Object.entries(result.matched_signals || {}).map(([kind, names]) => `${kind}: ${names.join(", ")}`);
+    $("preview-matched").textContent = matched.length ? matched.join("; ") : "none";
+    const errors = Object.entries(body.signal_errors || {}).map(([signal, why]) => `${signal}: ${why}`);
+    $("preview-errors").textContent = errors.length ? errors.join("; ") : "none";
+    $("preview-result").hidden = false;
+  }
+
+  function guarded(handler) {
+    return (event) => handler(event).catch((err) => showChange({ summary: `Could not plan: ${err.message}` }));
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    $("scale-form").addEventListener("submit", guarded(planScale));
+    $("add-form").addEventListener("submit", guarded(planAdd));
+    $("remove-form").addEventListener("submit", guarded(planRemove));
+    $("change-apply").addEventListener("click", () => apply().catch((err) => setStatus(`failed: ${err.message}`, "failed")));
+    $("change-discard").addEventListener("click", () => { change = null; $("change").hidden = true; });
+    $("preview-form").addEventListener("submit", (event) => preview(event).catch((err) => {
+      $("preview-problem").textContent = err.message;
+      $("preview-problem").hidden = false;
+    }));
+    $("key-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      key = $("key").value;
+      sessionStorage.setItem(KEY_STORE, key);
+    });
+    refresh();
+  });
+})();
