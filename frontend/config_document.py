@@ -182,8 +182,8 @@ def _unredacted(given: Any, persisted: Any, shown: Any, path: str) -> Any:
             at = by_name.get(named) if isinstance(named, str) else None
             if at is None and not by_name and index < len(known_list):
                 at = index
-            pair = (known_list[at], view_list[at]) if at is not None else (None, None)
-            out.append(_unredacted(item, *pair, f"{path}[{index}]"))
+            saved, seen = (known_list[at], view_list[at]) if at is not None else (None, None)
+            out.append(_unredacted(item, saved, seen, f"{path}[{index}]"))
         return out
     if isinstance(given, str) and REDACTED in given:
         if given == shown:
