@@ -68,6 +68,12 @@ serve: install
 	@echo "make serve: $(SERVE_MODELS) on http://$(HOST):$(PORT) (make serve PORT=... for another port); ready once curl -s $(HOST):$(PORT)/health answers 200"
 	$(VENV)/bin/vllm-srun serve $(SERVE_MODELS) --offline --host $(HOST) --port $(PORT)
 
+# The Dashboard's screenshots in docs/images (docs/dashboard.md shows them), taken by its
+# browser tests in headless Chromium (Debian's chromium package: apt-get install chromium).
+.PHONY: screenshots
+screenshots: install
+	VLLM_SR_SCREENSHOTS=docs/images $(PY) -m pytest -q -p no:cacheprovider tests/frontend/test_dashboard_browser.py
+
 # The held-out evaluation (eval/run.py): decisions accuracy on MiniLM and PII span
 # precision/recall/F1 on Rampart, with the pattern recognizers on and off; the tables
 # print and land in eval/results.md. The sets are never used for fitting. Beside them,

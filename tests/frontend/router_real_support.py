@@ -63,6 +63,7 @@ class RouterServed:
             offset). The listeners bind the ports the text names: the file has them
             less the offset, which ``vllm-sr`` adds back.
         env: extra environment.
+        serve_args: further ``serve`` options (``-e`` starts Engine mode).
     """
 
     def __init__(
@@ -70,6 +71,7 @@ class RouterServed:
         folder: Path,
         config: str | Callable[[RouterServed], str],
         env: dict[str, str] | None = None,
+        serve_args: tuple[str, ...] = (),
     ) -> None:
         self.offset = port_offset()
         self.chat_port = 8899 + self.offset
@@ -92,7 +94,7 @@ class RouterServed:
         self.err = folder / "stderr.txt"
         with self.out.open("wb") as out, self.err.open("wb") as err:
             self.process = subprocess.Popen(
-                [*VLLM_SR, "serve", "--config", str(self.config), "--offline"],
+                [*VLLM_SR, "serve", *serve_args, "--config", str(self.config), "--offline"],
                 stdout=out,
                 stderr=err,
                 env=self.env,

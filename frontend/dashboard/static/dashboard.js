@@ -188,7 +188,8 @@
         el("td", {}, l.name), el("td", {}, `${l.address}:${l.port}`),
         el("td", {}, l.api_keys ? `${l.api_keys} (hidden)` : "none: open"),
         el("td", {}, l.runtime.join(", ")), el("td", {}, l.systemone.join(", ")),
-        el("td", {}, l.models.join(", ")))));
+        el("td", {}, l.models.length ? l.models.join(", ")
+          : data.mode === "router" ? "every model (no allow-list)" : "none: Chat is off in Engine mode"))));
   }
 
   // The selects keep what the operator picked across refreshes.
@@ -390,8 +391,12 @@
     $("preview-result").hidden = false;
   }
 
+  // A new plan replaces the one shown at once, so nothing stale can be applied.
   function guarded(handler) {
-    return (event) => handler(event).catch((err) => showChange({ summary: `Could not plan: ${err.message}` }));
+    return (event) => {
+      showChange({ summary: "Planning…" });
+      handler(event).catch((err) => showChange({ summary: `Could not plan: ${err.message}` }));
+    };
   }
 
   document.addEventListener("DOMContentLoaded", () => {
