@@ -69,6 +69,8 @@ if CHROMIUM is None:
 
 from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
 
+expect.set_options(timeout=UI_TIMEOUT_MS)
+
 SCREENSHOTS = Path(os.environ.get("VLLM_SR_SCREENSHOTS") or tempfile.mkdtemp(prefix="vsr-shots-"))
 
 
@@ -359,5 +361,30 @@ def test_router_mode_shows_routes_signals_and_previews_a_keyword_route(
         expect(page.locator("#preview-model")).to_have_text("a-chat (selected)")
         opened.screenshot("dashboard-router.png")
         assert opened.elsewhere() == []
+    finally:
+        opened.close()
+
+
+def test_a_change_the_configuration_refuses_is_shown_and_cannot_be_applied(
+    browser: Browser, router: RouterServed
+) -> None:
+    opened = Opened(browser, f"http://127.0.0.1:{router.mgmt_port}/dashboard")
+    try:
+        page = opened.page
+        expect(page.locator("#mode")).to_have_text("Router")
+        page.fill("#scale-replicas", "0")  # the form's own bounds keep it from planning
+        page.click("#scale-plan")
+        assert page.locator("#scale-replicas").evaluate("input => input.validity.rangeUnderflow")
+        expect(page.locator("#change")).to_be_hidden()
+        page.fill("#add-name", "broken")
+        page.fill("#add-artifact", "not a repository")
+        page.click("#add-plan")
+        expect(page.locator("#change-plan")).to_contain_text("Plan refused: INVALID_CONFIG: ")
+        expect(page.locator("#change-reasons")).to_contain_text(
+            "artifact must be a Hub repository ID or an absolute package path"
+        )
+        expect(page.locator("#change-apply")).to_be_disabled()
+        saved = yaml.safe_load(router.config.read_text())
+        assert "broken" not in saved["global"]["model_catalog"]["deployments"]
     finally:
         opened.close()

@@ -233,10 +233,20 @@
     });
   }
 
+  // A replica count the configuration takes: a whole number from 1 to 64 (MAX_REPLICAS).
+  function replicaCount(input) {
+    const count = Number(input.value);
+    if (!Number.isInteger(count) || count < 1 || count > 64) {
+      throw new Error(`replicas must be a whole number from 1 to 64, not "${input.value}"`);
+    }
+    return count;
+  }
+
   async function planScale(event) {
     event.preventDefault();
     const name = $("scale-deployment").value;
-    const count = Number($("scale-replicas").value);
+    const count = replicaCount($("scale-replicas"));
+    if (!name) throw new Error("no managed deployment to scale");
     const doc = await savedDocument();
     const saved = deploymentsOf(doc)[name];
     if (!saved) return showChange({ summary: `${name} is not in the saved configuration` });
@@ -254,7 +264,7 @@
     const revision = $("add-revision").value.trim();
     const publicName = $("add-public-name").value.trim();
     const device = $("add-device").value.trim() || "auto";
-    const count = Number($("add-replicas").value);
+    const count = replicaCount($("add-replicas"));
     if (revision) deployment.revision = revision;
     if (publicName) deployment.public_name = publicName;
     if (count > 1) deployment.replicas = Array.from({ length: count }, () => ({ device }));
@@ -277,6 +287,7 @@
   async function planRemove(event) {
     event.preventDefault();
     const name = $("remove-deployment").value;
+    if (!name) throw new Error("no deployment to remove");
     const doc = await savedDocument();
     const found = (latest.deployments.concat(latest.declared || [])).find((d) => d.name === name);
     const publicId = found && found.public_id;
