@@ -24,6 +24,8 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 from starlette.responses import Response
 
+from .pages import METRICS_LINKS, add_index
+
 REPLICA_OUTCOMES = ("ok", "failed", "rejected", "canceled", "timeout")
 """How one exchange with one replica ended (``vsr_model_runtime_replica_requests_total``)."""
 
@@ -330,11 +332,13 @@ def _checked(value: str, allowed: tuple[str, ...]) -> str:
 
 
 def metrics_app(metrics: Metrics) -> FastAPI:
-    """The metrics listener (port 9190): ``GET /metrics``, the Prometheus text format."""
+    """The metrics listener (port 9190): ``GET /metrics``, the Prometheus text format, and
+    ``GET /`` linking to it (:mod:`vllm_sr.pages`)."""
     app = FastAPI(title="vllm-sr metrics", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.get("/metrics")
     async def exposition() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    add_index(app, "metrics", METRICS_LINKS)
     return app

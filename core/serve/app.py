@@ -2,7 +2,7 @@
 
 The request envelope (body limit, ``Server-Timing``, error documents) lives in
 :mod:`.envelope`, bundles in :mod:`.bundle`, responses and request accounting
-in :mod:`.responses`.
+in :mod:`.responses`, the pages (``GET /``, ``/docs``, ``/redoc``) in :mod:`.pages`.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from . import jev, schemas
 from .bundle import answer_bundle
 from .encoding import decoded_body
 from .envelope import Envelope, install_error_handlers
+from .pages import install_pages
 from .requests import ApiError, as_api_error, request_timing
 from .responses import CLIENT_CLOSED, Accounting, plain_embeddings_refusal, respond
 from .status import cards, health_document, model_card
@@ -139,6 +140,8 @@ def build_app(runtime: Runtime) -> FastAPI:
             "Model runtime for semantic routers: encoder task models behind one contract "
             f"(wire contract {schemas.API_VERSION}, served by vllm-srun {__version__})."
         ),
+        docs_url=None,  # /docs and /redoc with their files served here (.pages), not a CDN's
+        redoc_url=None,
     )
 
     accounting = Accounting(runtime)
@@ -151,6 +154,7 @@ def build_app(runtime: Runtime) -> FastAPI:
     )
     install_error_handlers(app, runtime, accounting)
     app.openapi = _openapi_with_decisions(app)  # type: ignore[method-assign]
+    install_pages(app, runtime)
     metrics = runtime.metrics
 
     async def answer(

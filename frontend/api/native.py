@@ -68,6 +68,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .. import pages
 from ..bodies import BodyTooLarge, is_utf8, read_body
 from ..pool import jsontext
 from ..pool.pool import BadReply, Overloaded, PoolError, ReplicaPool, TooLarge
@@ -101,6 +102,10 @@ MAX_REQUEST_BYTES = 48 * 1024 * 1024
 
 MAX_SYSTEMONE_RESPONSE_BYTES = 4 * 1024 * 1024
 """The largest System One answer passed on (a larger one is ``invalid_runtime_response``)."""
+
+SYSTEMONE_ROUTES = ("/v1/systemone", "/v1/decisions", "/v1/systemone/batch")
+"""The routes a ``systemone`` grant publishes (``GET /v1/systemone/models`` and
+``GET /v1/models`` too)."""
 
 RUNTIME_ROUTES = {
     "/v1/embeddings": "embeddings",
@@ -386,11 +391,22 @@ class Listener:
             data = published.runtime_cards() if grant.runtime else []
             return _json(200, {"object": "list", "data": data, "models": published.model_list()})
 
-        for path in ("/v1/systemone", "/v1/decisions", "/v1/systemone/batch"):
+        for path in SYSTEMONE_ROUTES:
             route(path, "POST")(self._systemone_handler(path))
         for path, surface in RUNTIME_ROUTES.items():
             route(path, "POST")(self._runtime_handler(path, surface))
         route("/v1/bundle", "POST")(self._bundle)
+
+        async def index(request: Request) -> Response:
+            """What this listener is and the routes its grant publishes now (no key asked:
+            it names routes only, never a model)."""
+            published = self.published
+            body = pages.listener_document(
+                published.grant.listener, self.router_mode, published_routes(published)
+            )
+            return pages.answer(request, body, pages.LISTENER_LINKS)
+
+        app.router.add_route("/", index, methods=["GET"], include_in_schema=False)
         return app
 
     async def _serve_chat(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -562,6 +578,22 @@ class Listener:
             return
         for i, result in zip(chunk, answered, strict=True):
             results[i] = result
+
+
+def published_routes(published: Published) -> list[str]:
+    """The routes ``published`` answers (``"METHOD /path"``): Chat in Router mode, the
+    System One routes with a System One grant, the runtime routes with a runtime grant,
+    and ``GET /v1/models`` with any of them."""
+    grant = published.grant
+    routes = ["POST /v1/chat/completions"] if published.chat is not None else []
+    if published.chat is not None or grant.systemone or grant.runtime:
+        routes.append("GET /v1/models")
+    if grant.systemone:
+        routes.append("GET /v1/systemone/models")
+        routes += [f"POST {path}" for path in SYSTEMONE_ROUTES]
+    if grant.runtime:
+        routes += [f"POST {path}" for path in (*RUNTIME_ROUTES, "/v1/bundle")]
+    return routes
 
 
 def _runtime_path(path: str) -> bool:
