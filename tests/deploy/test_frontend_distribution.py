@@ -133,8 +133,13 @@ def test_the_wheel_holds_every_module_and_base_and_nothing_of_the_runtime(wheel:
         f"vllm_sr/deploy/kubernetes/manifests/{p.relative_to(MANIFESTS).as_posix()}"
         for p in MANIFESTS.rglob("*.yaml")
     }
+    dashboard = {
+        f"vllm_sr/{p.relative_to(FRONTEND).as_posix()}"
+        for p in (FRONTEND / "dashboard" / "static").iterdir()
+    }
+    assert {Path(n).name for n in dashboard} == {"index.html", "dashboard.js", "dashboard.css"}
     packaged = {n for n in names if ".dist-info/" not in n}
-    assert packaged == modules | bases | {"vllm_sr/py.typed"}
+    assert packaged == modules | bases | dashboard | {"vllm_sr/py.typed"}
     assert "vllm_sr/deploy/kubernetes/manifests/frontend/pvc.yaml" in packaged
     assert message["Name"] == "vllm-sr"
     requires = [Requirement(r) for r in message.get_all("Requires-Dist") or []]
