@@ -240,6 +240,17 @@ class Activation:
         return found
 
 
+def invalid(message: str, problems: list[str] | None = None) -> ConfigRefused:
+    """400 ``INVALID_CONFIG`` saying ``message``, with each of ``problems`` (else the
+    message itself) as a reason."""
+    return ConfigRefused(
+        400,
+        "INVALID_CONFIG",
+        message,
+        reasons=problem_reasons(problems if problems is not None else [message], "INVALID_CONFIG"),
+    )
+
+
 def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -334,19 +345,12 @@ class Reloads:
         try:
             given = safe_yaml(text) if text.strip() else {}
         except yaml.YAMLError as err:
-            raise ConfigRefused(
-                400,
-                "INVALID_CONFIG",
-                f"the document is not YAML: {err}",
-                reasons=problem_reasons([f"the document is not YAML: {err}"], "INVALID_CONFIG"),
-            ) from None
+            raise invalid(f"the document is not YAML: {err}") from None
         given = {} if given is None else given
         if not isinstance(given, dict):
-            raise ConfigRefused(
-                400,
-                "INVALID_CONFIG",
+            raise invalid(
                 "the configuration must be a mapping (global:, listeners:)",
-                reasons=problem_reasons(["the configuration must be a mapping"], "INVALID_CONFIG"),
+                ["the configuration must be a mapping"],
             )
         try:
             persisted = self.source.document()
@@ -355,12 +359,7 @@ class Reloads:
         try:
             restored = unredacted(given, persisted)
         except RedactedUnknown as err:
-            raise ConfigRefused(
-                400,
-                "INVALID_CONFIG",
-                str(err),
-                reasons=problem_reasons([str(err)], "INVALID_CONFIG"),
-            ) from None
+            raise invalid(str(err)) from None
         if mode == "merge":
             given = merge_patch(persisted, restored)
             data = yaml.safe_dump(given, sort_keys=False, allow_unicode=True).encode()
@@ -372,20 +371,13 @@ class Reloads:
         try:
             config = self.source.load(given)
         except ConfigError as err:
-            raise ConfigRefused(
-                400,
-                "INVALID_CONFIG",
+            raise invalid(
                 f"the configuration is not valid ({len(err.problems)} problem"
                 f"{'s' if len(err.problems) != 1 else ''}): " + "; ".join(err.problems),
-                reasons=problem_reasons(err.problems, "INVALID_CONFIG"),
+                err.problems,
             ) from None
         except ValueError as err:  # a serve flag that cannot apply to the new document
-            raise ConfigRefused(
-                400,
-                "INVALID_CONFIG",
-                str(err),
-                reasons=problem_reasons([str(err)], "INVALID_CONFIG"),
-            ) from None
+            raise invalid(str(err)) from None
         generated = runtime_hash(config)
         changed = data != self.source.text or generated != self.active_hash
         return Candidate(data, config, generated, changed, given)
