@@ -334,57 +334,59 @@ def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterServed]:
         shutil.rmtree(scripts, ignore_errors=True)
 
 
-def test_router_mode_shows_routes_signals_and_previews_a_keyword_route(
-    browser: Browser, router: RouterServed
-) -> None:
+@pytest.fixture
+def router_page(browser: Browser, router: RouterServed) -> Iterator[Opened]:
+    """A fresh page of the Router-mode frontend's Dashboard, for one test."""
     opened = Opened(browser, f"http://127.0.0.1:{router.mgmt_port}/dashboard")
     try:
-        page = opened.page
-        expect(page.locator("#mode")).to_have_text("Router")
-        expect(page.locator("#routing-section")).to_be_visible()
-        coding = page.locator('#decisions tr[data-decision="coding"] td')
-        expect(coding).to_have_text(["coding", "100", "keyword:code", "a-chat"])
-        expect(page.locator('#signals tr[data-signal="embeddings:rain"] td')).to_have_text(
-            ["embeddings", "rain", "primary"]
-        )
-        expect(page.locator('#signals tr[data-signal="keywords:code"] td')).to_have_text(
-            ["keywords", "code", "the router itself"]
-        )
-        expect(page.locator('.deployment[data-deployment="primary"] .ready-count')).to_have_text(
-            " 1/1 ready"
-        )
-        page.fill("#preview-text", "Please debug this function")
-        page.click("#preview-run")
-        expect(page.locator("#preview-decision")).to_have_text("coding")
-        expect(page.locator("#preview-matched")).to_have_text("keywords: code")
-        expect(page.locator("#preview-errors")).to_have_text("none")
-        expect(page.locator("#preview-model")).to_have_text("a-chat (selected)")
-        opened.screenshot("dashboard-router.png")
-        assert opened.elsewhere() == []
+        yield opened
     finally:
         opened.close()
+
+
+def test_router_mode_shows_routes_signals_and_previews_a_keyword_route(
+    router_page: Opened,
+) -> None:
+    page = router_page.page
+    expect(page.locator("#mode")).to_have_text("Router")
+    expect(page.locator("#routing-section")).to_be_visible()
+    coding = page.locator('#decisions tr[data-decision="coding"] td')
+    expect(coding).to_have_text(["coding", "100", "keyword:code", "a-chat"])
+    expect(page.locator('#signals tr[data-signal="embeddings:rain"] td')).to_have_text(
+        ["embeddings", "rain", "primary"]
+    )
+    expect(page.locator('#signals tr[data-signal="keywords:code"] td')).to_have_text(
+        ["keywords", "code", "the router itself"]
+    )
+    expect(page.locator('.deployment[data-deployment="primary"] .ready-count')).to_have_text(
+        " 1/1 ready"
+    )
+    page.fill("#preview-text", "Please debug this function")
+    page.click("#preview-run")
+    expect(page.locator("#preview-decision")).to_have_text("coding")
+    expect(page.locator("#preview-matched")).to_have_text("keywords: code")
+    expect(page.locator("#preview-errors")).to_have_text("none")
+    expect(page.locator("#preview-model")).to_have_text("a-chat (selected)")
+    router_page.screenshot("dashboard-router.png")
+    assert router_page.elsewhere() == []
 
 
 def test_a_change_the_configuration_refuses_is_shown_and_cannot_be_applied(
-    browser: Browser, router: RouterServed
+    router_page: Opened, router: RouterServed
 ) -> None:
-    opened = Opened(browser, f"http://127.0.0.1:{router.mgmt_port}/dashboard")
-    try:
-        page = opened.page
-        expect(page.locator("#mode")).to_have_text("Router")
-        page.fill("#scale-replicas", "0")  # the form's own bounds keep it from planning
-        page.click("#scale-plan")
-        assert page.locator("#scale-replicas").evaluate("input => input.validity.rangeUnderflow")
-        expect(page.locator("#change")).to_be_hidden()
-        page.fill("#add-name", "broken")
-        page.fill("#add-artifact", "not a repository")
-        page.click("#add-plan")
-        expect(page.locator("#change-plan")).to_contain_text("Plan refused: INVALID_CONFIG: ")
-        expect(page.locator("#change-reasons")).to_contain_text(
-            "artifact must be a Hub repository ID or an absolute package path"
-        )
-        expect(page.locator("#change-apply")).to_be_disabled()
-        saved = yaml.safe_load(router.config.read_text())
-        assert "broken" not in saved["global"]["model_catalog"]["deployments"]
-    finally:
-        opened.close()
+    page = router_page.page
+    expect(page.locator("#mode")).to_have_text("Router")
+    page.fill("#scale-replicas", "0")  # the form's own bounds keep it from planning
+    page.click("#scale-plan")
+    assert page.locator("#scale-replicas").evaluate("input => input.validity.rangeUnderflow")
+    expect(page.locator("#change")).to_be_hidden()
+    page.fill("#add-name", "broken")
+    page.fill("#add-artifact", "not a repository")
+    page.click("#add-plan")
+    expect(page.locator("#change-plan")).to_contain_text("Plan refused: INVALID_CONFIG: ")
+    expect(page.locator("#change-reasons")).to_contain_text(
+        "artifact must be a Hub repository ID or an absolute package path"
+    )
+    expect(page.locator("#change-apply")).to_be_disabled()
+    saved = yaml.safe_load(router.config.read_text())
+    assert "broken" not in saved["global"]["model_catalog"]["deployments"]
