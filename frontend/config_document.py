@@ -142,52 +142,118 @@ class RedactedUnknown(ValueError):
     no credential to put back (the message names the path and the fix)."""
 
 
-def unredacted(given: Any, persisted: Any) -> Any:
+DESTINATION = ("endpoint", "base_url", "protocol")
+"""The keys that say where a mapping's credentials are sent (a backend's ``endpoint``,
+``base_url`` and ``protocol``): a placeholder stays only where they are unchanged."""
+
+
+def unredacted(given: Any, persisted: Any, *, patch: bool = False) -> Any:
     """``given`` with every :data:`REDACTED` placeholder that :func:`redacted` would have
     written for ``persisted`` at the same place replaced by the persisted credential, so
     that a document read from ``GET /api/v1/config``, edited and written back keeps its
-    keys. Lists of named mappings (listeners, provider models, backends, headers) are
-    matched by ``name``, other lists by position.
+    keys. In a list, an item with a ``name`` is matched to the saved item of that name, a
+    mapping without one to the saved one sent to the same :data:`DESTINATION`
+    (``endpoint``, ``base_url``, ``protocol``), anything else by position among such
+    items (``api_keys``); the n-th of a repeated name or destination to the n-th saved
+    one. A credential stays with where it is sent: in a named mapping whose destination
+    changed, no placeholder is put back. With ``patch``, ``given`` is a ``PATCH``'s merge
+    patch: a mapping that does not write a destination key keeps it.
 
     Raises:
         RedactedUnknown: a placeholder where the persisted document has nothing it could
-            stand for (a new listener or key written as ``<redacted>``).
+            stand for (a new listener or key written as ``<redacted>``), or whose
+            credential was sent elsewhere (a backend moved to another endpoint).
     """
-    return _unredacted(given, persisted, redacted(persisted), "")
+    return _unredacted(given, persisted, redacted(persisted), "", None, patch)
 
 
-def _unredacted(given: Any, persisted: Any, shown: Any, path: str) -> Any:
+def _moved(given: dict[str, Any], shown: dict[str, Any], patch: bool) -> str | None:
+    """What of :data:`DESTINATION` differs between a written mapping and the one shown
+    (``protocol`` defaults to ``http``; with ``patch``, a key not written is kept), as
+    ``key old -> new``; ``None``: the same."""
+    for key in DESTINATION:
+        if patch and key not in given:
+            continue
+        default = "http" if key == "protocol" else None
+        old, new = shown.get(key, default), given.get(key, default)
+        if old != new:
+            return f"{key} {old} -> {new}"
+    return None
+
+
+def _identity(item: Any) -> tuple[Any, ...]:
+    """What a list item is matched by: its ``name``; without one, a mapping's
+    :data:`DESTINATION` (as shown, ``protocol`` defaulting to ``http``); anything else,
+    nothing (its order among such items)."""
+    name = item.get("name") if isinstance(item, dict) else None
+    if isinstance(name, str):
+        return ("name", name)
+    if isinstance(item, dict):  # repr: a value written as a list or mapping is no key
+        return (
+            "destination",
+            *(repr(item.get(k, "http" if k == "protocol" else None)) for k in DESTINATION),
+        )
+    return ("position",)
+
+
+def _matched(given: list[Any], shown: list[Any]) -> list[int | None]:
+    """For each item of ``given``, the index of the saved item it stands for (``shown``
+    is the saved list as ``GET /api/v1/config`` showed it; ``None``: none): the n-th
+    item of an :func:`_identity` to the n-th saved item of that identity."""
+    saved: dict[tuple[Any, ...], list[int]] = {}
+    for index, item in enumerate(shown):
+        saved.setdefault(_identity(item), []).append(index)
+    seen: dict[tuple[Any, ...], int] = {}
+    found: list[int | None] = []
+    for item in given:
+        identity = _identity(item)
+        nth = seen.get(identity, 0)
+        seen[identity] = nth + 1
+        candidates = saved.get(identity, [])
+        found.append(candidates[nth] if nth < len(candidates) else None)
+    return found
+
+
+def _unredacted(
+    given: Any, persisted: Any, shown: Any, path: str, moved: str | None, patch: bool
+) -> Any:
     """:func:`unredacted` of the value at ``path``, with its persisted form and the form
-    ``GET /api/v1/config`` showed (both ``None`` where the persisted document has none)."""
+    ``GET /api/v1/config`` showed (both ``None`` where the persisted document has none);
+    ``moved``: the destination change of an enclosing mapping (no placeholder inside it
+    is put back); ``patch``: ``given`` is a merge patch there (a mapping keeps what it does
+    not write; a list, inside which nothing is a patch, is written whole)."""
     if isinstance(given, dict):
         known = persisted if isinstance(persisted, dict) else {}
         view = shown if isinstance(shown, dict) else {}
+        if moved is None and view:
+            moved = _moved(given, view, patch)
         return {
             key: _unredacted(
-                value, known.get(key), view.get(key), f"{path}.{key}" if path else str(key)
+                value,
+                known.get(key),
+                view.get(key),
+                f"{path}.{key}" if path else str(key),
+                moved,
+                patch,
             )
             for key, value in given.items()
         }
     if isinstance(given, list):
         known_list = persisted if isinstance(persisted, list) else []
         view_list = shown if isinstance(shown, list) else []
-        by_name = {
-            item["name"]: index
-            for index, item in enumerate(known_list)
-            if isinstance(item, dict) and isinstance(item.get("name"), str)
-        }
         out = []
-        for index, item in enumerate(given):
-            named = item.get("name") if isinstance(item, dict) else None
-            at = by_name.get(named) if isinstance(named, str) else None
-            if at is None and not by_name and index < len(known_list):
-                at = index
+        for index, (item, at) in enumerate(zip(given, _matched(given, view_list), strict=True)):
             saved, seen = (known_list[at], view_list[at]) if at is not None else (None, None)
-            out.append(_unredacted(item, saved, seen, f"{path}[{index}]"))
+            out.append(_unredacted(item, saved, seen, f"{path}[{index}]", moved, False))
         return out
     if isinstance(given, str) and REDACTED in given:
-        if given == shown:
+        if given == shown and moved is None:
             return persisted
+        if given == shown:
+            raise RedactedUnknown(
+                f"{path} is {given!r}: the saved credential there is not sent to a new "
+                f"destination ({moved}); write the credential itself"
+            )
         raise RedactedUnknown(
             f"{path or 'the document'} is {given!r}: {REDACTED} stands for a credential the "
             "saved configuration does not have there; write the credential itself"

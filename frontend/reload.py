@@ -357,7 +357,7 @@ class Reloads:
         except (ConfigError, yaml.YAMLError):
             persisted = {}
         try:
-            restored = unredacted(given, persisted)
+            restored = unredacted(given, persisted, patch=mode == "merge")
         except RedactedUnknown as err:
             raise invalid(str(err)) from None
         if mode == "merge":
@@ -427,21 +427,16 @@ class Reloads:
                 headers={"ETag": self.source.etag},
             )
 
-    async def apply(self, text: str, mode: str, if_match: str | None) -> tuple[int, dict[str, Any]]:
-        """``PUT`` (replace) or ``PATCH`` (merge) ``/api/v1/config``: validate, persist,
-        activate; wait up to :data:`RESPONSE_WAIT` s for the activation.
-
-        Returns:
-            200 (active), 202 (still pending) or 503 (failed), and the body.
+    def admissible(self, if_match: str | None) -> None:
+        """Whether an apply may write now: its precondition holds, the first configuration
+        serves and no activation is pending.
 
         Raises:
-            ConfigRefused: 428, 412, 400 ``INVALID_CONFIG``, 409 ``RESTART_REQUIRED``, 409
-                ``ACTIVATION_IN_PROGRESS``, 503 ``NOT_READY`` (startup not finished), 500
-                ``WRITE_FAILED``.
+            ConfigRefused: 428, 412 (:meth:`check_precondition`), 503 ``NOT_READY``, 409
+                ``ACTIVATION_IN_PROGRESS``.
         """
         self.check_precondition(if_match)
-        frontend = self.frontend
-        if self.active_hash is None or frontend.active is None:
+        if self.active_hash is None or self.frontend.active is None:
             raise ConfigRefused(
                 503,
                 "NOT_READY",
@@ -455,7 +450,36 @@ class Reloads:
                 "another configuration is being activated; poll /api/v1/config/hash until "
                 "activation_status is active or failed, then retry",
             )
+
+    async def apply(self, text: str, mode: str, if_match: str | None) -> tuple[int, dict[str, Any]]:
+        """``PUT`` (replace) or ``PATCH`` (merge) ``/api/v1/config``: validate, persist,
+        activate; wait up to :data:`RESPONSE_WAIT` s for the activation.
+
+        Returns:
+            200 (active), 202 (still pending) or 503 (failed), and the body.
+
+        Raises:
+            ConfigRefused: 428, 412, 400 ``INVALID_CONFIG``, 409 ``RESTART_REQUIRED``, 409
+                ``ACTIVATION_IN_PROGRESS``, 503 ``NOT_READY`` (startup not finished), 500
+                ``WRITE_FAILED``.
+        """
+        self.admissible(if_match)
+        based_on = self.source.etag
         candidate = await asyncio.to_thread(self.candidate, text, mode)  # a large one takes s
+        # Checked again: another apply may have written or started meanwhile (a merge
+        # would drop its change, even under If-Match: *). From here to the activation's
+        # start nothing awaits, so no other apply can come between.
+        self.admissible(if_match)
+        if self.source.etag != based_on:
+            raise ConfigRefused(
+                412,
+                "CONFIG_CHANGED",
+                "The router config changed while this request was validated; refetch and "
+                "retry with the latest ETag",
+                headers={"ETag": self.source.etag},
+            )
+        frontend = self.frontend
+        assert frontend.active is not None  # admissible: the first generation serves
         problems = restart_problems(frontend.active.config, candidate.config, candidate.document)
         if problems:
             raise ConfigRefused(

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from vllm_sr.config.schema import parse_config
 from vllm_sr.config_document import (
@@ -318,3 +320,155 @@ def test_a_document_asking_for_the_other_mode_needs_a_restart() -> None:
     assert len(problems) == 1 and problems[0].startswith("global.router.enabled: false asks ")
     no_backends = parse_config({"listeners": [listener()]})
     assert restart_problems(router, no_backends)[0].startswith("providers.models: ")
+
+
+BACKENDS = {
+    "providers": {
+        "models": [
+            {
+                "name": "chat",
+                "backend_refs": [
+                    {"endpoint": "a.internal:8000", "api_key": "sk-a"},
+                    {"endpoint": "b.internal:8000", "api_key": "sk-b"},
+                    {"name": "named", "base_url": "https://c.internal/v1", "api_key": "sk-c"},
+                ],
+            }
+        ]
+    },
+}
+
+
+def refs_of(document: dict[str, object]) -> list[dict[str, object]]:
+    return document["providers"]["models"][0]["backend_refs"]  # type: ignore[index, no-any-return]
+
+
+def test_a_backend_without_a_name_keeps_its_own_key_when_reordered_or_its_sibling_removed() -> None:
+    edited = redacted(BACKENDS)
+    refs_of(edited).reverse()
+    assert refs_of(unredacted(edited, BACKENDS)) == [
+        {"name": "named", "base_url": "https://c.internal/v1", "api_key": "sk-c"},
+        {"endpoint": "b.internal:8000", "api_key": "sk-b"},
+        {"endpoint": "a.internal:8000", "api_key": "sk-a"},
+    ]
+    edited = redacted(BACKENDS)
+    del refs_of(edited)[0]
+    assert [r["api_key"] for r in refs_of(unredacted(edited, BACKENDS))] == ["sk-b", "sk-c"]
+    assert unredacted(redacted(BACKENDS), BACKENDS) == BACKENDS  # named and unnamed mixed
+
+
+@pytest.mark.parametrize(
+    ("index", "change", "message"),
+    [
+        (
+            2,
+            {"base_url": "https://collector.example/v1"},
+            "providers.models[0].backend_refs[2].api_key is '<redacted>': the saved credential "
+            "there is not sent to a new destination (base_url https://c.internal/v1 -> "
+            "https://collector.example/v1); write the credential itself",
+        ),
+        (
+            0,
+            {"endpoint": "collector.example:80"},
+            "providers.models[0].backend_refs[0].api_key is '<redacted>': <redacted> stands "
+            "for a credential the saved configuration does not have there; write the "
+            "credential itself",
+        ),
+        (
+            1,
+            {"protocol": "https"},
+            "providers.models[0].backend_refs[1].api_key is '<redacted>': <redacted> stands "
+            "for a credential the saved configuration does not have there; write the "
+            "credential itself",
+        ),
+    ],
+)
+def test_a_kept_key_is_never_sent_to_another_destination(index, change, message) -> None:
+    edited = redacted(BACKENDS)
+    refs_of(edited)[index].update(change)
+    with pytest.raises(RedactedUnknown) as refused:
+        unredacted(edited, BACKENDS)
+    assert str(refused.value) == message
+
+
+def test_repeated_names_keep_their_own_values_and_a_patch_keeps_unwritten_destinations() -> None:
+    headers = [
+        {"name": "Authorization", "value": "Bearer one"},
+        {"name": "Authorization", "value": "Bearer two"},
+    ]
+    saved = {
+        "routing": {
+            "decisions": [
+                {
+                    "name": "d",
+                    "plugins": [{"type": "header_mutation", "configuration": {"add": headers}}],
+                }
+            ]
+        }
+    }
+    assert unredacted(redacted(saved), saved) == saved
+    attached = {"global": {"model_catalog": {"deployments": {"x": {"endpoint": "http://h:1"}}}}}
+    patch = {"global": {"model_catalog": {"deployments": {"x": {"served_name": "y"}}}}}
+    assert unredacted(patch, attached, patch=True) == patch
+
+
+def test_a_document_written_back_with_placeholders_is_saved_with_the_keys(tmp_path: Path) -> None:
+    from vllm_sr.reload import Reloads
+
+    saved = {"listeners": [listener(api_keys=["k-1", "k-2"])], **BACKENDS}
+    text = yaml.safe_dump(saved).encode()
+    reloads = Reloads(None, ConfigSource(text, parse_config), None)  # type: ignore[arg-type]
+    shown = redacted(saved)
+    refs_of(shown).reverse()
+    candidate = reloads.candidate(yaml.safe_dump(shown), "replace")
+    assert REDACTED.encode() not in candidate.text
+    written = yaml.safe_load(candidate.text)
+    assert written["listeners"][0]["api_keys"] == ["k-1", "k-2"]
+    assert [(r.get("endpoint") or r.get("base_url"), r["api_key"]) for r in refs_of(written)] == [
+        ("https://c.internal/v1", "sk-c"),
+        ("b.internal:8000", "sk-b"),
+        ("a.internal:8000", "sk-a"),
+    ]
+    patched = reloads.candidate(json.dumps({"listeners": redacted(saved)["listeners"]}), "merge")
+    assert REDACTED.encode() not in patched.text
+    assert yaml.safe_load(patched.text)["listeners"][0]["api_keys"] == ["k-1", "k-2"]
+
+
+class Unstartable:
+    """A frontend serving ``config`` whose next generation cannot be planned (an apply's
+    activation fails at once, nothing started)."""
+
+    def __init__(self, config: object) -> None:
+        from types import SimpleNamespace
+
+        self.active = SimpleNamespace(config=config, version=1)
+        self.preparing = None
+        self.status = SimpleNamespace(preparing=None)
+
+    async def compose(self, config: object, previous: object) -> object:
+        from vllm_sr.workers.environment import PlanError
+
+        raise PlanError("no worker is started in this test")
+
+
+def test_two_applies_with_one_etag_at_once_write_once_and_the_other_is_412() -> None:
+    from vllm_sr.config_document import ConfigRefused
+    from vllm_sr.reload import Reloads
+
+    document = {"listeners": [listener()]}
+    config = parse_config(document)
+    source = ConfigSource(yaml.safe_dump(document).encode(), parse_config)
+    reloads = Reloads(Unstartable(config), source, None)  # type: ignore[arg-type]
+    reloads.active_hash = reloads.generated_hash = runtime_hash(config)
+    etag = source.etag
+
+    async def both() -> list[object]:
+        patches = [{"listeners": [listener(runtime={"models": [m]})]} for m in ("one", "two")]
+        applies = [reloads.apply(json.dumps(p), "merge", etag) for p in patches]
+        return await asyncio.gather(*applies, return_exceptions=True)
+
+    first, second = asyncio.run(both())
+    assert isinstance(first, tuple) and first[0] == 503  # written, then not activated
+    assert first[1]["status"] == "activation_failed"
+    assert isinstance(second, ConfigRefused)
+    assert (second.status, second.code) == (412, "CONFIG_CHANGED")
+    assert yaml.safe_load(source.text)["listeners"][0]["runtime"] == {"models": ["one"]}
