@@ -135,7 +135,7 @@ def test_a_broken_rule_is_caught(tmp_path, where, source, contract):
 
 
 BUILTIN_NAMES = re.compile(
-    r"\b(native|onnxruntime|task_heads|causal_readout|similarity_readout|pii_patterns)\b"
+    r"\b(native|onnxruntime|task_heads|causal_readout|laya|similarity_readout|pii_patterns)\b"
 )
 """The built-in families, engines and extensions by their entry-point names."""
 

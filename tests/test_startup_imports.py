@@ -110,6 +110,7 @@ def test_composing_every_built_in_plugin_imports_no_torch():
             "causal_readout",
             "cpu",
             "cuda",
+            "laya",
             "mps",
             "native",
             "npu",
