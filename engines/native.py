@@ -13,6 +13,12 @@ default; ``sdpa`` is registered as not bit-exact (its fused kernels round
 differently, within about 1e-6), so ``exact`` and ``batching`` never pick it
 and ``max_speed`` does (:attr:`NativeEngine.profiles`).
 
+A spec with ``attention_groups`` (a family whose rows hold parts that must not see each
+other, such as the options of a Laya checkpoint's parallel layout) runs on ModernBERT
+encoders: each batch's position ids and groups become the per-layer attention masks
+(:func:`grouped_masks`), handed to transformers' ModernBERT in place of the ones it builds
+from the padding mask.
+
 Under ``max_speed`` a float32 model whose family vouches for bfloat16
 (``spec.bf16_tolerant``) runs in bfloat16 when ``--dtype`` is ``auto`` and the
 device computes bfloat16 natively (AVX512-BF16 or AMX on a CPU): on the
@@ -24,6 +30,7 @@ fused float32 ONNX graph (bench/results/profiles.md), so the engine then asks
 from __future__ import annotations
 
 import inspect
+import threading
 import zipfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -54,6 +61,10 @@ TASK_CLASSES = {
 }
 
 
+GROUPED_MODEL_TYPES = ("modernbert",)
+"""Model types whose attention masks the engine can set per layer type from a batch's
+attention groups (:func:`grouped_masks`): ModernBERT's global and sliding-window layers."""
+
 BFLOAT16_RANK = 4
 """``--engine auto`` rank of the native engine where it computes in bfloat16 under
 ``max_speed``: ahead of the ONNX Runtime engine's fused float32 graph (5)."""
@@ -71,6 +82,39 @@ def computes_bfloat16(spec: ModelSpec, device: DeviceInfo) -> bool:
         and spec.bf16_tolerant
         and device.capabilities.get("bf16") == "bf16_native"
     )
+
+
+def grouped_masks(
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    groups: torch.Tensor,
+    window: int,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Additive attention masks ``[rows, 1, tokens, tokens]`` (0 where a query may attend
+    to a key, the dtype's lowest number where not) for global and sliding-window layers.
+
+    A query attends to every real key (``attention_mask`` 1) except the keys of another
+    group when both groups are above 0 (:class:`~vllm_srun.plugins.spec.EncoderBatch`);
+    a sliding-window layer also needs ``|position_q - position_k| <= window``.
+
+    Args:
+        attention_mask, position_ids, groups: int64 ``[rows, tokens]``.
+        window: the sliding layers' reach either side, in positions.
+        dtype: the model's dtype.
+    """
+    import torch
+
+    query, key = groups[:, :, None], groups[:, None, :]
+    apart = (query > 0) & (key > 0) & (query != key)
+    allowed = attention_mask.bool()[:, None, :] & ~apart
+    near = (position_ids[:, :, None] - position_ids[:, None, :]).abs() <= window
+    lowest = torch.finfo(dtype).min
+
+    def additive(keep: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, lowest)
+
+    return additive(allowed)[:, None], additive(allowed & near)[:, None]
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -97,6 +141,7 @@ class NativeEncoder:
         self.accepts_token_type_ids = (
             "token_type_ids" in inspect.signature(model.forward).parameters
         )
+        self._masks = threading.Lock()  # a grouped forward sets its masks on the model
 
     def encode(self, batch: EncoderBatch) -> npt.NDArray[np.float32]:
         """Run the batch (int64 numpy arrays, moved to the model's device here).
@@ -118,7 +163,10 @@ class NativeEncoder:
             inputs["token_type_ids"] = on_device(batch.token_type_ids)
         want_layer = self.spec.task == "encoder" and self.spec.hidden_layer is not None
         with torch.inference_mode():
-            out = self.model(**inputs, output_hidden_states=want_layer, return_dict=True)
+            if batch.attention_groups is not None:
+                out = self._grouped(batch, inputs, on_device, want_layer)
+            else:
+                out = self.model(**inputs, output_hidden_states=want_layer, return_dict=True)
         if self.spec.task != "encoder":
             result = out.logits
         elif want_layer:
@@ -127,6 +175,34 @@ class NativeEncoder:
             result = out.last_hidden_state
         hidden: npt.NDArray[np.float32] = np.ascontiguousarray(result.float().cpu().numpy())
         return hidden
+
+    def _grouped(
+        self, batch: EncoderBatch, inputs: dict[str, Any], on_device: Any, want: bool
+    ) -> Any:
+        """A ModernBERT forward with the batch's position ids and group masks
+        (:func:`grouped_masks`): transformers 4's ModernBERT builds its masks from the
+        padding mask alone, so the engine sets them for this call."""
+        assert batch.attention_groups is not None
+        positions = batch.position_ids
+        if positions is None:
+            positions = np.broadcast_to(np.arange(batch.input_ids.shape[1]), batch.input_ids.shape)
+        position_ids = on_device(positions)
+        base = getattr(self.model, self.model.base_model_prefix, self.model)
+        full, sliding = grouped_masks(
+            inputs["attention_mask"],
+            position_ids,
+            on_device(batch.attention_groups),
+            base.config.local_attention // 2,
+            self.model.dtype,
+        )
+        with self._masks:
+            base._update_attention_mask = lambda *args, **kwargs: (full, sliding)
+            try:
+                return self.model(
+                    **inputs, position_ids=position_ids, output_hidden_states=want, return_dict=True
+                )
+            finally:
+                del base._update_attention_mask
 
 
 class NativeDecoder:
@@ -275,6 +351,13 @@ class NativeEngine(Engine):
             return "the package has no weights (*.safetensors or pytorch_model*.bin)"
         if spec.dtype == "float16" and device.accelerator == "cpu":
             return "float16 runs on GPUs only; use --dtype float32 or bfloat16 on a CPU"
+        if spec.attention_groups and (
+            spec.model_type not in GROUPED_MODEL_TYPES or spec.task == "causal_lm"
+        ):
+            return (
+                f"native sets attention groups on {', '.join(GROUPED_MODEL_TYPES)} encoders "
+                f"only, not {spec.model_type!r}"
+            )
         return None
 
     def load(

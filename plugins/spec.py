@@ -87,6 +87,9 @@ class ModelSpec:
             keeps its quality when computed in bfloat16 (an engine may then run a
             float32 model in bfloat16 under ``max_speed`` with ``--dtype auto``, on
             a device whose ``bf16`` capability is ``bf16_native``).
+        attention_groups: whether the family's batches carry position ids and attention
+            groups (:class:`EncoderBatch`): an engine that cannot honour both refuses the
+            spec in ``supports``.
     """
 
     package: Path
@@ -105,6 +108,7 @@ class ModelSpec:
     profile: str = "exact"
     int8_tolerant: bool = False
     bf16_tolerant: bool = False
+    attention_groups: bool = False
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -127,11 +131,20 @@ class EncoderBatch:
         attention_mask: int64 ``[rows, tokens]``, 1 for real tokens, 0 for padding.
         token_type_ids: int64 ``[rows, tokens]`` (segment of a text pair), or
             ``None`` for single texts.
+        position_ids: int64 ``[rows, tokens]`` position of each token, or ``None`` for
+            ``0..tokens-1`` (only for a spec with ``attention_groups``).
+        attention_groups: int64 ``[rows, tokens]``, or ``None`` (only for a spec with
+            ``attention_groups``): a token of group ``g > 0`` neither attends to nor is
+            attended by a token of another group ``h > 0``; group 0 tokens attend to and
+            are seen by every real token. A local (sliding-window) attention layer
+            measures its window in ``position_ids``.
     """
 
     input_ids: npt.NDArray[np.int64]
     attention_mask: npt.NDArray[np.int64]
     token_type_ids: npt.NDArray[np.int64] | None = None
+    position_ids: npt.NDArray[np.int64] | None = None
+    attention_groups: npt.NDArray[np.int64] | None = None
 
 
 class EncoderModel(Protocol):

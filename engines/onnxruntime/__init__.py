@@ -251,6 +251,11 @@ class OnnxRuntimeEngine(Engine):
                 f"onnxruntime returns the graph's last hidden state only; hidden_layer "
                 f"{spec.hidden_layer} needs --engine native"
             )
+        if spec.attention_groups:
+            return (
+                "onnxruntime runs graphs of input ids and a padding mask; attention groups "
+                "(per-token positions and masks) need --engine native"
+            )
         if importlib.util.find_spec("onnxruntime") is None:
             return "onnxruntime is not installed"
         if spec.onnx is not None:

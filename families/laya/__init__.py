@@ -120,7 +120,7 @@ class LayaFamily(Family):
     def describe(self, package: Path) -> ModelSpec:
         """The engine-facing spec: the converted encoder (task ``encoder``, float32 as the
         package computes it; its weights are stored in float16), ``token_limit`` the
-        checkpoint's ``max_len``."""
+        checkpoint's ``max_len``; a parallel layout's batches carry attention groups."""
         config = checkpoint.read_config(package)
         converted = self.conversion(package).package
         encoder = read_json(converted / "config.json")
@@ -132,6 +132,7 @@ class LayaFamily(Family):
             weights=(checkpoint.WEIGHTS_FILE,),
             released_dtype="float32",
             token_limit=config.max_len,
+            attention_groups=config.parallel,
         )
 
     def tokens(self, converted: Path) -> Tokens:

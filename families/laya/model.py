@@ -276,12 +276,21 @@ class LayaModel(LoadedModel[LayaPlan]):
     # -- run --------------------------------------------------------------------------------
     def run(self, items: list[WorkItem], width: int | None = None) -> list[npt.NDArray[np.float32]]:
         """Per row, float32 ``[options]`` logits: one engine forward of the rows padded on
-        the right (to ``width`` tokens, default the longest row's), then the head on each
-        row's real tokens."""
+        the right (to ``width`` tokens, default the longest row's; in the parallel layout
+        with each row's position ids and option groups, padding at position and group 0),
+        then the head on each row's real tokens."""
         if not items:
             return []
         rows = [_row(item) for item in items]
-        hidden = self.engine_model.encode(right_padded(rows, self.tokens.pad_id, width))
+        batch = right_padded(rows, self.tokens.pad_id, width)
+        if self.config.parallel:
+            batch.position_ids = np.zeros_like(batch.input_ids)
+            batch.attention_groups = np.zeros_like(batch.input_ids)
+            for r, item in enumerate(rows):
+                positions, groups = _layout(item)
+                batch.position_ids[r, : item.tokens] = positions
+                batch.attention_groups[r, : item.tokens] = groups
+        hidden = self.engine_model.encode(batch)
         if hidden.shape[0] != len(rows):
             raise ValueError(f"the engine answered {hidden.shape[0]} rows for {len(rows)}")
         return [
@@ -372,6 +381,18 @@ def _markers(item: LayaRow) -> tuple[int, ...]:
     are left out, or the first token read when none is left)."""
     inside = tuple(m for m in item.markers if m < item.tokens)
     return inside or (0,)
+
+
+def _layout(item: LayaRow) -> tuple[list[int], list[int]]:
+    """The row's parallel-layout positions and groups at its length (a planned row's as
+    they are; a probe's longer copy continues its positions in group 0, a shorter one is
+    cut)."""
+    positions = list((item.positions or ())[: item.tokens])
+    groups = list((item.groups or ())[: item.tokens])
+    start = positions[-1] + 1 if positions else 0
+    positions += range(start, start + item.tokens - len(positions))
+    groups += [0] * (item.tokens - len(groups))
+    return positions, groups
 
 
 def _row(item: WorkItem) -> LayaRow:

@@ -36,6 +36,7 @@ from .laya_reference import (
     as_laya,
     largest_difference,
     load_agent,
+    load_parallel_agent,
     reference,
     write_reference_checkpoint,
 )
@@ -483,6 +484,124 @@ def test_the_family_fixture_reads_as_the_package_reads_it(tmp_path, catalog):
         load_agent(fixture), [FIXTURE_REQUEST["state"]], FIXTURE_REQUEST["questions"]
     )[0]
     assert max(largest_difference(answers[n], theirs[n]) for n in answers) < TOLERANCE
+
+
+# -- the parallel layout -------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def parallel_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_reference_checkpoint(tmp_path_factory.mktemp("laya-parallel"), "parallel")
+
+
+@pytest.fixture(scope="module")
+def parallel(parallel_package: Path, catalog: Any) -> ServedModel:
+    return load_model(
+        parallel_package, LoadOptions(device="cpu", name="laya-parallel"), catalog=catalog
+    )
+
+
+@pytest.fixture(scope="module")
+def parallel_agent(parallel_package: Path) -> Any:
+    return load_parallel_agent(parallel_package)
+
+
+def test_parallel_positions_and_groups_are_the_package_layout(parallel, parallel_agent):
+    tokens = parallel.loaded.tokens
+    internal = {name: parallel_agent._to_internal(as_laya(q)) for name, q in QUESTIONS.items()}
+    for state in STATES:
+        theirs = parallel_agent._encode_state(state, list(QUESTIONS), internal)
+        entry = parse_request({"state": state, "questions": QUESTIONS}).entries[0]
+        state_ids = tokens.encode(entry.state_text())
+        for question, item in zip(entry.questions, theirs, strict=True):
+            head = question_head(tokens, question, 192)
+            ours = build_sequence(
+                tokens, head, state_ids, 512, keep_end=isinstance(state, list), parallel=True
+            )
+            assert (list(ours.ids), list(ours.markers)) == (item["ids"], item["markers"])
+            assert list(ours.positions) == item["layout"]["position_ids"], question.name
+            assert list(ours.groups) == item["layout"]["option_ids"], question.name
+    # every option starts at the first marker's position; the state follows the longest
+    question = parse_request({"state": "s", "questions": {"q": QUESTIONS["team"]}})
+    head = question_head(tokens, question.entries[0].questions[0], 192)
+    laid = build_sequence(tokens, head, [], 512, parallel=True)
+    assert [laid.positions[m] for m in laid.markers] == [laid.markers[0]] * 3
+    assert sorted(set(laid.groups)) == [0, 1, 2, 3]
+
+
+def test_parallel_probabilities_equal_the_package_alone_and_batched(parallel, parallel_agent):
+    ours_alone = [
+        {name: ask(parallel, [state], {name: q})[0][name] for name, q in QUESTIONS.items()}
+        for state in STATES
+    ]
+    ours_batched = ask(parallel, STATES, QUESTIONS)
+    theirs_alone = [reference(parallel_agent, [state], QUESTIONS)[0] for state in STATES]
+    theirs_batched = reference(parallel_agent, STATES, QUESTIONS)
+    worst = 0.0
+    for ours in (ours_alone, ours_batched):
+        for theirs in (theirs_alone, theirs_batched):
+            for mine, reference_answers in zip(ours, theirs, strict=True):
+                for name in QUESTIONS:
+                    worst = max(worst, largest_difference(mine[name], reference_answers[name]))
+    assert worst < TOLERANCE
+    assert ours_alone == ours_batched  # exact: the same bits
+    print(f"laya parity, parallel layout: largest probability difference {worst:.3g}")
+
+
+def test_parallel_answers_follow_their_options_in_any_order(parallel, served):
+    """Options blind to each other: reordering them reorders the probabilities (within
+    rounding), where the sequential layout's answers move."""
+    criteria = {"billing": "Payments", "shipping": "Parcels", "technical": "Bugs", "other": None}
+    reordered = dict(reversed(criteria.items()))
+    moved = {"parallel": 0.0, "sequential": 0.0}
+    for layout, model in (("parallel", parallel), ("sequential", served)):
+        for state in STATES:
+            answers = [
+                ask(
+                    model,
+                    [state],
+                    {"q": {"type": "choice", "instructions": "Which?", "criteria": c}},
+                )
+                for c in (criteria, reordered)
+            ]
+            first, second = (a[0]["q"]["probabilities"] for a in answers)
+            moved[layout] = max(moved[layout], max(abs(first[k] - second[k]) for k in criteria))
+    assert moved["parallel"] < TOLERANCE
+    assert moved["sequential"] > 0.01
+
+
+def test_the_native_engine_masks_other_groups_and_far_positions():
+    import torch
+
+    from vllm_srun.engines.native import grouped_masks
+
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0]])
+    positions = torch.tensor([[0, 1, 1, 3, 5, 0]])
+    groups = torch.tensor([[0, 1, 2, 2, 0, 0]])
+    full, sliding = grouped_masks(mask, positions, groups, 2, torch.float32)
+    allowed = (full[0, 0] == 0).int().tolist()
+    assert allowed == [
+        [1, 1, 1, 1, 1, 0],  # a shared token sees every real token
+        [1, 1, 0, 0, 1, 0],  # group 1 never sees group 2
+        [1, 0, 1, 1, 1, 0],
+        [1, 0, 1, 1, 1, 0],
+        [1, 1, 1, 1, 1, 0],
+        [1, 1, 1, 1, 1, 0],  # padding is never seen
+    ]
+    near = (sliding[0, 0] == 0).int().tolist()
+    assert near[4] == [0, 0, 0, 1, 1, 0]  # position 5 reaches positions 3 to 7
+    assert near[1] == [1, 1, 0, 0, 0, 0]
+    assert full.min().item() == torch.finfo(torch.float32).min
+
+
+def test_parallel_checkpoints_run_on_native_only(parallel, parallel_package, catalog):
+    assert parallel.card()["decisions"]["option_layout"] == "parallel"
+    assert parallel.card()["engine"] == "native"
+    with pytest.raises(LoadError) as caught:
+        load_model(
+            parallel_package, LoadOptions(device="cpu", engine="onnxruntime"), catalog=catalog
+        )
+    assert "attention groups (per-token positions and masks) need --engine native" in str(
+        caught.value
+    )
 
 
 # -- serving -----------------------------------------------------------------------------
