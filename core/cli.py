@@ -319,8 +319,10 @@ def run_models(catalog: Catalog, *, as_json: bool, out: TextIO) -> int:
     """Print the built-in models (the catalog's ``models`` layer) as a table or as JSON.
 
     JSON is a list of ``{name, family, revision, licence, licence_restricted,
-    parameters, description, files, mirrors}`` (:func:`vllm_srun.compose.registry.entry_json`),
-    sorted by name; ``revision`` is ``null`` for a model that lives only in mirrors.
+    parameters, description, files, patterns, mirrors}``
+    (:func:`vllm_srun.compose.registry.entry_json`), sorted by name; ``revision`` is
+    ``null`` for a model that lives only in mirrors; ``files`` is empty and ``patterns``
+    names what is fetched for a model pinned by its revision alone.
     """
     from vllm_srun.compose.registry import table
 

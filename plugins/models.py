@@ -48,13 +48,18 @@ class ModelEntry:
         revision: the 40-hex Hub commit, or ``None`` for a model that lives
             only in mirrors (then ``mirrors`` is not empty).
         files: relative path to lower-case hex SHA-256 of every file the family
-            loads.
+            loads; empty for a model pinned by its revision alone (``patterns``).
         licence: SPDX identifier or licence name.
         parameters: parameter count (trainable weights, not buffers), when known.
         mirrors: installed distributions that carry the same files.
         description: one line for ``vllm-srun models``.
         licence_restricted: the licence restricts use: the runtime loads the
             model only when the operator accepts ``licence`` (``--accept-licence``).
+        patterns: for a model pinned by its revision alone (no ``files``: no digests are
+            recorded to check its bytes against), the files to fetch at that revision, as
+            ``fnmatch`` patterns of repository paths (``tokenizer/*``). Its files' digests
+            are computed on load and reported as its identity (verification
+            ``computed``), as for any Hub repository at a commit.
     """
 
     name: str
@@ -66,11 +71,17 @@ class ModelEntry:
     mirrors: tuple[Mirror, ...] = ()
     description: str = ""
     licence_restricted: bool = False
+    patterns: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
         """The registry name: the model ID."""
         return self.name
+
+    @property
+    def digests_recorded(self) -> bool:
+        """Whether the entry pins its files' digests (else only its revision)."""
+        return bool(self.files)
 
 
 def model_violations(entry: ModelEntry) -> list[str]:
@@ -90,8 +101,17 @@ def model_violations(entry: ModelEntry) -> list[str]:
             problems.append("a model without a revision must name at least one mirror")
     elif not REVISION_PATTERN.match(entry.revision):
         problems.append(f"revision must be a 40-hex commit, not {entry.revision!r}")
-    if not entry.files:
-        problems.append("a built-in model must list the digests of the files it loads")
+    if not isinstance(entry.patterns, tuple) or not all(map(_relative_file, entry.patterns)):
+        problems.append("patterns must be a tuple of relative path patterns")
+    elif not entry.files and not entry.patterns:
+        problems.append(
+            "a built-in model must list the digests of the files it loads, or the patterns "
+            "of the files to fetch at its revision"
+        )
+    elif not entry.files and entry.revision is None:
+        problems.append("a model without digests must be pinned by a revision")
+    elif entry.files and entry.patterns:
+        problems.append("a model lists the digests of its files or patterns, not both")
     for path, digest in entry.files.items():
         if not _relative_file(path):
             problems.append(f"file {path!r} must be a relative path inside the package")
@@ -118,7 +138,8 @@ def model_violations(entry: ModelEntry) -> list[str]:
 
 
 def _relative_file(path: object) -> bool:
-    """``path`` is a non-empty relative POSIX path that stays inside its root."""
+    """``path`` is a non-empty relative POSIX path (or ``fnmatch`` pattern) that stays inside
+    its root."""
     if type(path) is not str or not path or path.startswith("/") or "\\" in path:
         return False
     return all(part not in ("", ".", "..") for part in path.split("/"))

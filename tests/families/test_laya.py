@@ -11,7 +11,9 @@ card and one HTTP answer per question type.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
 import sys
 from collections.abc import Iterator
@@ -20,7 +22,9 @@ from typing import Any
 
 import pytest
 
+from tests.registry.conftest import write_cache
 from vllm_srun.compose.loader import LoadError, LoadOptions, ServedModel, load_model
+from vllm_srun.compose.registry.verify import identity, is_loadable
 from vllm_srun.families.laya import LayaFamily, checkpoint
 from vllm_srun.families.laya.fixture import FIXTURE_REQUEST, write_fixture
 from vllm_srun.families.laya.model import max_options
@@ -602,6 +606,102 @@ def test_parallel_checkpoints_run_on_native_only(parallel, parallel_package, cat
     assert "attention groups (per-token positions and masks) need --engine native" in str(
         caught.value
     )
+
+
+# -- the published checkpoints -----------------------------------------------------------------
+def test_the_published_checkpoints_are_known_at_the_package_s_reviewed_revisions(catalog):
+    from laya.revisions import PINNED_REVISIONS
+
+    known = {
+        name: entry for name, entry in catalog.layer("models").items() if entry.family == "laya"
+    }
+    assert {name: entry.revision for name, entry in known.items()} == PINNED_REVISIONS
+    for entry in known.values():
+        assert (entry.files, entry.licence) == ({}, "apache-2.0")
+        assert entry.patterns == (
+            "rl_agent_config.json",
+            "model.safetensors",
+            "tokenizer/*",
+            "encoder/*",
+        )
+
+
+def test_a_published_checkpoint_in_the_cache_loads_with_its_digests_computed(
+    package, catalog, tmp_path
+):
+    name, revision = "convaiinnovations/laya", "55cf4c4ebb4ebe31b2550e8bdf3bd21b99753851"
+    cache = tmp_path / "hub"
+    write_cache(cache, name, revision, package)
+    served = load_model(
+        name,
+        LoadOptions(offline=True, cache_dir=cache, device="cpu", profile="batching"),
+        catalog=catalog,
+    )
+    card = served.card()
+    files = {
+        path.relative_to(package).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(package.rglob("*"))
+        if path.is_file() and is_loadable(path.relative_to(package).as_posix())
+    }
+    assert sorted(files) == [
+        "encoder/config.json",
+        "model.safetensors",
+        "rl_agent_config.json",
+        "tokenizer/special_tokens_map.json",
+        "tokenizer/tokenizer.json",
+        "tokenizer/tokenizer_config.json",
+    ]
+    assert (card["repo"], card["revision"], card["family"]) == (name, revision, "laya")
+    assert (card["verification"], card["model_sha256"], card["files"]) == (
+        "computed",
+        identity(files),
+        files,
+    )
+    assert card["licence"] == "apache-2.0"
+    assert card["parameters"] == sum(  # counted from the weights' headers
+        math.prod(shape)
+        for shape in checkpoint.tensor_shapes(package / "model.safetensors").values()
+    )
+    body = served.answer("decisions", {"state": STATES[0], "questions": {"q": QUESTIONS["angry"]}})
+    assert body["answers"]["q"]["type"] == "noul"
+
+
+@pytest.mark.slow
+def test_serving_a_published_checkpoint_offline_without_it_says_how_to_fetch_it(tmp_path):
+    import subprocess
+
+    cache = tmp_path / "empty"
+    argv = [sys.executable, "-m", "vllm_srun", "serve", "convaiinnovations/laya", "--offline"]
+    argv += ["--cache-dir", str(cache), "--port", str(free_port())]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    revision = "55cf4c4ebb4ebe31b2550e8bdf3bd21b99753851"
+    phrase = (
+        f"convaiinnovations/laya at {revision} is not in the Hugging Face cache at {cache}, "
+        "and downloads are off (--offline). Fill the cache first (hf download "
+        f"convaiinnovations/laya --revision {revision} --cache-dir {cache}), point --cache-dir "
+        "at a cache that holds it, or start without --offline and HF_HUB_OFFLINE"
+    )
+    assert done.returncode == 1
+    assert (
+        f"exiting with status 1: no model can be served: model convaiinnovations/laya: {phrase}"
+        in done.stderr
+    )
+    assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_a_published_checkpoint_at_another_revision_is_a_hub_repository(catalog, tmp_path):
+    other = "0" * 40
+    with pytest.raises(LoadError) as caught:
+        load_model(
+            f"convaiinnovations/laya@{other}",
+            LoadOptions(offline=True, cache_dir=tmp_path, device="cpu"),
+            catalog=catalog,
+        )
+    assert str(caught.value).startswith(
+        f"convaiinnovations/laya at {other} is not in the Hugging Face cache at {tmp_path}"
+    )
+    with pytest.raises(LoadError, match="revision must be a 40-hex commit, not 'main'"):
+        load_model("convaiinnovations/laya@main", LoadOptions(offline=True), catalog=catalog)
 
 
 # -- serving -----------------------------------------------------------------------------

@@ -38,8 +38,23 @@ def test_branches_bad_digests_and_bad_names_are_violations():
         "file 'w.safetensors' digest must be 64 lower-case hex characters",
     ]
     assert model_violations(ModelEntry("x", "f", REVISION, {}, "mit")) == [
-        "a built-in model must list the digests of the files it loads"
+        "a built-in model must list the digests of the files it loads, or the patterns of "
+        "the files to fetch at its revision"
     ]
+
+
+def test_an_entry_pinned_by_its_revision_alone_names_what_to_fetch():
+    entry = ModelEntry("acme/model", "laya", REVISION, {}, "mit", patterns=("w.json", "tok/*"))
+    assert (model_violations(entry), entry.digests_recorded) == ([], False)
+    mirror = Mirror("dist", "1.0", "model")
+    unpinned = ModelEntry("x", "f", None, {}, "mit", mirrors=(mirror,), patterns=("*",))
+    assert model_violations(unpinned) == ["a model without digests must be pinned by a revision"]
+    both = ModelEntry("x", "f", REVISION, {"w.json": DIGEST}, "mit", patterns=("*",))
+    assert model_violations(both) == [
+        "a model lists the digests of its files or patterns, not both"
+    ]
+    outside = ModelEntry("x", "f", REVISION, {}, "mit", patterns=("../w.json", "/etc/*"))
+    assert model_violations(outside) == ["patterns must be a tuple of relative path patterns"]
 
 
 def test_paths_licences_parameters_and_mirrors_are_checked():

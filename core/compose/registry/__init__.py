@@ -126,6 +126,9 @@ def prepare(
         if entry is not None:  # the same bytes as a built-in: the same identity
             verification = pinned_result(verification.files, verification.extra_files)
     if entry is not None:
+        parameters = entry.parameters
+        if parameters is None and verification.status == "computed":
+            parameters = count_parameters(source.path, verification.files)
         return PreparedModel(
             source,
             verification,
@@ -133,7 +136,7 @@ def prepare(
             entry.name,
             entry.revision,
             entry.licence,
-            entry.parameters,
+            parameters,
         )
     return PreparedModel(
         source,
@@ -166,6 +169,7 @@ def entry_json(entry: ModelEntry) -> dict[str, Any]:
         "parameters": entry.parameters,
         "description": entry.description,
         "files": dict(sorted(entry.files.items())),
+        "patterns": list(entry.patterns),
         "mirrors": [
             {"distribution": m.distribution, "version": m.version, "path": m.path}
             for m in entry.mirrors

@@ -4,7 +4,9 @@ A MODEL argument is one of:
 
 - a local package directory (absolute, or relative to the working directory);
 - a built-in model name (``vllm-srun models``), which carries its own pinned
-  revision, or ``revision: null`` for a model that lives only in mirrors;
+  revision, or ``revision: null`` for a model that lives only in mirrors (a model
+  the table pins by revision alone, without digests, is fetched by its patterns
+  like a Hub repository at that commit);
 - a Hub repository ``owner/name`` at a 40-hex commit, given as
   ``owner/name@COMMIT`` or with ``--revision COMMIT``.
 
@@ -261,6 +263,19 @@ def _local(model: str | os.PathLike[str], revision: str | None) -> ResolvedSourc
 def _builtin(
     entry: ModelEntry, cache_dir: str | os.PathLike[str] | None, offline: bool
 ) -> ResolvedSource:
+    if not entry.digests_recorded and entry.revision is not None:  # pinned by revision alone
+        folder = hub.download(
+            entry.name,
+            entry.revision,
+            allow_patterns=entry.patterns,
+            cache_dir=cache_dir,
+            offline=offline,
+        )
+        root = hub.repo_folder(cache_dir, entry.name).resolve()
+        origin = f"the Hugging Face cache ({hub.cache_root(cache_dir)})"
+        return ResolvedSource(
+            folder.resolve(), "hub", entry.name, entry.revision, entry, root, origin
+        )
     found, notes = find_mirror(entry)
     if found is not None:
         folder, mirror = found

@@ -5,7 +5,9 @@ file its table lists must be present and hash to the listed SHA-256; a
 loadable file the table does not list is refused; other files are ignored
 and reported as ``extra_files``. A package that is not built in is
 identified instead: its ``model_sha256`` is a digest over the digests of its
-loadable files (:func:`identity`). Links anywhere in the package must resolve
+loadable files (:func:`identity`); so is a model the table pins by revision
+alone (no digests are recorded to check it against), whose verification says
+``computed``. Links anywhere in the package must resolve
 inside an allowed root: the package directory, or for a cached Hub snapshot
 that repository's ``models--owner--name`` cache folder.
 """
@@ -78,6 +80,7 @@ LOADABLE_NAMES = frozenset(
         "config_sentence_transformers.json",
         "thresholds.json",
         "calibration.json",
+        "rl_agent_config.json",
     }
 )
 """File names whose content changes what a model computes (configuration, tokenizer, heads)."""
@@ -128,7 +131,9 @@ class Verification:
 
     Attributes:
         status: ``pinned`` (a built-in model whose files all matched),
-            ``revision`` (a Hub repository at a pinned commit that is not
+            ``computed`` (a built-in model pinned by its revision alone: no digests
+            are recorded for it, so its files' digests were computed and are its
+            identity), ``revision`` (a Hub repository at a pinned commit that is not
             built in) or ``local`` (a local package that is not built in).
         model_sha256: the weights file's SHA-256 when the model has exactly
             one weights file or graph, else the computed :func:`identity`.
@@ -224,7 +229,8 @@ def verify_package(
 
     Args:
         package: the package directory.
-        entry: the built-in table entry, or ``None`` for a model that is not built in.
+        entry: the built-in table entry, or ``None`` for a model that is not built in
+            (an entry without digests is identified as such a model is, ``computed``).
         root: where links may point (default :func:`link_root` of ``package``).
         status: the status of a package that is not built in (``local`` or ``revision``).
         source: where the bytes came from, for the fix in a message
@@ -246,10 +252,10 @@ def verify_package(
     package = package.resolve()
     present = dict(package_files(package, root or link_root(package)))
     digest = digest or sha256_file
-    if entry is None:
+    if entry is None or not entry.digests_recorded:
         digests = {rel: digest(p) for rel, p in present.items() if is_loadable(rel)}
         extra = tuple(rel for rel in present if rel not in digests)
-        return _result(status, digests, extra)
+        return _result(status if entry is None else "computed", digests, extra)
     where = f" from {source}" if source else ""
     fix = _fix(entry, source)
     missing = [rel for rel in entry.files if not (rel in present and present[rel].is_file())]
