@@ -7,9 +7,12 @@
 (() => {
   const KEY_STORE = "vllm-sr-dashboard-key";
   const REFRESH_MS = 1000;
+  const READ_TIMEOUT_MS = 5000; // a read not answered by then is a problem shown, not a wait
   let key = sessionStorage.getItem(KEY_STORE) || "";
   let latest = null; // the last document read
-  let change = null; // {summary, patch, plan, version?, done?}
+  let latestText = null; // its text: an unchanged document is not rendered again
+  let reads = 0; // refreshes started, so a change follows only documents read after it
+  let change = null; // {summary, patch, basedOn, answer, hash?, after?, done?}
   const $ = (id) => document.getElementById(id);
 
   // -- small helpers ------------------------------------------------------------------------
@@ -35,10 +38,11 @@
     return entries.length ? entries.map(([name, value]) => `${name} ${value}`).join(", ") : "none";
   }
 
-  async function api(method, path, body, extra) {
+  async function api(method, path, body, extra, timeoutMs) {
     const headers = { ...(extra || {}) };
     if (key) headers.Authorization = `Bearer ${key}`;
     const init = { method, headers, cache: "no-store" };
+    if (timeoutMs) init.signal = AbortSignal.timeout(timeoutMs);
     if (body !== undefined) {
       headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
@@ -51,7 +55,7 @@
     } catch (err) {
       data = { error: { message: text } };
     }
-    return { status: response.status, data, headers: response.headers };
+    return { status: response.status, data, text, headers: response.headers };
   }
 
   function errorText(answer) {
@@ -61,9 +65,12 @@
   }
 
   // -- the refresh loop ---------------------------------------------------------------------
+  // One read at a time: the next is scheduled once this one ends (answered, refused or
+  // timed out), so a slow frontend never has reads piling up.
   async function refresh() {
+    const read = ++reads;
     try {
-      const answer = await api("GET", "/api/v1/dashboard");
+      const answer = await api("GET", "/api/v1/dashboard", undefined, undefined, READ_TIMEOUT_MS);
       if (answer.status === 401) {
         showProblem(`${errorText(answer)}`);
         $("key-form").hidden = false;
@@ -72,17 +79,25 @@
       } else {
         $("connection").hidden = true;
         $("key-form").hidden = true;
-        latest = answer.data;
-        render(latest);
+        if (answer.text !== latestText) {
+          latest = answer.data;
+          latestText = answer.text;
+          render(latest);
+        }
+        followChange(latest, read);
+        $("refreshed").textContent = new Date().toLocaleTimeString();
       }
     } catch (err) {
-      showProblem(`the frontend does not answer (${err.message}); retrying every second`);
+      const why = err.name === "TimeoutError"
+        ? `no answer within ${READ_TIMEOUT_MS / 1000} s` : err.message;
+      showProblem(`the frontend does not answer (${why}); retrying every second`);
     }
     setTimeout(refresh, REFRESH_MS);
   }
 
   function showProblem(text) {
-    $("connection").textContent = text;
+    const shown = latest ? `; what is shown was read at ${$("refreshed").textContent}` : "";
+    $("connection").textContent = text + shown;
     $("connection").hidden = false;
   }
 
@@ -100,8 +115,6 @@
     renderRouting(data);
     renderListeners(data);
     renderChoices(data);
-    followChange(data);
-    $("refreshed").textContent = new Date().toLocaleTimeString();
   }
 
   function activation(config) {
@@ -209,10 +222,11 @@
   }
 
   // -- changes ------------------------------------------------------------------------------
+  // The saved document and its ETag: a change built from it is applied only onto it.
   async function savedDocument() {
     const answer = await api("GET", "/api/v1/config");
     if (answer.status !== 200) throw new Error(errorText(answer));
-    return answer.data;
+    return { doc: answer.data, etag: answer.headers.get("ETag") };
   }
 
   function deploymentsOf(doc) {
@@ -247,14 +261,14 @@
     const name = $("scale-deployment").value;
     const count = replicaCount($("scale-replicas"));
     if (!name) throw new Error("no managed deployment to scale");
-    const doc = await savedDocument();
+    const { doc, etag } = await savedDocument();
     const saved = deploymentsOf(doc)[name];
     if (!saved) return showChange({ summary: `${name} is not in the saved configuration` });
     const placements = saved.replicas && saved.replicas.length
       ? saved.replicas : [saved.device ? { device: saved.device } : {}];
     const replicas = Array.from({ length: count }, (_, i) => placements[Math.min(i, placements.length - 1)]);
     const patch = catalogPatch({ [name]: { device: null, replicas } });
-    await plan(`Scale ${name} to ${count} replica${count === 1 ? "" : "s"}`, patch);
+    await plan(`Scale ${name} to ${count} replica${count === 1 ? "" : "s"}`, patch, etag);
   }
 
   async function planAdd(event) {
@@ -272,7 +286,7 @@
     const publicId = publicName || deployment.artifact;
     const listener = $("add-listener").value;
     const grant = $("add-grant").value;
-    const doc = await savedDocument();
+    const { doc, etag } = await savedDocument();
     const patch = catalogPatch({ [name]: deployment });
     patch.listeners = regranted(doc, (l) => {
       if (l.name !== listener) return;
@@ -281,14 +295,14 @@
       if (!models.includes(publicId)) models.push(publicId);
       l[grant].models = models;
     });
-    await plan(`Add ${name} (${deployment.artifact}) and publish ${publicId} on ${listener}'s ${grant} grant`, patch);
+    await plan(`Add ${name} (${deployment.artifact}) and publish ${publicId} on ${listener}'s ${grant} grant`, patch, etag);
   }
 
   async function planRemove(event) {
     event.preventDefault();
     const name = $("remove-deployment").value;
     if (!name) throw new Error("no deployment to remove");
-    const doc = await savedDocument();
+    const { doc, etag } = await savedDocument();
     const found = (latest.deployments.concat(latest.declared || [])).find((d) => d.name === name);
     const publicId = found && found.public_id;
     const patch = catalogPatch({ [name]: null });
@@ -299,12 +313,14 @@
         }
       });
     }
-    await plan(`Remove ${name}${publicId ? ` and its grants of ${publicId}` : ""}`, patch);
+    await plan(`Remove ${name}${publicId ? ` and its grants of ${publicId}` : ""}`, patch, etag);
   }
 
-  async function plan(summary, patch) {
+  // basedOn: the ETag of the document the patch was built from (its listeners are written
+  // whole): the plan must be of that document, and the apply is sent with it as If-Match.
+  async function plan(summary, patch, basedOn) {
     const answer = await api("POST", "/api/v1/config/plan", { yaml: JSON.stringify(patch), mode: "merge" });
-    showChange({ summary, patch, answer });
+    showChange({ summary, patch, basedOn, answer });
   }
 
   function showChange(next) {
@@ -324,6 +340,10 @@
         for (const w of p.warnings || []) reasons.push(`warning: ${w}`);
         for (const r of p.reasons || []) reasons.push(r.message);
         applicable = p.changed && !p.restart_required;
+        if (next.basedOn && p.current_etag !== next.basedOn) {
+          planText += "; the configuration changed while this was planned: plan again";
+          applicable = false;
+        }
       } else {
         planText = `Plan refused: ${errorText(a)}`;
         for (const r of (a.data && a.data.error && a.data.error.reasons) || []) reasons.push(r.message);
@@ -346,29 +366,42 @@
     if (!change || !change.answer || change.answer.status !== 200) return;
     $("change-apply").disabled = true;
     setStatus("Applying…", "pending");
+    const applying = change;
     const answer = await api("PATCH", "/api/v1/config", { yaml: JSON.stringify(change.patch) },
-      { "If-Match": change.answer.data.current_etag });
+      { "If-Match": change.basedOn || change.answer.data.current_etag });
+    if (change !== applying) return; // discarded or replaced meanwhile: its outcome is not shown
     const body = answer.data || {};
     if (answer.status === 200 || answer.status === 202) {
       change.version = body.config_version;
       change.hash = body.generated_runtime_hash;
+      change.after = reads; // documents of reads started from now on tell how it ends
       setStatus(answer.status === 200 ? "active" : "pending: the new workers are starting while the old ones serve",
         answer.status === 200 ? "active" : "pending");
       if (answer.status === 200) change.done = true;
     } else if (answer.status === 503) {
       change.done = true;
       setStatus(`failed: ${(body.last_rejection && body.last_rejection.error) || body.message}; the previous configuration keeps serving`, "failed");
+    } else if (answer.status === 412) {
+      change.done = true;
+      setStatus(`refused: ${errorText(answer)} (someone else changed the configuration since `
+        + "this was planned; plan the change again)", "failed");
     } else {
       setStatus(`refused: ${errorText(answer)}`, "failed");
       $("change-apply").disabled = false;
     }
   }
 
-  // While an applied change is pending, the document's activation says how it ends.
-  function followChange(data) {
-    if (!change || change.done || !change.hash) return;
+  // While an applied change is pending, the document's activation says how it ends (only
+  // a document read after the apply answered: an older one does not know of it).
+  function followChange(data, read) {
+    if (!change || change.done || !change.hash || read <= change.after) return;
     const config = data.config;
-    if (config.generated_runtime_hash !== change.hash) return;
+    if (config.generated_runtime_hash !== change.hash) {
+      change.done = true;
+      setStatus("superseded: another change was applied after this one; the activation above "
+        + "is the configuration's", "failed");
+      return;
+    }
     if (config.activation_status === "active") {
       change.done = true;
       setStatus("active", "active");
@@ -422,7 +455,15 @@
     }));
     $("key-form").addEventListener("submit", (event) => {
       event.preventDefault();
-      key = $("key").value;
+      const given = $("key").value.trim();
+      try {
+        new Headers({ Authorization: `Bearer ${given}` }); // what a request header can carry
+      } catch (err) {
+        showProblem("this key cannot be sent in a request header (a character outside "
+          + "Latin-1, or a line break); check what was pasted");
+        return;
+      }
+      key = given;
       sessionStorage.setItem(KEY_STORE, key);
     });
     refresh();
