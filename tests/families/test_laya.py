@@ -490,6 +490,36 @@ def test_the_family_fixture_reads_as_the_package_reads_it(tmp_path, catalog):
     assert max(largest_difference(answers[n], theirs[n]) for n in answers) < TOLERANCE
 
 
+# -- ONNX Runtime --------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def onnx(package: Path, catalog: Any) -> ServedModel:
+    options = LoadOptions(device="cpu", name="laya-onnx", engine="onnxruntime")
+    return load_model(package, options, catalog=catalog)
+
+
+def test_on_onnx_runtime_probabilities_equal_the_package_alone_and_batched(onnx, agent):
+    """The encoder exported by optimum (cached by its weights' digest), the head as on native."""
+    assert (onnx.card()["engine"], onnx.card()["batch_invariance"]["method"]) == (
+        "onnxruntime",
+        "padded_to_edge",
+    )
+    ours_alone = [
+        {name: ask(onnx, [state], {name: q})[0][name] for name, q in QUESTIONS.items()}
+        for state in STATES
+    ]
+    ours_batched = ask(onnx, STATES, QUESTIONS)
+    assert ours_alone == ours_batched  # exact: the same bits
+    theirs_alone = [reference(agent, [state], QUESTIONS)[0] for state in STATES]
+    theirs_batched = reference(agent, STATES, QUESTIONS)
+    worst = 0.0
+    for theirs in (theirs_alone, theirs_batched):
+        for mine, reference_answers in zip(ours_batched, theirs, strict=True):
+            for name in QUESTIONS:
+                worst = max(worst, largest_difference(mine[name], reference_answers[name]))
+    assert worst < TOLERANCE
+    print(f"laya parity, sequential layout on onnxruntime: largest difference {worst:.3g}")
+
+
 # -- the parallel layout -------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def parallel_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
