@@ -31,51 +31,65 @@ MAX_NODES = 500_000
 """The most YAML nodes a configuration document may expand to (its aliases followed): a
 few kilobytes of nested anchors can otherwise stand for billions of nodes."""
 
+MAX_DEPTH = 64
+"""The deepest a configuration document may nest (mappings and lists, its aliases
+followed): the schema's deepest value is a dozen levels down, and a checker, redaction or
+YAML writer walking a value a few hundred levels deep would hit the interpreter's
+recursion limit."""
+
 REDACTED = "<redacted>"
 """What ``GET /api/v1/config`` shows instead of an API key."""
 
 
 def safe_yaml(text: str) -> Any:
     """``yaml.safe_load(text)``, refusing a document that expands to more than
-    :data:`MAX_NODES` nodes (counted on the composed graph, before any is built).
+    :data:`MAX_NODES` nodes or nests deeper than :data:`MAX_DEPTH` (counted on the
+    composed graph, before any value is built).
 
     Raises:
-        yaml.YAMLError: not YAML, or too large once expanded.
+        yaml.YAMLError: not YAML, too large once expanded, or nested too deeply.
     """
     loader = yaml.SafeLoader(text)
     try:
-        node = loader.get_single_node()
+        node = loader.get_single_node()  # composing recurses once per level of nesting
         if node is None:
             return None
-        try:
-            size = _expanded(node, {})
-        except RecursionError:
-            raise yaml.YAMLError("the document is nested too deeply") from None
+        size, depth = _expanded(node, {})
+        if depth > MAX_DEPTH:
+            raise yaml.YAMLError(
+                f"the document nests more than {MAX_DEPTH} levels deep (its aliases followed)"
+            )
         if size > MAX_NODES:
             raise yaml.YAMLError(
                 f"the document expands to more than {MAX_NODES} values (its aliases "
                 "followed); write it out without nested anchors"
             )
         return loader.construct_document(node)
+    except RecursionError:
+        raise yaml.YAMLError(f"the document nests more than {MAX_DEPTH} levels deep") from None
     finally:
         loader.dispose()
 
 
-def _expanded(node: yaml.Node, memo: dict[int, int]) -> int:
-    """How many nodes ``node`` stands for with every alias followed (memoised: a shared
-    node is counted once per reference, without walking it again)."""
+def _expanded(node: yaml.Node, memo: dict[int, tuple[int, int]]) -> tuple[int, int]:
+    """How many nodes ``node`` stands for with every alias followed, and how deep it nests
+    (a scalar: 1); memoised: a shared node is counted once per reference, without walking
+    it again."""
     known = memo.get(id(node))
     if known is not None:
         return known
-    size = 1
+    size, depth = 1, 0
+    children: list[yaml.Node] = []
     if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            size += _expanded(key, memo) + _expanded(value, memo)
+        children = [part for pair in node.value for part in pair]
     elif isinstance(node, yaml.SequenceNode):
-        for item in node.value:
-            size += _expanded(item, memo)
-    memo[id(node)] = size
-    return size
+        children = list(node.value)
+    for child in children:
+        child_size, child_depth = _expanded(child, memo)
+        size += child_size
+        depth = max(depth, child_depth)
+    memo[id(node)] = found = (size, depth + 1)
+    return found
 
 
 def sha256(data: bytes) -> str:

@@ -154,7 +154,7 @@ def config_routes(app: FastAPI, reloads: Reloads) -> None:
             raise ConfigRefused(413, "REQUEST_TOO_LARGE", str(err)) from None
         try:
             body = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # not UTF-8, not JSON, nested too deeply
             raise ConfigRefused(
                 400, "INVALID_REQUEST", 'the body must be JSON: {"yaml": "<the document>"}'
             ) from None

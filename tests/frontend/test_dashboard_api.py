@@ -147,6 +147,23 @@ def test_the_figures_follow_the_requests_the_metrics_count(router) -> None:
     assert after["figures"]["primary"]["requests"]["ok"] == ok + 1
 
 
+def test_a_configuration_request_nested_too_deeply_is_400_and_the_api_keeps_answering(
+    router,
+) -> None:
+    plan = f"{router.mgmt_url}/api/v1/config/plan"
+    with httpx.Client(timeout=30) as client:  # one connection: a 500 would have closed it
+        body = client.post(plan, content=b"[" * 100_000)
+        assert body.status_code == 400, body.text
+        assert body.json()["error"]["code"] == "INVALID_REQUEST"
+        text = client.post(plan, json={"yaml": "[" * 400 + "]" * 400})
+        assert text.status_code == 400, text.text
+        assert text.json()["error"]["message"] == (
+            "the document is not YAML: the document nests more than 64 levels deep (its "
+            "aliases followed)"
+        )
+        assert client.get(f"{router.mgmt_url}/health").status_code == 200
+
+
 @pytest.mark.parametrize(
     "headers",
     [

@@ -472,3 +472,28 @@ def test_two_applies_with_one_etag_at_once_write_once_and_the_other_is_412() -> 
     assert isinstance(second, ConfigRefused)
     assert (second.status, second.code) == (412, "CONFIG_CHANGED")
     assert yaml.safe_load(source.text)["listeners"][0]["runtime"] == {"models": ["one"]}
+
+
+@pytest.mark.parametrize("mode", ["replace", "merge"])
+def test_a_document_nested_past_the_limit_is_refused_not_an_internal_error(mode: str) -> None:
+    from vllm_sr.config_document import MAX_DEPTH, ConfigRefused
+    from vllm_sr.reload import Reloads
+
+    text = yaml.safe_dump({"listeners": [listener()]}).encode()
+    reloads = Reloads(None, ConfigSource(text, parse_config), None)  # type: ignore[arg-type]
+
+    def pricing(depth: int) -> str:  # a value the schema takes as it is, nested depth deep
+        nested = "[" * depth + "]" * depth
+        model = f"{{name: m, backend_refs: [{{endpoint: 'h:1'}}], pricing: {nested}}}"
+        return f"providers: {{models: [{model}]}}"
+
+    # pricing sits 4 levels down: the document is 4 + depth deep
+    assert reloads.candidate(pricing(MAX_DEPTH - 4), mode).config.providers.models[0].pricing
+    for depth in (MAX_DEPTH - 3, 300, 450, 5000):  # 300 and 450 used to be 500s
+        with pytest.raises(ConfigRefused) as caught:
+            reloads.candidate(pricing(depth), mode)
+        assert (caught.value.status, caught.value.code) == (400, "INVALID_CONFIG")
+        assert caught.value.message == (
+            f"the document is not YAML: the document nests more than {MAX_DEPTH} levels deep"
+            + ("" if depth == 5000 else " (its aliases followed)")
+        )
