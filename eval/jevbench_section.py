@@ -1,11 +1,13 @@
-"""The coherence section of ``make eval``: JevBench's ``jevbench-mini`` suite on MiniLM.
+"""The coherence sections of ``make eval``: JevBench's ``jevbench-mini`` suite on MiniLM,
+and on every decision model available here (:func:`measure` takes the model).
 
 ``vllm-srun serve sentence-transformers/all-MiniLM-L6-v2 --offline --systemone-schema jev``
-runs in a child process on a free port; ``jevbench check`` and then ``jevbench eval`` (its
-CLI, in child processes too, so every wait is bounded) send the suite's frozen requests to
-``POST /v1/systemone`` as model ``jev-latest``, one at a time (jevbench's default, which
-its published figures use). The server is stopped in every case. jevbench reaches nothing
-but that URL: its suites, rewrite banks and test plans ship inside the package.
+(or the model given) runs in a child process on a free port; ``jevbench check`` and then
+``jevbench eval`` (its CLI, in child processes too, so every wait is bounded) send the
+suite's frozen requests to ``POST /v1/systemone`` as model ``jev-latest``, one at a time
+(jevbench's default, which its published figures use). The server is stopped in every
+case. jevbench reaches nothing but that URL: its suites, rewrite banks and test plans ship
+inside the package.
 
 JevBench measures coherence (whether answers agree with one another under meaning-preserving
 and logically related edits), not accuracy, and uses no gold labels; its README asks for
@@ -73,10 +75,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class Server:
-    """``vllm-srun serve`` MiniLM in the jev schema in a child process; always :meth:`stop` it."""
+def report_path(model_id: str) -> Path:
+    """Where the full JevBench report of ``model_id``'s last run is kept: :data:`REPORT` for
+    MiniLM, ``eval/jevbench-<owner>--<name>.json.gz`` for another model."""
+    if model_id == MODEL_ID:
+        return REPORT
+    return HERE / f"jevbench-{model_id.replace('/', '--')}.json.gz"
 
-    def __init__(self) -> None:
+
+class Server:
+    """``vllm-srun serve MODEL`` in the jev schema in a child process; always :meth:`stop` it."""
+
+    def __init__(self, model_id: str = MODEL_ID) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115
@@ -85,7 +95,7 @@ class Server:
         self.cmd = [
             str(Path(sys.executable).parent / "vllm-srun"),
             "serve",
-            MODEL_ID,
+            model_id,
             "--offline",
             "--host",
             "127.0.0.1",
@@ -180,8 +190,9 @@ def uniform(state: Any, questions: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def measure() -> dict[str, Any]:
-    """Serve MiniLM, check it with jevbench, run the suite: the scores and how the run went.
+def measure(model_id: str = MODEL_ID, name: str = NAME) -> dict[str, Any]:
+    """Serve ``model_id`` (MiniLM by default), check it with jevbench, run the suite: the
+    scores and how the run went (the report kept at :func:`report_path`).
 
     Raises:
         RuntimeError: the server did not come up, jevbench check failed, or the suite ran
@@ -189,7 +200,7 @@ def measure() -> dict[str, Any]:
     """
     import jevbench as jb
 
-    server = Server()
+    server = Server(model_id)
     print("starting: " + " ".join(server.cmd), file=sys.stderr, flush=True)
     try:
         ready = server.wait_ready()
@@ -208,7 +219,7 @@ def measure() -> dict[str, Any]:
                     "--suite",
                     SUITE,
                     "--name",
-                    NAME,
+                    name,
                     "--cache-dir",
                     str(Path(scratch) / "cache"),  # a fresh cache: every answer asked now
                     "--out",
@@ -223,9 +234,11 @@ def measure() -> dict[str, Any]:
             report = jb.Report.load(out)
     finally:
         server.stop()
-    report.save(REPORT)
+    report.save(report_path(model_id))
     baseline = jb.evaluate(jb.from_callable(uniform, name="uniform"), suite=SUITE, cache=":memory:")
     return {
+        "model": model_id,
+        "name": name,
         "report": report,
         "baseline": baseline,
         "status": status,
@@ -241,9 +254,16 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}"
 
 
-def section(run: dict[str, Any] | None, failure: str | None = None) -> list[str]:
-    """The Markdown section: the scores, how they were measured, and the published figures."""
-    lines = ["## Coherence: JevBench `jevbench-mini`", ""]
+def section(
+    run: dict[str, Any] | None,
+    failure: str | None = None,
+    model_id: str = MODEL_ID,
+    name: str = NAME,
+) -> list[str]:
+    """The Markdown section of ``model_id``'s run: the scores, how they were measured, and
+    the published figures."""
+    title = "" if model_id == MODEL_ID else f" on {model_id}"
+    lines = [f"## Coherence: JevBench `jevbench-mini`{title}", ""]
     if run is None:
         first = (failure or "unknown failure").splitlines()[0]
         return [
@@ -254,10 +274,11 @@ def section(run: dict[str, Any] | None, failure: str | None = None) -> list[str]
     report, baseline = run["report"], run["baseline"]
     result = report.result
     suite = result["suite"]
+    saved = report_path(model_id).name
     ci = report.interval
     interval = f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else ""
     lines += [
-        f"{MODEL_ID} served by `{run['command']}` (port chosen free), asked as model "
+        f"{model_id} served by `{run['command']}` (port chosen free), asked as model "
         f"`{ALIAS}` on `POST /v1/systemone` by jevbench {run['version']}, suite "
         f"{suite['name']} v{suite['version']}: {report.scores['n_cases']} cases, "
         f"{result['requests']} requests sent one at a time, "
@@ -267,16 +288,16 @@ def section(run: dict[str, Any] | None, failure: str | None = None) -> list[str]
         "violation); the overall score is the mean of the five dimensions, with its 95% "
         "bootstrap interval over cases. JevBench measures whether answers agree with one "
         "another under meaning-preserving and logically related edits, not whether they are "
-        f"right. Full report: eval/{REPORT.name} (`jevbench report eval/{REPORT.name} --card`).",
+        f"right. Full report: eval/{saved} (`jevbench report eval/{saved} --card`).",
         "",
         "| model | overall | " + " | ".join(DIMENSIONS) + " |",
         "| --- | ---: | " + " | ".join("---:" for _ in DIMENSIONS) + " |",
     ]
-    rows = ((NAME, report, interval), ("uniform answers (computed here)", baseline, ""))
+    rows = ((name, report, interval), ("uniform answers (computed here)", baseline, ""))
     for name, r, extra in rows:
         cells = " | ".join(_pct(r.dimensions.get(d)) for d in DIMENSIONS)
         lines.append(f"| {name} | {_pct(r.overall)}{extra} | {cells} |")
-    lines += ["", "| group | " + NAME + " |", "| --- | ---: |"]
+    lines += ["", "| group | " + name + " |", "| --- | ---: |"]
     lines += [f"| {group} | {_pct(value)} |" for group, value in report.groups.items()]
     zero = [name for name, value in report.relations.items() if value == 0]
     if zero:
@@ -304,7 +325,7 @@ def section(run: dict[str, Any] | None, failure: str | None = None) -> list[str]
         f"in the package) | {p['tested_low']} to {p['tested_high']} | {p['tested_accuracy']} |",
         f"| every answer at equal probability | {p['uniform']} (recomputed here: "
         f"{_pct(baseline.overall)}) | {p['uniform_accuracy']} |",
-        f"| {NAME}, above | {_pct(report.overall)} | not measured (the suite has no labels) |",
+        f"| {name}, above | {_pct(report.overall)} | not measured (the suite has no labels) |",
         "",
         "The uniform baseline outscores every model its authors tested: a model that ignores "
         "its input keeps every invariance, so a higher JevBench score is not a better model on "

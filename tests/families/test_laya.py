@@ -639,6 +639,13 @@ def test_parallel_checkpoints_run_on_native_only(parallel, parallel_package, cat
 
 
 # -- the published checkpoints -----------------------------------------------------------------
+def checkpoint_revision(name: str) -> str:
+    """The revision the family pins ``convaiinnovations/<name>`` at."""
+    from vllm_srun.families.laya.builtin import BUILTIN_MODELS
+
+    return next(e.revision for e in BUILTIN_MODELS if e.name == f"convaiinnovations/{name}")
+
+
 def test_the_published_checkpoints_are_known_at_the_package_s_reviewed_revisions(catalog):
     from laya.revisions import PINNED_REVISIONS
 
@@ -732,6 +739,34 @@ def test_a_published_checkpoint_at_another_revision_is_a_hub_repository(catalog,
     )
     with pytest.raises(LoadError, match="revision must be a 40-hex commit, not 'main'"):
         load_model("convaiinnovations/laya@main", LoadOptions(offline=True), catalog=catalog)
+
+
+def test_make_eval_finds_a_published_checkpoint_once_it_is_here(
+    package, served, tmp_path, monkeypatch
+):
+    """``make eval`` evaluates every decision model whose files are here (eval/run.py)."""
+    repo = Path(__file__).resolve().parents[2]
+    monkeypatch.syspath_prepend(str(repo / "eval"))
+    import run as evaluation
+
+    cache = tmp_path / "hub"
+    write_cache(
+        cache, "convaiinnovations/laya", "55cf4c4ebb4ebe31b2550e8bdf3bd21b99753851", package
+    )
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    names = ["convaiinnovations/laya", "convaiinnovations/laya-multilingual"]
+    available, missing = evaluation.local_decision_models(load_catalog({}), names)
+    assert available == ["convaiinnovations/laya"]
+    assert missing == {
+        "convaiinnovations/laya-multilingual": "convaiinnovations/laya-multilingual at "
+        f"e4e9ddf21a7b1903b7acffd8814ad4307bf63a67 is not in the Hugging Face cache at {cache}, "
+        "and downloads are off (--offline)"
+    }
+    rows = [r for r in evaluation.read_jsonl("decisions.jsonl") if r["set"] == "helpdesk_queue"]
+    lines = evaluation.model_section("convaiinnovations/laya", "laya", rows, served)
+    assert lines[0] == "## Decisions: convaiinnovations/laya"
+    table = [line for line in lines if line.startswith("| choice |")]
+    assert table and all(f"| {len(rows)} |" in line for line in table if "(all)" in line)
 
 
 # -- serving -----------------------------------------------------------------------------
