@@ -37,7 +37,7 @@ from typing import Any
 
 import uvicorn
 
-from .api.management import build_management_app
+from .api.management import build_management_app, is_loopback
 from .api.native import Listener
 from .api.published import Grant, Published
 from .config.bindings import binding_problem
@@ -465,7 +465,8 @@ class Frontend:
     async def _run(self) -> int:
         try:
             host, port = self.management
-            await self._serve(build_management_app(self), host, port, "the management API")
+            app = build_management_app(self, loopback_only=is_loopback(host))
+            await self._serve(app, host, port, "the management API")
             log.info("management API on http://%s:%d (/ready, /startup-status)", host, port)
             generation = await self.compose(self.config, None)
             self.active = generation

@@ -17,6 +17,14 @@ ask for ``Authorization: Bearer <that token>`` (401 ``UNAUTHORIZED`` otherwise).
 are ``{"error": {"code", "message", "timestamp"}}`` (``reasons`` too for a configuration
 that is not valid, needs a restart or failed), and every answer carries
 ``x-vsr-config-version``.
+
+**Loopback only, by name too.** Bound to a loopback address (the default), the API
+answers only requests whose ``Host`` is a loopback name (``localhost``, ``127.0.0.1``,
+``[::1]``, any port); any other ``Host`` is 403 ``HOST_NOT_ALLOWED``. Otherwise a web page
+whose name an attacker re-points at 127.0.0.1 (DNS rebinding) would be same-origin with
+the API in the operator's browser, and could read and change the configuration where no
+management token is set. Published (``VLLM_SR_PUBLISH_MANAGEMENT_API=true``), any ``Host``
+is answered.
 """
 
 from __future__ import annotations
@@ -24,11 +32,14 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import hmac
+import ipaddress
 import json
 from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..bodies import BodyTooLarge, read_body
 from ..config_document import ConfigRefused
@@ -59,14 +70,66 @@ def _json(status: int, body: dict[str, Any]) -> JSONResponse:
     return JSONResponse(body, status_code=status, headers={"Cache-Control": "no-store"})
 
 
-def build_management_app(source: ManagementSource) -> FastAPI:
-    """The management API's application, reading ``source`` on each request."""
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address, without a port) names this machine's
+    loopback: ``localhost`` and its subdomains, ``127.0.0.0/8``, ``::1``."""
+    host = host.strip().rstrip(".").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.removeprefix("[").removesuffix("]")).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(header: str) -> str:
+    """The name of a ``Host`` header, without its port (``[::1]:8080`` is ``::1``)."""
+    header = header.strip()
+    if header.startswith("["):
+        return header[1 : header.find("]")] if "]" in header else header
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
+class LoopbackHosts:
+    """ASGI middleware of a server bound to a loopback address: a request whose ``Host``
+    is not a loopback name (:func:`is_loopback`) is 403 ``HOST_NOT_ALLOWED`` (see the
+    module docstring: DNS rebinding). A request without ``Host`` (HTTP/1.0) passes."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = Headers(scope=scope).get("host")
+            if host is not None and not is_loopback(host_name(host)):
+                stamp = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+                message = (
+                    f"Host {host!r} is not a name of this machine's loopback, where this API "
+                    "listens: use 127.0.0.1 or localhost (to reach it from elsewhere, start "
+                    "vllm-sr with VLLM_SR_PUBLISH_MANAGEMENT_API=true)"
+                )
+                error = {
+                    "code": "HOST_NOT_ALLOWED",
+                    "message": message,
+                    "timestamp": stamp.replace("+00:00", "Z"),
+                }
+                await _json(403, {"error": error})(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def build_management_app(source: ManagementSource, *, loopback_only: bool = False) -> FastAPI:
+    """The management API's application, reading ``source`` on each request; with
+    ``loopback_only`` (it listens on a loopback address), answering only requests to a
+    loopback name (:class:`LoopbackHosts`)."""
     app = FastAPI(
         title="vllm-sr management API",
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
     )
+    if loopback_only:
+        app.add_middleware(LoopbackHosts)
 
     @app.get("/health")
     async def health() -> JSONResponse:

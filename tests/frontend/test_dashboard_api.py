@@ -165,6 +165,38 @@ def test_a_configuration_request_nested_too_deeply_is_400_and_the_api_keeps_answ
 
 
 @pytest.mark.parametrize(
+    ("host", "status"),
+    [
+        ("127.0.0.1:{port}", 200),
+        ("localhost:{port}", 200),
+        ("LOCALHOST.", 200),
+        ("127.8.9.10", 200),
+        ("[::1]:{port}", 200),
+        ("rebound.example:{port}", 403),  # a name an attacker points at 127.0.0.1
+        ("10.1.2.3:{port}", 403),
+        ("[::ffff:7f00:1]", 403),
+        ("", 403),
+    ],
+)
+def test_a_loopback_bound_management_api_answers_loopback_names_only(router, host, status):
+    port = router.mgmt_port
+    with httpx.Client(timeout=10) as client:
+        for path in ("/api/v1/config", "/dashboard", "/health"):
+            answer = client.get(
+                f"{router.mgmt_url}{path}", headers={"Host": host.format(port=port)}
+            )
+            assert answer.status_code == status, (path, answer.text)
+        if status == 403:
+            error = answer.json()["error"]
+            assert error["code"] == "HOST_NOT_ALLOWED"
+            assert error["message"] == (
+                f"Host {host.format(port=port)!r} is not a name of this machine's loopback, "
+                "where this API listens: use 127.0.0.1 or localhost (to reach it from "
+                "elsewhere, start vllm-sr with VLLM_SR_PUBLISH_MANAGEMENT_API=true)"
+            )
+
+
+@pytest.mark.parametrize(
     "headers",
     [
         {},
