@@ -285,6 +285,12 @@ class Supervisor:
             self.quick_exits += 1
             if self.quick_exits >= QUICK_EXITS and self.fatal is None:
                 last = next((line for line in reversed(self.tail) if line.strip()), "")
+                for path, shown in (
+                    (self.plan.socket, "<socket>"),
+                    (self.plan.models_file, "<models file>"),
+                ):
+                    if path is not None:  # the reason is shown where paths are not
+                        last = last.replace(str(path), shown)
                 detail = f"{how}: {last}" if last else how
                 self.fatal = (
                     f"runtime process exited {self.quick_exits} times before it was ready: {detail}"

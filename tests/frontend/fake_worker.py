@@ -90,7 +90,7 @@ def main(argv: list[str]) -> int:
         os.unlink(path)
     if MODE == "bound-exit":
         socketserver.UnixStreamServer(path or "", BaseHTTPRequestHandler)
-        print("fake worker: crashed after binding its socket", flush=True)
+        print(f"fake worker: crashed after binding its socket {path}", flush=True)
         os._exit(3)
 
     released = threading.Event()
