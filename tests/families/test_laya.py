@@ -16,6 +16,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,8 @@ TEMPERATURES = {
     "ten": 0.8,  # score
 }
 """The temperature each question is read at: the fixture configuration's."""
+
+LAYA_SOURCES = Path(__file__).resolve().parents[2] / "families" / "laya"
 
 TOLERANCE = 1e-5
 """How far our probabilities may be from the package's (the issue's bound)."""
@@ -767,6 +770,25 @@ def test_make_eval_finds_a_published_checkpoint_once_it_is_here(
     assert lines[0] == "## Decisions: convaiinnovations/laya"
     table = [line for line in lines if line.startswith("| choice |")]
     assert table and all(f"| {len(rows)} |" in line for line in table if "(all)" in line)
+
+
+def test_the_plugin_guide_shows_the_family_s_own_code_and_card(served, tmp_path, catalog):
+    """docs/plugin-authors.md's Laya walk-through: its code blocks are the family's code, and
+    the card it prints is the family fixture's."""
+    from tests.test_plugin_authors_doc import GUIDE, blocks
+
+    lines = GUIDE.read_text("utf-8").split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("### Worked example: Laya"))
+    end = next(i for i, line in enumerate(lines) if i > start and line.startswith("## "))
+    sources = "\n".join(p.read_text("utf-8") for p in LAYA_SOURCES.glob("*.py"))
+    shown = [(lang, body) for line, lang, body in blocks() if start < line < end]
+    assert [lang for lang, _ in shown] == ["python", "python", "python", "json"]
+    for _, body in shown[:-1]:  # a method is shown dedented, so that the block compiles
+        assert any(textwrap.indent(body, " " * n) in sources for n in (0, 4)), body
+    fixture = load_model(write_fixture(tmp_path), LoadOptions(device="cpu"), catalog=catalog)
+    card = fixture.card()
+    printed = json.loads(shown[-1][1])
+    assert printed == {key: card[key] for key in printed}
 
 
 # -- serving -----------------------------------------------------------------------------
