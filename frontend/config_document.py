@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from .config.base import REDACTED
 from .config.schema import Config
 from .router.compose import router_mode
 
@@ -36,9 +37,6 @@ MAX_DEPTH = 64
 followed): the schema's deepest value is a dozen levels down, and a checker, redaction or
 YAML writer walking a value a few hundred levels deep would hit the interpreter's
 recursion limit."""
-
-REDACTED = "<redacted>"
-"""What ``GET /api/v1/config`` shows instead of an API key."""
 
 
 def safe_yaml(text: str) -> Any:

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
-from .base import Strict, problem
+from .base import Strict, placeholder, problem
 
 SIGNAL_KINDS = (
     "keywords",
@@ -131,6 +131,11 @@ class BackendRef(Strict):
     def _key(self) -> BackendRef:
         if self.api_key is not None and self.api_key_env is not None:
             raise problem("give api_key or api_key_env, not both")
+        credentials = [("api_key", self.api_key or ""), ("base_url", self.base_url or "")]
+        credentials += [(f"extra_headers.{n}", v) for n, v in self.extra_headers.items()]
+        for where, value in credentials:
+            if (found := placeholder(where, value)) is not None:
+                raise found
         if self.endpoint is not None and self.base_url is not None:
             raise problem("give endpoint or base_url, not both")
         return self
@@ -620,6 +625,9 @@ class Plugin(Strict):
                 for item in config.get(key) or []:
                     if not (isinstance(item, dict) and set(item) == {"name", "value"}):
                         raise problem(f"configuration.{key} must list {{name, value}} headers")
+                    where = f"configuration.{key}.{item['name']}"
+                    if (found := placeholder(where, str(item["value"]))) is not None:
+                        raise found
             if not all(isinstance(n, str) for n in config.get("delete") or []):
                 raise problem("configuration.delete must list header names")
         if self.type == "response_cache":

@@ -33,7 +33,7 @@ from pydantic import (
     model_validator,
 )
 
-from .base import Strict, problem
+from .base import Strict, placeholder, problem
 from .durations import parse_duration
 from .routing import (
     Providers,
@@ -157,6 +157,8 @@ def endpoint_problem(endpoint: str) -> str | None:
         return "endpoint must use unix://, http:// or https://"
     if parts.scheme not in ("unix", "http", "https"):
         return "endpoint must use unix://, http:// or https://"
+    if (found := placeholder("endpoint", endpoint)) is not None:
+        return found.message()
     if parts.scheme == "unix":
         if parts.netloc or not parts.path.startswith("/") or parts.path == "/":
             return (
@@ -728,6 +730,9 @@ class Listener(Strict):
     def _keys(cls, value: list[str]) -> list[str]:
         if any(not key or key != key.strip() for key in value):
             raise _problem("api_keys must be trimmed, non-empty keys")
+        for index, key in enumerate(value):
+            if (found := placeholder(f"api_keys[{index}]", key)) is not None:
+                raise found
         if any(not all("!" <= char <= "~" for char in key) for key in value):
             raise _problem(
                 "api_keys must be printable ASCII without spaces (what an Authorization or "

@@ -497,3 +497,95 @@ def test_a_document_nested_past_the_limit_is_refused_not_an_internal_error(mode:
             f"the document is not YAML: the document nests more than {MAX_DEPTH} levels deep"
             + ("" if depth == 5000 else " (its aliases followed)")
         )
+
+
+PLACEHOLDER_MESSAGE = (
+    "holds <redacted>, the placeholder the configuration API shows instead of a credential, "
+    "not a credential: write the credential itself (only a document applied through the "
+    "configuration API gets the saved one back there)"
+)
+
+
+@pytest.mark.parametrize(
+    ("document", "problem"),
+    [
+        (
+            {"listeners": [listener(api_keys=["k", REDACTED])]},
+            "listeners[0].api_keys: api_keys[1]",
+        ),
+        (
+            {
+                "listeners": [listener()],
+                "providers": {
+                    "models": [
+                        {"name": "m", "backend_refs": [{"endpoint": "h:1", "api_key": REDACTED}]}
+                    ]
+                },
+            },
+            "providers.models[0].backend_refs[0]: api_key",
+        ),
+        (
+            {
+                "listeners": [listener()],
+                "providers": {
+                    "models": [
+                        {
+                            "name": "m",
+                            "backend_refs": [{"base_url": f"http://admin:{REDACTED}@h:1/v1"}],
+                        }
+                    ]
+                },
+            },
+            "providers.models[0].backend_refs[0]: base_url",
+        ),
+        (
+            {
+                "listeners": [listener()],
+                "global": {
+                    "model_catalog": {
+                        "deployments": {
+                            "a": {
+                                "provider": "model_runtime",
+                                "artifact": "org/a",
+                                "endpoint": f"https://u:{REDACTED}@h:1",
+                            }
+                        }
+                    }
+                },
+            },
+            "global.model_catalog.deployments.a.endpoint: endpoint",
+        ),
+    ],
+)
+def test_a_placeholder_is_never_taken_as_a_credential(document, problem) -> None:
+    from vllm_sr.config.schema import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        parse_config(document)
+    assert refused.value.problems == [f"{problem} {PLACEHOLDER_MESSAGE}"]
+
+
+def test_a_file_written_from_config_get_and_reread_on_sighup_keeps_no_placeholder_key(
+    tmp_path: Path,
+) -> None:
+    """``vllm-sr config get`` copied over the file, then SIGHUP: the file read is the
+    document itself, with no saved key behind its placeholders. It used to make the listener's
+    key the text ``<redacted>``."""
+    from vllm_sr.config_document import ConfigRefused
+    from vllm_sr.reload import Reloads
+
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"listeners": [listener(api_keys=["real-key"])]}))
+    reloads = Reloads(None, ConfigSource(path.read_bytes(), parse_config, path), None)  # type: ignore[arg-type]
+    shown = redacted(yaml.safe_load(path.read_text()))
+    path.write_text(yaml.safe_dump(shown))
+    with pytest.raises(ConfigRefused) as refused:
+        reloads.candidate(path.read_text(), "replace")
+    assert (refused.value.status, refused.value.code) == (400, "INVALID_CONFIG")
+    assert refused.value.reasons == [
+        {
+            "code": "INVALID_CONFIG",
+            "path": "listeners[0].api_keys",
+            "message": f"api_keys[0] {PLACEHOLDER_MESSAGE}",
+        }
+    ]
