@@ -260,3 +260,46 @@ def test_a_key_no_request_header_can_carry_is_refused_by_the_form(browser, serve
     expect(page.locator("#key-form")).to_be_hidden()
     expect(page.locator("#mode")).to_have_text("Router")
     page.context.close()
+
+
+def test_a_deployment_that_cannot_load_is_shown_failed_and_the_old_one_keeps_serving(
+    browser, served
+) -> None:
+    page = open_page(browser, served)
+    expect(page.locator("#add-listener")).to_have_value("chat")
+    page.fill("#add-name", "broken")
+    page.fill("#add-artifact", "broken/model")  # the steerable worker exits 1 loading it
+    page.click("#add-plan")
+    expect(page.locator("#change-plan")).to_have_text("Plan: valid, changes the configuration")
+    patch = json.loads(page.locator("#change-patch").inner_text())
+    assert patch["listeners"][0]["api_keys"] == ["<redacted>"]
+    page.click("#change-apply")
+    expect(page.locator("#change-status")).to_have_attribute("data-status", "failed")
+    status = page.locator("#change-status").inner_text()
+    assert status.startswith(
+        'failed: model_runtime deployment "broken": runtime process exited 3 times before it '
+        "was ready: exit status 1: "
+    ), status
+    assert status.endswith("; the previous configuration keeps serving"), status
+    expect(page.locator("#activation .badge")).to_have_text("failed")
+    expect(page.locator('.deployment[data-deployment="primary"] .ready-count')).to_have_text(
+        " 1/1 ready"
+    )
+    expect(page.locator('.deployment[data-deployment="broken"]')).to_have_count(0)
+    mgmt = httpx.Client(base_url=served.mgmt_url, timeout=30)
+    saved = mgmt.get("/api/v1/config")
+    assert saved.json()["listeners"][0]["api_keys"] == ["<redacted>"]
+    # The saved file keeps the real key (not the placeholder): back to what served.
+    assert served.frontend.reloads.source.document()["listeners"][0]["api_keys"] == [KEY]
+    revert = {
+        "global": {"model_catalog": {"deployments": {"broken": None}}},
+        "listeners": [{**saved.json()["listeners"][0], "runtime": {"models": []}}],
+    }
+    done = mgmt.patch(
+        "/api/v1/config",
+        json={"yaml": json.dumps(revert)},
+        headers={"If-Match": saved.headers["etag"]},
+    )
+    assert done.status_code == 200, done.text
+    mgmt.close()
+    page.context.close()
