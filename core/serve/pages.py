@@ -172,7 +172,8 @@ def install_pages(app: FastAPI, runtime: Runtime) -> None:
     def root_of(request: Request) -> str:
         return str(request.scope.get("root_path", "")).rstrip("/")
 
-    @app.get("/", include_in_schema=False)
+    # HEAD too, as every GET page of the frontend answers it (a link checker, a probe).
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def index(request: Request) -> Response:
         """What this server is and what it serves (HTML to a browser, else JSON)."""
         root = root_of(request)
@@ -182,7 +183,7 @@ def install_pages(app: FastAPI, runtime: Runtime) -> None:
             return HTMLResponse(index_html(document, root), headers=headers | SAME_ORIGIN_ONLY)
         return JSONResponse(document, headers=headers)
 
-    @app.get("/docs", include_in_schema=False)
+    @app.api_route("/docs", methods=["GET", "HEAD"], include_in_schema=False)
     async def swagger_ui(request: Request) -> HTMLResponse:
         """Swagger UI over ``/openapi.json``, its files from :data:`ASSETS`."""
         root = root_of(request)
@@ -198,7 +199,7 @@ def install_pages(app: FastAPI, runtime: Runtime) -> None:
         page.headers.update(SAME_ORIGIN_ONLY)
         return page
 
-    @app.get("/redoc", include_in_schema=False)
+    @app.api_route("/redoc", methods=["GET", "HEAD"], include_in_schema=False)
     async def redoc(request: Request) -> HTMLResponse:
         """ReDoc over ``/openapi.json``, its script from :data:`ASSETS` (no web fonts)."""
         root = root_of(request)

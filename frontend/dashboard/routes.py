@@ -71,7 +71,7 @@ def dashboard_routes(app: FastAPI, source: DashboardSource) -> None:
     """Add the Dashboard's routes (see the module docstring) to the management ``app``."""
     app.mount("/dashboard/static", StaticFiles(directory=STATIC), name="dashboard-static")
 
-    @app.get("/dashboard", include_in_schema=False)
+    @app.api_route("/dashboard", methods=["GET", "HEAD"], include_in_schema=False)
     async def page() -> Response:
         """The Dashboard page (it reads ``/api/v1/dashboard`` once loaded)."""
         return FileResponse(

@@ -73,6 +73,14 @@ def test_the_page_references_only_its_own_files_which_are_served(router) -> None
         assert "http://" not in asset.text and "https://" not in asset.text, reference
 
 
+def test_the_page_answers_head_with_its_headers(router) -> None:
+    answer = httpx.head(f"{router.mgmt_url}/dashboard", timeout=10)
+    assert answer.status_code == 200
+    assert answer.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    assert answer.headers["content-type"] == "text/html; charset=utf-8"
+    assert answer.content == b""
+
+
 def test_the_document_shows_the_router_its_routes_signals_and_figures(router) -> None:
     answer = read(router, "/api/v1/dashboard", Authorization="Bearer listener-key")
     assert answer.status_code == 200, answer.text

@@ -313,3 +313,18 @@ def test_a_browser_renders_docs_and_redoc_with_no_request_leaving_the_runtime(
             browser.close()
     assert elsewhere == []
     assert failures == []
+
+
+def test_the_index_and_the_documentation_pages_answer_head(make_runtime: MakeRuntime):
+    client = make_client(make_runtime(("sequence",), load=False))
+    for path, kind in [
+        ("/", "application/json"),
+        ("/docs", "text/html; charset=utf-8"),
+        ("/redoc", "text/html; charset=utf-8"),
+    ]:
+        answer = client.head(path)
+        assert answer.status_code == 200, path
+        assert answer.headers["content-type"] == kind, path
+    assert client.head("/", headers={"Accept": "text/html"}).headers["content-type"] == (
+        "text/html; charset=utf-8"
+    )
