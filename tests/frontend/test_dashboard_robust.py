@@ -10,7 +10,10 @@ configuration and a configuration changed by someone else meanwhile: headless Ch
   hundreds of deployments);
 - a change is applied only onto the document it was built from: a change planned in two
   tabs is applied once, the second tab shows 412 ``CONFIG_CHANGED`` and cannot apply it
-  again; a configuration changed between a tab's read and its plan is not applicable.
+  again; a configuration changed between a tab's read and its plan is not applicable;
+- a deployment that cannot load is shown failed while the old one serves, and an add
+  under an existing deployment's name is refused before it is planned (a merge would
+  rewrite that deployment).
 
 Without Chromium (``apt-get install chromium``) the module is skipped.
 """
@@ -302,4 +305,21 @@ def test_a_deployment_that_cannot_load_is_shown_failed_and_the_old_one_keeps_ser
     )
     assert done.status_code == 200, done.text
     mgmt.close()
+    page.context.close()
+
+
+def test_adding_under_the_name_of_a_deployment_is_refused_before_planning(browser, served) -> None:
+    page = open_page(browser, served)
+    expect(page.locator("#add-listener")).to_have_value("chat")
+    planned: list[str] = []
+    page.on("request", lambda r: planned.append(r.url) if r.url.endswith("/plan") else None)
+    page.fill("#add-name", "primary")  # a merge would have rewritten primary's artifact
+    page.fill("#add-artifact", "org/other")
+    page.click("#add-plan")
+    expect(page.locator("#change-summary")).to_have_text(
+        "primary is already a deployment: give the new one another name (Scale and Remove "
+        "change the existing one)"
+    )
+    expect(page.locator("#change-apply")).to_be_disabled()
+    assert planned == []
     page.context.close()

@@ -287,6 +287,10 @@
     const listener = $("add-listener").value;
     const grant = $("add-grant").value;
     const { doc, etag } = await savedDocument();
+    if (deploymentsOf(doc)[name]) { // a merge would rewrite it, not add one
+      return showChange({ summary: `${name} is already a deployment: give the new one another `
+        + "name (Scale and Remove change the existing one)" });
+    }
     const patch = catalogPatch({ [name]: deployment });
     patch.listeners = regranted(doc, (l) => {
       if (l.name !== listener) return;
