@@ -323,3 +323,37 @@ def test_adding_under_the_name_of_a_deployment_is_refused_before_planning(browse
     expect(page.locator("#change-apply")).to_be_disabled()
     assert planned == []
     page.context.close()
+
+
+def test_a_bound_deployment_is_not_removed_and_a_plan_needing_a_restart_not_applied(
+    browser, served
+) -> None:
+    page = open_page(browser, served)
+    expect(page.locator("#remove-deployment")).to_have_value("primary")
+    page.click("#remove-plan")
+    expect(page.locator("#change-plan")).to_contain_text("Plan refused: INVALID_CONFIG: ")
+    expect(page.locator("#change-reasons li")).to_have_text(
+        ["binding embedding names deployment primary, which is not declared under deployments"]
+    )
+    expect(page.locator("#change-apply")).to_be_disabled()
+
+    def needs_restart(route: Route) -> None:
+        """The frontend's plan of the same change, as if it needed a restart."""
+        answer = route.fetch()
+        plan = answer.json()
+        plan |= {"valid": True, "changed": True, "restart_required": True}
+        plan["reasons"] = [
+            {"code": "RESTART_REQUIRED", "path": "listeners.chat.port", "message": "restart"}
+        ]
+        route.fulfill(response=answer, json=plan)
+
+    page.route("**/api/v1/config/plan", needs_restart)
+    page.select_option("#scale-deployment", "primary")
+    page.fill("#scale-replicas", "3")
+    page.click("#scale-plan")
+    expect(page.locator("#change-plan")).to_have_text(
+        "Plan: valid, changes the configuration; needs a restart (not applied from here)"
+    )
+    expect(page.locator("#change-reasons li")).to_have_text(["restart"])
+    expect(page.locator("#change-apply")).to_be_disabled()
+    page.context.close()
