@@ -360,12 +360,11 @@ class Reloads:
             restored = unredacted(given, persisted, patch=mode == "merge")
         except RedactedUnknown as err:
             raise invalid(str(err)) from None
-        if mode == "merge":
-            given = merge_patch(persisted, restored)
+        if mode == "merge" or restored != given:  # the text to write is not the one sent
+            given = merge_patch(persisted, restored) if mode == "merge" else restored
             data = yaml.safe_dump(given, sort_keys=False, allow_unicode=True).encode()
-        elif restored != given:  # the credentials read as placeholders are written back
-            given = restored
-            data = yaml.safe_dump(given, sort_keys=False, allow_unicode=True).encode()
+            if given == persisted:  # the saved document itself: its file stays as written
+                data = self.source.text
         else:
             data = text.encode()
         try:

@@ -589,3 +589,20 @@ def test_a_file_written_from_config_get_and_reread_on_sighup_keeps_no_placeholde
             "message": f"api_keys[0] {PLACEHOLDER_MESSAGE}",
         }
     ]
+
+
+def test_the_saved_document_written_back_with_placeholders_changes_nothing() -> None:
+    """``vllm-sr config get`` applied back as it is, or an empty merge patch: the same
+    document, so the file keeps its bytes (comments included) and nothing is to apply."""
+    from vllm_sr.reload import Reloads
+
+    text = b"# the team's listener\nlisteners:\n  - name: http  # public\n    port: 8899\n"
+    text += b"    api_keys: [k-1]\n"
+    reloads = Reloads(None, ConfigSource(text, parse_config), None)  # type: ignore[arg-type]
+    reloads.active_hash = runtime_hash(parse_config(yaml.safe_load(text)))
+    shown = json.dumps(redacted(yaml.safe_load(text)))
+    for sent, mode in [(shown, "replace"), ("{}", "merge"), (shown, "merge")]:
+        candidate = reloads.candidate(sent, mode)
+        assert (candidate.changed, candidate.text) == (False, text), (sent, mode)
+    commented = reloads.candidate("# a comment of its own\n" + text.decode(), "replace")
+    assert commented.changed and commented.text.startswith(b"# a comment of its own\n")
