@@ -236,7 +236,7 @@ def config_routes(app: FastAPI, reloads: Reloads) -> None:
         """The persisted configuration (keys redacted), with its ``ETag``."""
         try:
             authorize(request)
-            document = reloads.current()
+            document = await asyncio.to_thread(reloads.current)  # a large one parses in s
         except ConfigRefused as err:
             return refused(err)
         return JSONResponse(document, 200, headers=headers({"ETag": reloads.source.etag}))

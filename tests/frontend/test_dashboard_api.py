@@ -301,3 +301,41 @@ def test_figures_read_the_registry_by_deployment_and_leave_zero_counts_out() -> 
         "a": {"ready": 1.0, "requests": {"ok": 3.0}},
         "b": {"ready": 0.0, "unknown_answers": {"unavailable": 2.0}},
     }
+
+
+def test_reading_the_configuration_leaves_the_event_loop_free() -> None:
+    """A large document takes a pure-Python YAML parser most of a second (500 deployments:
+    0.4 s here): read on the event loop, it held every listener's requests meanwhile."""
+    import asyncio
+    import threading
+
+    from vllm_sr.api.management import build_management_app
+
+    entered, gate = threading.Event(), threading.Event()
+
+    class SlowReloads:
+        token = None
+        config_version = 1
+        source = SimpleNamespace(etag='"e"')
+
+        def current(self) -> dict[str, Any]:
+            entered.set()
+            gate.wait(10)
+            return {"listeners": []}
+
+    app = build_management_app(SimpleNamespace(draining=False, reloads=SlowReloads()))  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            read = asyncio.create_task(client.get("/api/v1/config"))
+            assert await asyncio.to_thread(entered.wait, 10)  # the read is parsing
+            health = await client.get("/health")
+            assert health.json() == {"status": "ok"}
+            assert not read.done()  # still parsing, and /health answered meanwhile
+            gate.set()
+            answer = await asyncio.wait_for(read, 10)
+            assert (answer.status_code, answer.json()) == (200, {"listeners": []})
+            assert answer.headers["etag"] == '"e"'
+
+    asyncio.run(scenario())
