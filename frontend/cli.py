@@ -28,7 +28,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -396,6 +396,12 @@ def _fail(message: str) -> int:
     return 1
 
 
+def management_token(environ: Mapping[str, str]) -> str | None:
+    """``VSR_MGMT_TOKEN`` without the spaces or newline a file or a secret mount leaves
+    around it (a client sends the token trimmed), or ``None`` when unset or blank."""
+    return (environ.get("VSR_MGMT_TOKEN") or "").strip() or None
+
+
 def ready_timeout(environ: dict[str, str], startup_timeout: int | None) -> tuple[float, str]:
     """The readiness bound in seconds and what set it.
 
@@ -568,7 +574,7 @@ def _serve_frontend(args: argparse.Namespace, parser: argparse.ArgumentParser, r
         devices=devices,
         result_cache=result_cache,
         source=config_source,
-        management_token=environ.get("VSR_MGMT_TOKEN") or None,
+        management_token=management_token(environ),
     )
     logging.getLogger("vllm_sr").info(
         "%s mode: deployments in use %s (managed: %s); ready within %s (%s)",

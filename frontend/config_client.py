@@ -117,7 +117,7 @@ def _print(document: Any) -> None:
 
 
 def _client(args: Any) -> ManagementClient:
-    token = os.environ.get(args.token_env) if args.token_env else None
+    token = (os.environ.get(args.token_env) or "").strip() if args.token_env else None
     return ManagementClient(args.endpoint or default_endpoint(), args.timeout, token or None)
 
 

@@ -17,7 +17,13 @@ import httpx
 import psutil
 import pytest
 
-from vllm_sr.cli import ROUTER_MODE_NEEDS_CONFIG, build_parser, main, ready_timeout
+from vllm_sr.cli import (
+    ROUTER_MODE_NEEDS_CONFIG,
+    build_parser,
+    main,
+    management_token,
+    ready_timeout,
+)
 from vllm_sr.deploy.container.serve import engine_argv
 from vllm_sr.deploy.kubernetes import overlay_from_args
 
@@ -384,3 +390,12 @@ def test_config_validate_takes_config_like_apply(tmp_path, capsys):
         "[bad_flag]\n"
     )
     assert main(["config", "validate", str(good), "--config", str(good)]) == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "token"),
+    [("s3cret", "s3cret"), ("  s3cret\n", "s3cret"), ("", None), (" \n", None), (None, None)],
+)
+def test_the_management_token_is_read_trimmed(value: str | None, token: str | None) -> None:
+    environ = {} if value is None else {"VSR_MGMT_TOKEN": value}
+    assert management_token(environ) == token
