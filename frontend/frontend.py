@@ -467,7 +467,12 @@ class Frontend:
             host, port = self.management
             app = build_management_app(self, loopback_only=is_loopback(host))
             await self._serve(app, host, port, "the management API")
-            log.info("management API on http://%s:%d (/ready, /startup-status)", host, port)
+            log.info(
+                "management API on http://%s:%d (/ready, /startup-status; the Dashboard at "
+                "/dashboard)",
+                host,
+                port,
+            )
             generation = await self.compose(self.config, None)
             self.active = generation
             self.status = StartupStatus(generation.views)

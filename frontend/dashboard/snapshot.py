@@ -11,14 +11,18 @@ listener's API keys are counted, never shown.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+import yaml
 from prometheus_client import CollectorRegistry
 
 from .._version import __version__
 from ..config.routing import SIGNAL_KINDS, RuleNode
 from ..config.schema import Config
+from ..config_document import safe_yaml
+from ..generation import Generation
 from ..metrics import Metrics
 from ..reload import Reloads
 from ..router.route import Router
@@ -39,6 +43,7 @@ class DashboardSource(Protocol):
     config: Config
     reloads: Reloads
     metrics: Metrics
+    preparing: Generation | None
 
     @property
     def router(self) -> Router | None: ...
@@ -58,33 +63,46 @@ def snapshot(source: DashboardSource) -> dict[str, Any]:
 
     Keys: ``mode`` (``engine`` or ``router``), ``version``, ``phase``, ``ready``,
     ``message``, ``config`` (``GET /api/v1/config/hash`` plus ``config_version``),
-    ``listeners``, ``deployments`` (in use, sorted by name, then generation),
-    ``declared`` (declared, not in use), ``routing`` (Router mode, else ``None``) and
+    ``listeners``, ``deployments`` (in use, sorted by name, then generation; each read
+    against its own generation's configuration, and ``editable`` when the saved document
+    declares it, so that a change can name it), ``declared`` (declared, not in use),
+    ``saved_only`` (in the saved document, not in the configuration serving: what a
+    failed activation left there), ``routing`` (Router mode, else ``None``) and
     ``figures``.
     """
     config = source.config
     status = source.instance_status()
-    published = published_on(config)
+    saved = saved_deployments(source.reloads)
+    preparing = source.preparing
+    configs = {"active": config, "preparing": preparing.config if preparing else config}
     deployments = []
     for entry in sorted(
         source.inventory(), key=lambda e: (str(e.get("name")), e.get("generation") != "active")
     ):
         name = str(entry.get("name"))
-        declared = config.catalog.deployments.get(name)
+        own = configs.get(str(entry.get("generation")), config)
+        declared = own.catalog.deployments.get(name)
         deployments.append(
             {
                 **entry,
                 "artifact": declared.artifact if declared else None,
                 "public_id": declared.public_id() if declared else None,
-                "published": published.get(name, []),
-                "bound": bindings_of(config, name),
+                "published": published_on(own).get(name, []),
+                "bound": bindings_of(own, name),
+                "editable": name in saved,
                 "scalable": declared is not None
+                and name in saved
                 and not any(p.attached for p in declared.placements()),
             }
         )
     in_use = {d["name"] for d in deployments}
     unused = [
-        {"name": name, "artifact": d.artifact, "public_id": d.public_id()}
+        {
+            "name": name,
+            "artifact": d.artifact,
+            "public_id": d.public_id(),
+            "editable": name in saved,
+        }
         for name, d in sorted(config.catalog.deployments.items())
         if name not in in_use
     ]
@@ -95,13 +113,36 @@ def snapshot(source: DashboardSource) -> dict[str, Any]:
         "ready": status["ready"],
         "message": status["message"],
         "config": {**source.reloads.hash_document(), "config_version": status["config_version"]},
+        "persisted": source.reloads.source.path is not None,
         "default_decision_deployment": config.catalog.decision_deployment,
+        "default_model": config.providers.defaults.default_model,
         "listeners": listeners_of(config),
         "deployments": deployments,
         "declared": unused,
+        "saved_only": sorted(saved - set(config.catalog.deployments)),
         "routing": routing_of(source.router),
         "figures": figures(source.metrics.registry),
     }
+
+
+def saved_deployments(reloads: Reloads) -> frozenset[str]:
+    """The deployment names the saved document declares (a document that does not
+    parse declares none)."""
+    return declared_in(reloads.source.text)
+
+
+@functools.lru_cache(maxsize=8)
+def declared_in(text: bytes) -> frozenset[str]:
+    """The names under ``global.model_catalog.deployments`` of the document ``text``,
+    parsed once per distinct text (the page reads every second)."""
+    try:
+        document = safe_yaml(text.decode()) if text.strip() else {}
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError):
+        return frozenset()
+    glob = document.get("global") if isinstance(document, dict) else None
+    catalog = glob.get("model_catalog") if isinstance(glob, dict) else None
+    found = catalog.get("deployments") if isinstance(catalog, dict) else None
+    return frozenset(str(name) for name in found) if isinstance(found, dict) else frozenset()
 
 
 def listeners_of(config: Config) -> list[dict[str, Any]]:
@@ -165,7 +206,8 @@ def rule_text(node: RuleNode | None) -> str:
 
 def routing_of(router: Router | None) -> dict[str, Any] | None:
     """Router mode's decisions (name, priority, conditions as :func:`rule_text`, model
-    names, algorithm) and signals (kind, name, the deployment answering it or ``None``)."""
+    names, algorithm, plugin types) and signals (kind, name, the deployment answering it
+    or ``None``)."""
     if router is None:
         return None
     decisions = [
@@ -175,6 +217,7 @@ def routing_of(router: Router | None) -> dict[str, Any] | None:
             "conditions": rule_text(d.rules),
             "models": [ref.model for ref in d.modelRefs],
             "algorithm": d.algorithm.type,
+            "plugins": [plugin.type for plugin in d.plugins],
         }
         for d in router.routing.decisions
     ]

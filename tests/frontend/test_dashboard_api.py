@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from vllm_sr._version import __version__
 from vllm_sr.config.routing import RuleNode
 from vllm_sr.dashboard.routes import CONTENT_SECURITY_POLICY, allowed
-from vllm_sr.dashboard.snapshot import figures, rule_text
+from vllm_sr.dashboard.snapshot import declared_in, figures, rule_text
 
 from .conftest import free_ports
 from .router_support import StubServer, ThreadedFrontend
@@ -104,6 +104,7 @@ def test_the_document_shows_the_router_its_routes_signals_and_figures(router) ->
                 "conditions": "keyword:code",
                 "models": ["a-chat"],
                 "algorithm": "static",
+                "plugins": [],
             },
             {
                 "name": "weather",
@@ -111,6 +112,7 @@ def test_the_document_shows_the_router_its_routes_signals_and_figures(router) ->
                 "conditions": "embedding:rain",
                 "models": ["a-chat"],
                 "algorithm": "static",
+                "plugins": [],
             },
         ],
         "signals": [
@@ -126,7 +128,10 @@ def test_the_document_shows_the_router_its_routes_signals_and_figures(router) ->
     assert (deployment["desired_replicas"], deployment["ready_replicas"]) == (1, 1)
     [replica] = deployment["replicas"]
     assert replica["state"] == "ready" and replica["restarts"] == 0
-    assert body["declared"] == []
+    assert body["declared"] == [] and body["saved_only"] == []
+    assert deployment["editable"] is True  # the saved document declares it
+    assert body["persisted"] is False  # an in-memory configuration, no --config file
+    assert body["default_model"] == "a-chat"
     [listener] = body["listeners"]
     assert listener == {
         "name": "chat",
@@ -339,3 +344,18 @@ def test_reading_the_configuration_leaves_the_event_loop_free() -> None:
             assert answer.headers["etag"] == '"e"'
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        (b"global: {model_catalog: {deployments: {a: {}, b: {provider: x}}}}", {"a", "b"}),
+        (b"listeners: []", set()),
+        (b"", set()),
+        (b"global: [1]", set()),
+        (b"global: {model_catalog: {deployments: [a]}}", set()),
+        (b": not yaml: [", set()),
+    ],
+)
+def test_the_saved_deployments_are_read_from_any_document(text: bytes, names: set[str]) -> None:
+    assert declared_in(text) == names

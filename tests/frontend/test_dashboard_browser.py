@@ -307,6 +307,48 @@ def test_a_deployment_added_and_published_from_the_page_answers_then_is_removed(
     assert engine_page.elsewhere() == []
 
 
+def test_a_failed_add_is_shown_as_saved_not_serving_and_removed_from_the_page(
+    engine_page: Opened, engine: RouterServed
+) -> None:
+    """A model that cannot load (a Hub repository not in the cache, offline): the
+    activation fails, the previous configuration keeps serving, and the page says the
+    saved file holds what failed and offers to remove it."""
+    page = engine_page.page
+    page.fill("#add-name", "missing")
+    page.fill("#add-artifact", "vllm-sr-tests/not-in-the-cache")
+    page.fill("#add-public-name", "missing")
+    page.fill("#add-device", "cpu")
+    page.click("#add-plan")
+    expect(page.locator("#change-summary")).to_have_text(
+        "Add missing (vllm-sr-tests/not-in-the-cache) and publish missing on http's runtime grant"
+    )
+    expect(page.locator("#change-plan")).to_have_text("Plan: valid, changes the configuration")
+    page.click("#change-apply")
+    expect(page.locator("#change-status")).to_have_attribute(
+        "data-status", "failed", timeout=ACTIVATION_TIMEOUT_MS
+    )
+    expect(page.locator("#change-status")).to_contain_text('model_runtime deployment "missing"')
+    expect(page.locator("#activation .badge")).to_have_text("failed")
+    expect(page.locator("#saved-only")).to_contain_text(
+        "In the saved configuration but not serving: missing. The last change failed: the "
+        "previous configuration keeps serving, and a restart would start the saved one."
+    )
+    expect(replica_rows(page, "primary", "ready")).to_have_count(2)  # still serving
+    page.select_option("#remove-deployment", "missing")
+    page.click("#remove-plan")
+    expect(page.locator("#change-summary")).to_have_text("Remove missing and its grants of missing")
+    expect(page.locator("#change-plan")).to_have_text("Plan: valid, changes the configuration")
+    page.click("#change-apply")
+    expect(page.locator("#change-status")).to_have_attribute(
+        "data-status", "active", timeout=ACTIVATION_TIMEOUT_MS
+    )
+    expect(page.locator("#saved-only")).to_have_count(0)
+    expect(page.locator("#activation .badge")).to_have_text("active")
+    saved = yaml.safe_load(engine.config.read_text())
+    assert "missing" not in saved["global"]["model_catalog"]["deployments"]
+    assert saved["listeners"][0]["runtime"] == {"models": [MINILM]}
+
+
 # -- Router mode ---------------------------------------------------------------------------------
 
 

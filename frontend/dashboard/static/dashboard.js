@@ -13,6 +13,7 @@
   let latestText = null; // its text: an unchanged document is not rendered again
   let reads = 0; // refreshes started, so a change follows only documents read after it
   let change = null; // {summary, patch, basedOn, answer, hash?, after?, done?}
+  let scaleEdited = false; // the operator typed a replica count: refreshes keep it
   const $ = (id) => document.getElementById(id);
 
   // -- small helpers ------------------------------------------------------------------------
@@ -146,17 +147,19 @@
           el("td", { class: "inflight" }, r.inflight),
           el("td", { class: "restarts" }, r.restarts),
           el("td", {}, r.device || "")));
+      const preparing = d.generation === "preparing";
       return el("div", { class: "deployment", "data-deployment": d.name, "data-generation": d.generation },
-        el("h3", {}, d.name, " ", badge(d.state),
+        el("h3", {}, d.name, " ", badge(preparing ? "preparing" : d.state),
           el("span", { class: "ready-count" }, ` ${d.ready_replicas}/${d.desired_replicas} ready`),
-          d.generation === "preparing" ? el("span", { class: "note" }, " (preparing: the next configuration)") : null),
+          preparing ? el("span", { class: "note" }, " (the next configuration, starting while the current one serves)") : null),
         el("p", { class: "facts" },
           `${d.artifact || d.repo || "attached"}${d.revision ? "@" + d.revision.slice(0, 12) : ""}`,
           ` · profile ${d.profile || "?"} · device ${d.device || "?"} · ${d.family || "?"} on ${d.engine || "?"}`,
           d.public_id ? ` · public id ${d.public_id}` : "",
           published ? ` · published on ${published}` : " · not published",
-          d.bound && d.bound.length ? ` · bound as ${d.bound.join(", ")}` : ""),
-        d.reason ? el("p", { class: "problem" }, d.reason) : null,
+          d.bound && d.bound.length ? ` · bound as ${d.bound.join(", ")}` : "",
+          d.editable ? "" : " · not in the saved configuration (set by the serve command line or a default): not changed from here"),
+        d.reason ? el("p", { class: preparing ? "note" : "problem" }, d.reason) : null,
         heads.length ? el("ul", { class: "heads" }, heads) : null,
         el("table", { class: "replicas" },
           el("thead", {}, el("tr", {}, ["Replica", "State", "Reason", "In flight", "Restarts", "Device"].map((h) => el("th", {}, h)))),
@@ -164,10 +167,19 @@
     });
     $("deployments").replaceChildren(...(sections.length ? sections : [el("p", { class: "note" }, "No deployment is in use.")]));
     const declared = data.declared || [];
-    $("declared").replaceChildren(declared.length
-      ? el("p", { class: "note" }, "Declared, not in use (no consumer or grant uses them, so no worker runs): ",
-        declared.map((d) => `${d.name} (${d.artifact || "attached"})`).join(", "))
-      : "");
+    const savedOnly = data.saved_only || [];
+    $("declared").replaceChildren(
+      declared.length
+        ? el("p", { class: "note" }, "Declared, not in use (no consumer or grant uses them, so no worker runs): ",
+          declared.map((d) => `${d.name} (${d.artifact || "attached"})`).join(", "))
+        : "",
+      savedOnly.length
+        ? el("p", { class: "problem", id: "saved-only" },
+          `In the saved configuration but not serving: ${savedOnly.join(", ")}. `,
+          data.config.activation_status === "failed"
+            ? "The last change failed: the previous configuration keeps serving, and a restart would start the saved one. Remove or fix what failed, or apply a backup (config.yaml.backups/)."
+            : "It is being activated, or was never activated.")
+        : "");
   }
 
   function renderFigures(data) {
@@ -188,7 +200,10 @@
     $("decisions").tBodies[0].replaceChildren(...routing.decisions.map((d) =>
       el("tr", { "data-decision": d.name },
         el("td", {}, d.name), el("td", {}, d.priority),
-        el("td", {}, el("code", {}, d.conditions)), el("td", {}, d.models.join(", ")))));
+        el("td", {}, el("code", {}, d.conditions)),
+        el("td", {}, d.models.length ? d.models.join(", ")
+          : d.plugins.includes("fast_response") ? "none: answered by its fast_response, no backend"
+          : `none listed: the default model (${data.default_model || "unset"})`))));
     $("signals").tBodies[0].replaceChildren(...routing.signals.map((s) =>
       el("tr", { "data-signal": `${s.kind}:${s.name}` },
         el("td", {}, s.kind), el("td", {}, s.name),
@@ -217,7 +232,14 @@
   function renderChoices(data) {
     const active = data.deployments.filter((d) => d.generation === "active");
     fill($("scale-deployment"), active.filter((d) => d.scalable).map((d) => d.name));
-    fill($("remove-deployment"), [...active.map((d) => d.name), ...(data.declared || []).map((d) => d.name)]);
+    fill($("remove-deployment"), [
+      ...active.filter((d) => d.editable).map((d) => d.name),
+      ...(data.declared || []).filter((d) => d.editable).map((d) => d.name),
+      ...(data.saved_only || []),
+    ]);
+    const scaling = $("scale-deployment");
+    const picked = active.find((d) => d.name === scaling.value);
+    if (picked && !scaleEdited) $("scale-replicas").value = picked.desired_replicas;
     fill($("add-listener"), data.listeners.map((l) => l.name));
   }
 
@@ -307,8 +329,11 @@
     const name = $("remove-deployment").value;
     if (!name) throw new Error("no deployment to remove");
     const { doc, etag } = await savedDocument();
-    const found = (latest.deployments.concat(latest.declared || [])).find((d) => d.name === name);
-    const publicId = found && found.public_id;
+    // Its public id as the saved document gives it (public_name, else a Hub artifact), so a
+    // deployment that never served (a failed change) loses its grants too.
+    const saved = deploymentsOf(doc)[name] || {};
+    const artifact = typeof saved.artifact === "string" ? saved.artifact : "";
+    const publicId = saved.public_name || (artifact && !artifact.startsWith("/") ? artifact : null);
     const patch = catalogPatch({ [name]: null });
     if (publicId) {
       patch.listeners = regranted(doc, (l) => {
@@ -449,6 +474,11 @@
 
   document.addEventListener("DOMContentLoaded", () => {
     $("scale-form").addEventListener("submit", guarded(planScale));
+    $("scale-replicas").addEventListener("input", () => { scaleEdited = true; });
+    $("scale-deployment").addEventListener("change", () => {
+      scaleEdited = false;
+      if (latest) renderChoices(latest);
+    });
     $("add-form").addEventListener("submit", guarded(planAdd));
     $("remove-form").addEventListener("submit", guarded(planRemove));
     $("change-apply").addEventListener("click", () => apply().catch((err) => setStatus(`failed: ${err.message}`, "failed")));
