@@ -82,8 +82,19 @@ def _plain(record: logging.LogRecord) -> bool:
     return True
 
 
+def _one_line_warning(record: logging.LogRecord) -> bool:
+    """A Python warning (logger ``py.warnings``) as one line: ``file:line: Category:
+    message``, without the source line :func:`warnings.formatwarning` adds below it."""
+    if record.name == "py.warnings":
+        text = record.getMessage().strip()
+        record.msg, record.args = (text.splitlines()[0] if text else text), ()
+    return True
+
+
 def configure_logging(level: str, log_format: str) -> None:
-    """One handler on the root logger for every line (ours, uvicorn's, the access log).
+    """One handler on the root logger for every line (ours, uvicorn's, the access log,
+    and Python warnings a library emits, such as urllib3's about SOCKS support: each a
+    ``py.warnings`` line in the same format, never raw text on stderr).
 
     Args:
         level: ``debug``, ``info``, ``warning`` or ``error``.
@@ -105,6 +116,8 @@ def configure_logging(level: str, log_format: str) -> None:
     else:
         handler.setFormatter(logging.Formatter(TEXT_FORMAT))
     handler.addFilter(_plain)
+    handler.addFilter(_one_line_warning)
+    logging.captureWarnings(True)
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
