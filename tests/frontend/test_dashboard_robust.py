@@ -195,7 +195,9 @@ def plan_scale(page: Page, replicas: int) -> None:
 def test_a_change_planned_in_two_tabs_is_applied_once_the_other_shows_412(browser, served) -> None:
     first, second = open_page(browser, served), open_page(browser, served)
     for page in (first, second):
-        expect(page.locator('.deployment[data-deployment="primary"]')).to_have_count(1)
+        expect(
+            page.locator('.deployment[data-deployment="primary"][data-generation="active"]')
+        ).to_have_count(1)
     plan_scale(first, 2)
     plan_scale(second, 2)
     for page in (first, second):
@@ -209,9 +211,11 @@ def test_a_change_planned_in_two_tabs_is_applied_once_the_other_shows_412(browse
         "planned; plan the change again)"
     )
     expect(second.locator("#change-apply")).to_be_disabled()
-    expect(second.locator('.deployment[data-deployment="primary"] .ready-count')).to_have_text(
-        " 2/2 ready"
-    )
+    expect(
+        second.locator(
+            '.deployment[data-deployment="primary"][data-generation="active"] .ready-count'
+        )
+    ).to_have_text(" 2/2 ready")
     # Back to one replica, planned and applied from the second tab.
     plan_scale(second, 1)
     second.click("#change-apply")
@@ -224,7 +228,9 @@ def test_a_configuration_changed_between_the_read_and_the_plan_is_not_applicable
     browser, served
 ) -> None:
     page = open_page(browser, served)
-    expect(page.locator('.deployment[data-deployment="primary"]')).to_have_count(1)
+    expect(
+        page.locator('.deployment[data-deployment="primary"][data-generation="active"]')
+    ).to_have_count(1)
     mgmt = httpx.Client(base_url=served.mgmt_url, timeout=30)
     primary = mgmt.get("/api/v1/config").json()["global"]["model_catalog"]["deployments"]
     keywords = {"routing": {"signals": {"keywords": [{"name": "code", "keywords": ["fix"]}]}}}
@@ -289,9 +295,11 @@ def test_a_deployment_that_cannot_load_is_shown_failed_and_the_old_one_keeps_ser
     ), status
     assert status.endswith("; the previous configuration keeps serving"), status
     expect(page.locator("#activation .badge")).to_have_text("failed")
-    expect(page.locator('.deployment[data-deployment="primary"] .ready-count')).to_have_text(
-        " 1/1 ready"
-    )
+    expect(
+        page.locator(
+            '.deployment[data-deployment="primary"][data-generation="active"] .ready-count'
+        )
+    ).to_have_text(" 1/1 ready")
     expect(page.locator('.deployment[data-deployment="broken"]')).to_have_count(0)
     mgmt = httpx.Client(base_url=served.mgmt_url, timeout=30)
     saved = mgmt.get("/api/v1/config")
