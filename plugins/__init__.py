@@ -56,7 +56,13 @@ from vllm_srun.plugins.hookspecs import hookimpl
 from vllm_srun.plugins.kernel import Kernel, select_kernel
 from vllm_srun.plugins.loaded import Answer, LoadedModel, Plan
 from vllm_srun.plugins.models import Mirror, ModelEntry
-from vllm_srun.plugins.package import PackageError, read_config, read_json, sha256_file
+from vllm_srun.plugins.package import (
+    PackageError,
+    read_config,
+    read_json,
+    remembered_sha256,
+    sha256_file,
+)
 from vllm_srun.plugins.profiles import BATCHING, EXACT, MAX_SPEED, Profile
 from vllm_srun.plugins.requests import (
     OVERFLOW_MODES,
@@ -176,6 +182,7 @@ __all__ = [
     "read_json",
     "read_reference_file",
     "read_request",
+    "remembered_sha256",
     "right_padded",
     "runtime_cache_dir",
     "select_kernel",

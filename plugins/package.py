@@ -34,6 +34,24 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+_REMEMBERED: dict[tuple[str, int, int], str] = {}
+
+
+def remembered_sha256(path: Path) -> str:
+    """:func:`sha256_file`, remembered for this process by the file's resolved path, size
+    and modification time: a family that converts a package keys its cache by its source
+    files' digests at every load, and a file changed in place is hashed again.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _REMEMBERED:
+        _REMEMBERED[key] = sha256_file(path)
+    return _REMEMBERED[key]
+
+
 def read_json(path: Path) -> Any:
     """The parsed JSON of ``path``.
 

@@ -31,7 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_srun.plugins import intact_build, runtime_cache_dir, sha256_file
+from vllm_srun.plugins import (
+    intact_build,
+    remembered_sha256,
+    runtime_cache_dir,
+    sha256_file,
+)
 
 log = logging.getLogger("vllm_srun.families.causal_readout")
 
@@ -106,18 +111,6 @@ def gguf_file(package: Path) -> Path | None:
     return found[0] if magic == GGUF_MAGIC else None
 
 
-_DIGESTS: dict[tuple[str, int, int], str] = {}
-
-
-def _digest(path: Path) -> str:
-    """:func:`sha256_file`, remembered for this process by path, size and mtime."""
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-    if key not in _DIGESTS:
-        _DIGESTS[key] = sha256_file(path)
-    return _DIGESTS[key]
-
-
 def convert(package: Path, root: Path | None = None) -> Conversion:
     """The converted package of the GGUF package at ``package``, converting when the cache
     has no intact copy.
@@ -137,7 +130,7 @@ def convert(package: Path, root: Path | None = None) -> Conversion:
             f"{package} is not a GGUF package: it must hold exactly one *.gguf file and no "
             "config.json"
         )
-    digest = _digest(source)
+    digest = remembered_sha256(source)
     base = root or cache_root()
     target = base / f"{digest}-{CONVERSION_FORMAT}"
     record = _intact(target)

@@ -34,7 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_srun.plugins import intact_build, runtime_cache_dir, sha256_file
+from vllm_srun.plugins import (
+    intact_build,
+    remembered_sha256,
+    runtime_cache_dir,
+    sha256_file,
+)
 from vllm_srun.plugins.package import PackageError
 
 from .checkpoint import ENCODER_CONFIG, ENCODER_PREFIX, TOKENIZER_DIR, WEIGHTS_FILE
@@ -81,18 +86,6 @@ def cache_root(environ: Mapping[str, str] | None = None) -> Path:
     return runtime_cache_dir(environ) / "laya"
 
 
-_DIGESTS: dict[tuple[str, int, int], str] = {}
-
-
-def _digest(path: Path) -> str:
-    """:func:`sha256_file`, remembered for this process by path, size and mtime."""
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-    if key not in _DIGESTS:
-        _DIGESTS[key] = sha256_file(path)
-    return _DIGESTS[key]
-
-
 def source_files(package: Path) -> list[str]:
     """The checkpoint files a conversion reads (relative POSIX paths, sorted): the weights,
     the encoder's configuration and every tokenizer file."""
@@ -112,7 +105,7 @@ def convert(package: Path, root: Path | None = None) -> Conversion:
     import hashlib
 
     try:
-        sources = {name: _digest(package / name) for name in source_files(package)}
+        sources = {name: remembered_sha256(package / name) for name in source_files(package)}
     except OSError as err:
         raise PackageError(f"a checkpoint file cannot be read: {err}") from err
     key = hashlib.sha256()
