@@ -25,7 +25,6 @@ from numpy.typing import NDArray
 from vllm_srun.plugins.cards import FamilyCard
 from vllm_srun.plugins.collate import left_padded
 from vllm_srun.plugins.decisions import (
-    QUESTION_ERRORS,
     QUESTION_TYPES,
     DecisionsAnswer,
     DecisionsMeta,
@@ -446,9 +445,10 @@ class ReadoutModel(LoadedModel[ReadoutPlan]):
             else:
                 parts = [outputs[r] for r in slot.rows]
                 failed = next((o for o in parts if isinstance(o, RowError)), None)
-                if failed is not None:
-                    code = failed.code if failed.code in QUESTION_ERRORS else "unavailable"
-                    answers[question.name] = failed_answer(question.type, code, failed.message)
+                if failed is not None:  # failed_answer maps a row's own code to unavailable
+                    answers[question.name] = failed_answer(
+                        question.type, failed.code, failed.message
+                    )
                     continue
                 scores = self._scores(slot, [np.asarray(o) for o in parts])
                 answers[question.name] = answer(question, scores, self.temperatures[question.type])

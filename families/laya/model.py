@@ -23,7 +23,6 @@ from vllm_srun.plugins.decisions import (
     MAX_LEVELS,
     MIN_CHOICES,
     MIN_LEVELS,
-    QUESTION_ERRORS,
     QUESTION_TYPES,
     DecisionsAnswer,
     DecisionsMeta,
@@ -331,9 +330,10 @@ class LayaModel(LoadedModel[LayaPlan]):
                 answers[question.name] = failed_answer(question.type, code, message)
             else:
                 output = outputs[slot.row]
-                if isinstance(output, RowError):
-                    code = output.code if output.code in QUESTION_ERRORS else "unavailable"
-                    answers[question.name] = failed_answer(question.type, code, output.message)
+                if isinstance(output, RowError):  # failed_answer maps a row's own code
+                    answers[question.name] = failed_answer(
+                        question.type, output.code, output.message
+                    )
                     continue
                 answers[question.name] = answer(
                     question, np.asarray(output), self._temperature(question)
