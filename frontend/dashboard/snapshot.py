@@ -75,19 +75,21 @@ def snapshot(source: DashboardSource) -> dict[str, Any]:
     saved = saved_deployments(source.reloads)
     preparing = source.preparing
     configs = {"active": config, "preparing": preparing.config if preparing else config}
+    grants = {role: published_on(own) for role, own in configs.items()}  # once per generation
     deployments = []
     for entry in sorted(
         source.inventory(), key=lambda e: (str(e.get("name")), e.get("generation") != "active")
     ):
         name = str(entry.get("name"))
-        own = configs.get(str(entry.get("generation")), config)
+        role = "preparing" if entry.get("generation") == "preparing" else "active"
+        own = configs[role]
         declared = own.catalog.deployments.get(name)
         deployments.append(
             {
                 **entry,
                 "artifact": declared.artifact if declared else None,
                 "public_id": declared.public_id() if declared else None,
-                "published": published_on(own).get(name, []),
+                "published": grants[role].get(name, []),
                 "bound": bindings_of(own, name),
                 "editable": name in saved,
                 "scalable": declared is not None
