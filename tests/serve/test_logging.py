@@ -20,6 +20,9 @@ LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING py\.warnings: 
 def restored() -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
+    # An earlier in-process server of this test process may have left the capture on,
+    # over a showwarning pytest has since restored: start from it off.
+    logging.captureWarnings(False)
     try:
         yield
     finally:
